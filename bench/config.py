@@ -1,0 +1,47 @@
+"""What one benchmark run is configured with (parsed once from the command line, then passed down)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PHASES = ("enqueue-batch", "enqueue-single", "process", "latency")
+BACKENDS = ("sqlite", "postgres", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSetting:
+    """How the jobs are worked: ``processes`` worker processes, each with these jobengine options."""
+
+    processes: int
+    concurrency: int
+    fetch_batch: int  # 0: as many as there are free slots
+    poll_interval: float
+    lease_seconds: float = 30.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.processes}x{self.concurrency}, fetch {self.fetch_batch or 'auto'}, poll {self.poll_interval:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    backend: str
+    dsn: str | None
+    n: int
+    runs: int
+    chunk: int
+    phases: tuple[str, ...]
+    settings: tuple[WorkerSetting, ...]  # compared against each other, runs interleaved
+    rate: float
+    duration: float
+    warmup_jobs: int
+    idle_after_warmup: float
+    synchronous: str
+    ceiling_commits: int
+    ceilings: bool
+    tmpdir: str | None
+    timeout: float  # per waiting step (all completions, drained store)
+    profile_dir: str | None
+    profile_idle: bool = False
+    transport: str = "database"  # database | redis | nats (bench/transports.py)
+    broker_url: str | None = None  # the broker of --transport (default: its standard local port)

@@ -1,0 +1,54 @@
+"""One benchmark worker process: ``python -m bench.worker --database ... --socket ...``.
+
+Runs a jobengine worker with the benchmark task until SIGTERM / SIGINT (graceful stop), reporting every
+job it runs to the collector socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from bench.workload import make_engine
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.worker")
+    p.add_argument("--database", required=True)
+    p.add_argument("--socket", required=True, help="the collector's AF_UNIX datagram socket")
+    p.add_argument("--synchronous", default="FULL")
+    p.add_argument("--concurrency", type=int, required=True)
+    p.add_argument("--fetch-batch", type=int, default=0)
+    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--lease-seconds", type=float, default=30.0)
+    p.add_argument("--queue", help="the queue: settings as JSON (--transport redis|nats)")
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    engine, sink = make_engine(args.database, args.synchronous, args.queue)
+    sink.connect(args.socket)
+    async with engine:
+        worker = engine.worker(
+            concurrency=args.concurrency,
+            fetch_batch=args.fetch_batch,
+            poll_interval=args.poll_interval,
+            lease_seconds=args.lease_seconds,
+            heartbeat_every=args.lease_seconds / 3,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+    sink.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
+    asyncio.run(serve(parse(argv)))
+
+
+if __name__ == "__main__":
+    main()

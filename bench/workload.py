@@ -1,0 +1,70 @@
+"""The standard job: a no-op task that receives ``(i, t)`` and reports ``(i, t, now)`` in one datagram.
+
+The benchmark process (the producer) and every worker process build their engine through
+:func:`make_engine`, so they register the same task with the same defaults. The task body costs the same
+for every system being compared: one ``send`` on a connected AF_UNIX datagram socket.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from dataclasses import replace
+from typing import Any
+
+from jobengine.delivery.config import QueueConfig
+from jobengine.engine import Engine
+from jobengine.settings import Settings
+
+TASK = "bench_noop"
+#: One datagram: job number, enqueue-call time, start time of the job body (UNIX seconds).
+RECORD = struct.Struct("<qdd")
+
+
+class Sink:
+    """Where the task body reports to. Unconnected in the producer (it never runs the task)."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+
+    def connect(self, path: str) -> None:
+        self.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.connect(path)
+        self._sock = sock
+
+    def send(self, i: int, t: float) -> None:
+        now = time.time()
+        if self._sock is None:
+            raise RuntimeError("the benchmark sink is not connected")
+        # Blocking on purpose: AF_UNIX datagrams are never dropped, the sender waits for queue space.
+        self._sock.send(RECORD.pack(i, t, now))
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def make_engine(database: str, synchronous: str = "FULL", queue: str | None = None) -> tuple[Engine, Sink]:
+    """An engine on ``database`` with the benchmark task registered; the sink its body reports to.
+    ``queue``: the ``queue:`` settings as JSON (``--transport``, see bench/transports.py)."""
+    settings = Settings(database=database, sqlite_synchronous=synchronous)
+    if queue:
+        settings = replace(settings, queue=QueueConfig.load(json.loads(queue)))
+    engine = Engine.from_settings(settings)
+    sink = Sink()
+
+    @engine.task(name=TASK)
+    async def bench_noop(ctx: Any) -> None:
+        payload = ctx.payload
+        sink.send(payload["i"], payload["t"])
+
+    return engine, sink
+
+
+def payload(i: int) -> dict[str, Any]:
+    """The job arguments, stamped with the time of the enqueue call."""
+    return {"i": i, "t": time.time()}

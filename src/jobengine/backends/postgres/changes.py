@@ -1,0 +1,73 @@
+"""The results of the store's transitions: rows to jobs and events, and batch helpers.
+
+A transition statement returns job rows (``ev_id`` NULL, the job from ``_J`` on, statement-specific columns
+from ``_EXTRA`` on) and event rows (``ev_id, ev_type, ev_data, job_id``): see ``sql._changed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from jobengine.backends.postgres.rows import N_JOB_COLUMNS, job_from_row, loads
+from jobengine.core.models import Changed, Event, Job
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+_J = 3
+_EXTRA = _J + N_JOB_COLUMNS
+_STATE = _J + 7
+
+
+def _jobs(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r[0] is None]
+
+
+def _unique(items: Sequence[T], key: Callable[[T], object]) -> list[T]:
+    """First occurrence of each key: a repeated fenced change would be fenced out by the first anyway."""
+    seen: set[object] = set()
+    out = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
+def _cut_after(items: Sequence[T], cut: Callable[[T], bool]) -> list[list[T]]:
+    """``items`` in order, in chunks that end at every item for which ``cut`` is true."""
+    chunks: list[list[T]] = [[]]
+    for item in items:
+        chunks[-1].append(item)
+        if cut(item):
+            chunks.append([])
+    return [c for c in chunks if c]
+
+
+class _Collect:
+    """Jobs and events of one store call, gathered over the statements it ran."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.jobs: list[Job] = []
+        self.events: list[Event] = []
+        self._by_id: dict[str, Job] = {}
+
+    def add(self, rows: Sequence[Row]) -> None:
+        events = []
+        for r in rows:
+            if r[0] is None:
+                job = job_from_row(r, _J)
+                self.jobs.append(job)
+                self._by_id[job.id] = job
+            else:
+                events.append(r)
+        for r in events:
+            job = self._by_id[r[3]]
+            self.events.append(Event(r[0], self.now, r[1], job.tenant, job.id, job.queue, job.task, loads(r[2])))
+
+    def changed(self) -> Changed:
+        self.events.sort(key=lambda e: e.id)
+        return Changed(self.jobs, self.events)

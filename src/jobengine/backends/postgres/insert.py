@@ -1,0 +1,241 @@
+"""insert_jobs on one connection: the store's pooled one, or a caller's inside its own transaction.
+
+Two paths:
+- fast, one statement: no job of the batch has dependencies and no idempotency key repeats within it. The
+  statement writes nothing if a key is already taken (or the unique index finds one taken concurrently);
+  then the general path runs.
+- general, in a transaction (a savepoint inside a caller's transaction): look up the keys, lock and flag the
+  parents, decide every state in Python exactly as the memory store does, then write it all in one statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import tuple_row
+
+from jobengine.backends.postgres.rows import encode_rows, job_from_row
+from jobengine.backends.postgres.sql import Queries
+from jobengine.core import codec
+from jobengine.core import events as ev
+from jobengine.core import transitions as tr
+from jobengine.core.ids import JobId
+from jobengine.core.models import Event, Inserted, Job, Json, NewEvent, NewJob, Phase
+from jobengine.core.states import BREAKS_DEPENDENTS, JobState
+from jobengine.errors import IdempotencyConflict, InvalidJob, StoreError, UnknownDependency
+from jobengine.ports.watermarks import Watermark
+
+Conn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(slots=True)
+class InsertPlan:
+    """A batch, validated and encoded once before any SQL runs."""
+
+    jobs: Sequence[NewJob]
+    now: float
+    phases: list[tuple[Phase, ...]]
+    #: The payloads as the codec reads them back (tuples become lists...): what the store keeps and returns.
+    payloads: list[Json]
+    watermarks: Mapping[JobId, Sequence[Watermark]]
+    fast: bool
+    has_keys: bool
+
+    @classmethod
+    def of(
+        cls,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None,
+    ) -> InsertPlan:
+        keys = [(j.tenant, j.idempotency_key) for j in jobs if j.idempotency_key is not None]
+        # One codec call for the whole batch: it validates every payload (InvalidJob on "payload") and the
+        # decoded copy is what the memory store would keep.
+        payloads = codec.loads(codec.dumps([j.payload for j in jobs]))
+        return cls(
+            jobs=jobs,
+            now=now,
+            phases=[tr.phases_template(phases[i]) if i < len(phases) else () for i in range(len(jobs))],
+            payloads=payloads,
+            watermarks=watermarks or {},
+            fast=len(set(keys)) == len(keys) and not any(j.depends_on for j in jobs),
+            has_keys=bool(keys),
+        )
+
+    def marks(self, created: Sequence[Job]) -> str:
+        return encode_rows([[j.id, m.source, m.key, m.value] for j in created for m in self.watermarks.get(j.id, ())])
+
+
+def raise_if_id_taken(exc: pg_errors.UniqueViolation) -> None:
+    """A job id already in use is the caller's error (InvalidJob on ``id``), not a store failure."""
+    if exc.diag.constraint_name == "jobs_pkey":
+        raise InvalidJob("id", f"a job with this id already exists ({exc.diag.message_detail})") from None
+
+
+def _new_job(plan: InsertPlan, i: int, state: JobState) -> Job:
+    new, now = plan.jobs[i], plan.now
+    return Job(
+        id=new.id, tenant=new.tenant, queue=new.queue, task=new.task, payload=plan.payloads[i],
+        priority=new.priority, run_at=new.run_at if new.run_at is not None else now, state=state, attempt=0,
+        max_attempts=new.max_attempts, created_at=now, updated_at=now, idempotency_key=new.idempotency_key,
+        depends_on=new.depends_on, timeout=new.timeout, phases=plan.phases[i], run_id=new.run_id,
+        schedule_id=new.schedule_id,
+    )  # fmt: skip
+
+
+def _job_rows(jobs: Sequence[Job]) -> str:
+    return encode_rows([_job_row(j) for j in jobs])
+
+
+def _job_row(j: Job) -> list[Any]:
+    """A job as ``sql._SRC_COLUMNS`` reads it."""
+    return [
+        j.id,
+        j.tenant,
+        j.queue,
+        j.task,
+        j.payload,
+        j.priority,
+        j.run_at,
+        j.state.value,
+        j.max_attempts,
+        j.timeout,
+        [p.to_json() for p in j.phases] if j.phases else None,
+        j.idempotency_key,
+        j.run_id,
+        j.schedule_id,
+    ]
+
+
+async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
+    """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
+    now = plan.now
+    jobs = [_new_job(plan, i, tr.initial_state(new, now, True)) for i, new in enumerate(plan.jobs)]
+    cur = conn.cursor(row_factory=tuple_row)
+    if len(jobs) == 1 and not plan.has_keys and not plan.watermarks:
+        (job,) = jobs
+        params = {"row": encode_rows(_job_row(job)), "now": now, "channel": channel, "queue": job.queue,
+                  "notify": job.state is JobState.QUEUED}  # fmt: skip
+        await cur.execute(q.insert_one, params)
+    else:
+        params = {"rows": _job_rows(jobs), "marks": plan.marks(jobs), "now": now, "channel": channel}
+        await cur.execute(q.insert_fast, params)
+    row = await cur.fetchone()
+    assert row is not None
+    if not row[0]:
+        return None
+    events = [
+        Event(eid, now, ev.ENQUEUED, j.tenant, j.id, j.queue, j.task,
+              {"state": j.state.value, "attempt": 0, "priority": j.priority})
+        for eid, j in zip(row[1], jobs, strict=True)
+    ]  # fmt: skip
+    return Inserted(jobs=jobs, created=[True] * len(jobs), events=events)
+
+
+async def insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted:
+    """Idempotency keys and dependencies, in a transaction (or a savepoint of the caller's)."""
+    for attempt in range(3):
+        try:
+            async with conn.transaction():
+                return await _insert_general(conn, q, channel, plan)
+        except pg_errors.UniqueViolation as exc:
+            raise_if_id_taken(exc)
+            # A key was taken by a transaction that committed meanwhile: look again, it is visible now.
+            if attempt == 2:
+                raise StoreError(f"idempotency key contention did not settle: {exc}") from exc
+    raise AssertionError("unreachable")
+
+
+async def _lookups(conn: Conn, q: Queries, jobs: Sequence[NewJob]) -> tuple[dict[tuple[str, str], Job], dict[str, Job]]:
+    """The jobs that hold the batch's idempotency keys, and the parents outside the batch (locked, flagged)."""
+    cur = conn.cursor(row_factory=tuple_row)
+    by_key: dict[tuple[str, str], Job] = {}
+    keyed = [j for j in jobs if j.idempotency_key is not None]
+    if keyed:
+        await cur.execute(
+            q.find_by_keys, {"tenants": [j.tenant for j in keyed], "keys": [j.idempotency_key for j in keyed]}
+        )
+        for r in await cur.fetchall():
+            job = job_from_row(r)
+            assert job.idempotency_key is not None
+            by_key[(job.tenant, job.idempotency_key)] = job
+    batch_ids = {j.id for j in jobs}
+    outside = sorted({d for j in jobs for d in j.depends_on if d not in batch_ids})
+    parents: dict[str, Job] = {}
+    if outside:
+        await cur.execute(q.lock_parents, {"ids": outside})
+        parents = {p.id: p for p in map(job_from_row, await cur.fetchall())}
+        if missing := [d for d in outside if d not in parents]:
+            # A parent claimed while we waited for its row was deleted and inserted again as running (see
+            # sql._CLAIM_TAIL): a new statement finds it. Still missing, it does not exist.
+            await cur.execute(q.lock_parents, {"ids": missing})
+            parents.update((p.id, p) for p in map(job_from_row, await cur.fetchall()))
+    return by_key, parents
+
+
+async def _insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted:
+    now, jobs = plan.now, plan.jobs
+    by_key, parents = await _lookups(conn, q, jobs)
+    staged: dict[str, Job] = {}
+    staged_keys: dict[tuple[str, str], JobId] = {}
+    out: list[Job] = []
+    created: list[bool] = []
+    written: list[Job] = []
+    new_events: list[tuple[int, NewEvent]] = []  # (index in written, event)
+    for i, new in enumerate(jobs):
+        if new.idempotency_key is not None:
+            key = (new.tenant, new.idempotency_key)
+            staged_id = staged_keys.get(key)
+            existing = staged[staged_id] if staged_id is not None else by_key.get(key)
+            if existing is not None:
+                mine = (new.task, new.queue, codec.dumps(plan.payloads[i]))
+                if (existing.task, existing.queue, codec.dumps(existing.payload)) != mine:
+                    raise IdempotencyConflict(new.idempotency_key, existing.id)
+                out.append(existing)
+                created.append(False)
+                continue
+        deps = []
+        for dep_id in new.depends_on:
+            dep = staged.get(dep_id) or parents.get(dep_id)
+            if dep is None:
+                raise UnknownDependency(dep_id)
+            deps.append(dep)
+        broken = next((d for d in deps if d.final_state in BREAKS_DEPENDENTS), None)
+        job = _new_job(plan, i, tr.initial_state(new, now, all(d.final_state is JobState.SUCCEEDED for d in deps)))
+        new_events.append((len(written), ev.job_event(ev.ENQUEUED, job, {"priority": job.priority})))
+        if broken is not None:
+            job, e = tr.cancel(job, f"dependency {broken.id} ended {broken.final_state.value}", now)
+            new_events.append((len(written), e))
+        staged[job.id] = job
+        if new.idempotency_key is not None:
+            staged_keys[(new.tenant, new.idempotency_key)] = job.id
+        written.append(job)
+        out.append(job)
+        created.append(True)
+
+    if not written:
+        return Inserted(jobs=out, created=created, events=[])
+    needed = {d for job in written for d in job.depends_on}
+    params = {
+        "rows": _job_rows(written),
+        "extra": encode_rows([[list(j.depends_on), j.id in needed, j.reason, j.finished_at] for j in written]),
+        "edges": encode_rows([[d, j.id] for j in written for d in j.depends_on]),
+        "events": encode_rows([[e.type, k + 1, dict(e.data)] for k, e in new_events]),  # ordinality is 1-based
+        "marks": plan.marks(written),
+        "now": now,
+        "channel": channel,
+    }
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(q.insert_full, params)
+    row = await cur.fetchone()
+    assert row is not None
+    events = [
+        Event(eid, now, e.type, e.tenant, e.job_id, e.queue, e.task, e.data)
+        for eid, (_, e) in zip(row[1], new_events, strict=True)
+    ]
+    return Inserted(jobs=out, created=created, events=events)

@@ -1,0 +1,73 @@
+"""Schema migrations: versioned SQL files, applied in order, recorded in ``jobengine_migrations``.
+
+Files are ``migrations/NNNN_name.sql`` (the same numbers as the SQLite backend). Each runs in its own
+transaction with ``search_path`` set to the store's schema, so the files never name the schema. Concurrent
+migrators (several processes starting at once) serialize on a session advisory lock keyed by the schema; the
+later ones find nothing left to apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """The migrations shipped in the package, oldest first."""
+    found = []
+    for entry in resources.files("jobengine.backends.postgres").joinpath("migrations").iterdir():
+        m = _FILE_RE.match(entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+def lock_key(*parts: str) -> int:
+    """A stable signed 64-bit advisory-lock key for ``parts`` (the same in every process)."""
+    digest = hashlib.blake2b("\x1f".join(("jobengine", *parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> list[int]:
+    """Apply the pending migrations on ``conn`` (autocommit) into ``schema``; return the versions applied."""
+    quoted = f'"{schema}"'
+    key = lock_key("migrate", schema)
+    await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}".encode())
+        await conn.execute(
+            f"""CREATE TABLE IF NOT EXISTS {quoted}.jobengine_migrations (
+                version integer PRIMARY KEY,
+                name text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())""".encode()
+        )
+        cur = await conn.execute(f"SELECT version FROM {quoted}.jobengine_migrations".encode())
+        done = {int(str(r[0])) for r in await cur.fetchall()}
+        applied = []
+        for m in migrations():
+            if m.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL search_path TO {quoted}".encode())
+                await conn.execute(m.sql.encode())
+                await conn.execute(
+                    f"INSERT INTO {quoted}.jobengine_migrations (version, name) VALUES (%s, %s)".encode(),
+                    (m.version, m.name),
+                )
+            applied.append(m.version)
+        return applied
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))

@@ -1,0 +1,183 @@
+"""The outbox and claims by id (:mod:`jobengine.ports.outbox`) on PostgreSQL (table: ``0004_outbox.sql``).
+
+Mixed into :class:`PostgresStore`; statements go through its pool, retry and error translation (``_run``).
+Jobs and their outbox rows are written in one transaction: the store's own insert (``insert_jobs_in``, in a
+savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql._CLAIM_TAIL``:
+the row is deleted and inserted again as running) over the delivered ids, ``FOR UPDATE SKIP LOCKED``, so two
+workers handed the same message never both start the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import psycopg
+
+from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.core import codec
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import Changed, Inserted, Job, NewJob
+from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
+from jobengine.ports.watermarks import Watermark
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+Row = tuple[Any, ...]
+
+_INSERT = """INSERT INTO {s}outbox (job_id, queue, available_at, headers, held_until)
+SELECT e->>0, e->>1, (e->>2)::float8, e->3,
+    CASE WHEN (e->>2)::float8 <= %(now)s::float8 THEN %(held_until)s::float8 ELSE 0 END
+FROM jsonb_array_elements(%(rows)s::jsonb) AS x(e)
+RETURNING id, job_id"""
+
+_CLAIM_OUTBOX = """WITH c AS (
+    SELECT id FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8
+    ORDER BY available_at, id LIMIT %(limit)s::int4 FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}outbox o SET held_until = %(until)s::float8 FROM c WHERE o.id = c.id
+RETURNING o.id, o.job_id, o.queue, o.available_at, o.headers::text"""
+
+_DUE = """SELECT
+    EXISTS (SELECT 1 FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8),
+    (SELECT min(available_at) FROM {s}outbox WHERE available_at > %(now)s::float8)"""
+
+_CLAIM_IDS = (
+    """WITH picked AS (
+    SELECT id FROM {s}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN """
+    + sql.RUNNABLE
+    + """ AND run_at <= %(now)s::float8
+    ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
+),"""
+    + sql._CLAIM_TAIL
+)
+
+_OVERDUE = (
+    f"SELECT {job_columns('j')} FROM {{s}}jobs j WHERE j.state IN {sql.RUNNABLE} AND j.run_at < %(before)s::float8 "
+    "ORDER BY j.run_at, j.id LIMIT %(limit)s::int4"
+)
+
+
+class _Runs(Protocol):
+    schema: str
+
+    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
+
+    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
+
+    async def insert_jobs_in(
+        self,
+        connection: object,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted: ...
+
+
+def _q(store: _Runs, text: str) -> bytes:
+    return text.replace("{s}", sql.prefix(store.schema)).encode()
+
+
+def _outbox_rows(inserted: Inserted, headers: Mapping[JobId, Mapping[str, str]]) -> list[list[Any]]:
+    return [
+        [job.id, job.queue, job.run_at, dict(headers.get(job.id, {}))]
+        for job, created in zip(inserted.jobs, inserted.created, strict=True)
+        if created and job.state in OUTBOXED_STATES
+    ]
+
+
+async def _insert_outboxed(
+    store: _Runs,
+    connection: object,
+    jobs: Sequence[NewJob],
+    now: float,
+    phases: Sequence[tuple[str, ...]],
+    headers: Mapping[JobId, Mapping[str, str]] | None,
+    watermarks: Mapping[JobId, Sequence[Watermark]] | None,
+    hold: float,
+) -> Outboxed:
+    inserted = await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)
+    owed = _outbox_rows(inserted, headers or {})
+    if not owed:
+        return Outboxed(inserted, [])
+    assert isinstance(connection, psycopg.AsyncConnection)
+    # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
+    params = {"rows": codec.dumps(owed, "headers"), "now": now, "held_until": now + hold if hold > 0 else 0.0}
+    cur = await connection.execute(_q(store, _INSERT), params)
+    ids = {r[1]: int(r[0]) for r in await cur.fetchall()}
+    rows = [OutboxRow(ids[job_id], JobId(job_id), queue, at, h) for job_id, queue, at, h in owed]
+    return Outboxed(inserted, rows)
+
+
+class PostgresOutboxMixin:
+    async def insert_jobs_outboxed(
+        self: _Runs,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        headers: Mapping[JobId, Mapping[str, str]] | None = None,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+        hold: float = 0.0,
+    ) -> Outboxed:
+        if not jobs:
+            return Outboxed(Inserted([], [], []), [])
+
+        async def op(conn: Conn) -> Outboxed:
+            async with conn.transaction():
+                return await _insert_outboxed(self, conn, jobs, now, phases, headers, watermarks, hold)
+
+        # Not retried: the outcome of a commit lost with its connection is unknown (as for insert_jobs).
+        return await self._run(op, retry=False)
+
+    async def insert_jobs_outboxed_in(
+        self: _Runs,
+        connection: object,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        headers: Mapping[JobId, Mapping[str, str]] | None = None,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Outboxed:
+        """:meth:`insert_jobs_outboxed` on the caller's connection, inside its open transaction (see
+        ``TransactionalStore``): committed, the jobs and their messages exist; rolled back, neither does."""
+        return await _insert_outboxed(self, connection, jobs, now, phases, headers, watermarks, 0.0)
+
+    async def claim_outbox(self: _Runs, now: float, limit: int, lease_seconds: float) -> list[OutboxRow]:
+        if limit <= 0:
+            return []
+        rows = await self._rows(_q(self, _CLAIM_OUTBOX), {"now": now, "limit": limit, "until": now + lease_seconds})
+        out = [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
+        out.sort(key=lambda r: (r.available_at, r.id))
+        return out
+
+    async def delete_outbox(self: _Runs, ids: Sequence[int]) -> None:
+        if ids:
+            await self._rows(
+                _q(self, "DELETE FROM {s}outbox WHERE id = ANY(%(ids)s::int8[]) RETURNING 1"), {"ids": list(ids)}
+            )
+
+    async def outbox_due(self: _Runs, now: float) -> tuple[bool, float | None]:
+        rows = await self._rows(_q(self, _DUE), {"now": now})
+        later = rows[0][1]
+        return bool(rows[0][0]), (float(later) if later is not None else None)
+
+    async def claim_jobs(
+        self: _Runs, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        from jobengine.backends.postgres.store import _Collect  # store.py imports this module
+
+        if not ids:
+            return Changed()
+        params = {"ids": list(dict.fromkeys(ids)), "worker": worker, "expires": now + lease_seconds, "now": now}
+        out = _Collect(now)
+        out.add(await self._rows(_q(self, _CLAIM_IDS), params))
+        return out.changed()
+
+    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
+        rows = await self._rows(_q(self, _OVERDUE), {"before": before, "limit": limit})
+        return [job_from_row(r) for r in rows]

@@ -1,0 +1,519 @@
+"""The PostgreSQL Store: many worker processes on many hosts, one system of record.
+
+Usage::
+
+    store = PostgresStore("postgresql://app@db/app", schema="jobengine")
+    await store.migrate()
+    engine = Engine(store)
+
+Every transition is one statement in the common case (see :mod:`.sql`): claims are ``FOR UPDATE SKIP
+LOCKED`` in batches, completions / failures / heartbeats are batches fenced by lease token, and events and
+NOTIFY ride in the same statement. Jobs that have dependents take a slower path when they finish, in a
+transaction that locks their dependents before deciding (a sibling parent finishing concurrently must be
+seen), see :meth:`PostgresStore.complete_jobs`.
+
+Failure policy: driver errors become :class:`StoreError` (:class:`StoreUnavailable` when the database cannot
+be reached). A statement that failed because its connection died (restart, ``pg_terminate_backend``) is
+retried on a fresh connection when retrying is safe: every fenced transition and every read, and an insert
+when the server reported the termination instead of an outcome. An insert whose commit may or may not
+have happened is not retried; the caller sees StoreUnavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.api import PostgresApiMixin
+from jobengine.backends.postgres.changes import _EXTRA, _J, _STATE, Row, _cut_after, _jobs, _unique
+from jobengine.backends.postgres.changes import _Collect as _Collect  # api.py and outbox.py import it from here
+from jobengine.backends.postgres.insert import InsertPlan, insert_fast, insert_general, raise_if_id_taken
+from jobengine.backends.postgres.leader import PostgresLeader
+from jobengine.backends.postgres.migrate import migrate
+from jobengine.backends.postgres.notifier import PgNotifier
+from jobengine.backends.postgres.outbox import PostgresOutboxMixin
+from jobengine.backends.postgres.reads import PostgresReadsMixin
+from jobengine.backends.postgres.rows import encode_rows, event_from_row
+from jobengine.backends.postgres.scheduling import PostgresScheduling
+from jobengine.core import codec
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    Changed,
+    Completion,
+    FailOutcome,
+    Failure,
+    Heartbeat,
+    Inserted,
+    Lease,
+    NewJob,
+    PhaseUpdate,
+    Pruned,
+    overall_progress,
+)
+from jobengine.errors import StoreError, StoreUnavailable
+from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.watermarks import Watermark
+
+log = logging.getLogger("jobengine.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+
+# Session-ending errors: admin shutdown (pg_terminate_backend), crash shutdown, cannot connect now, and the
+# connection-exception class 08. An error without a SQLSTATE is the client's: the socket broke.
+_GONE = ("57P01", "57P02", "57P03")
+# A backend terminated while idle (or while running our statement, before its commit) reports 57P01 in
+# place of the statement's outcome; 57P03 comes before any statement. Either way nothing was committed.
+_NOT_RUN = ("57P01", "57P03")
+
+
+def _disconnected(exc: psycopg.OperationalError, conn: Conn) -> bool:
+    """Whether ``exc`` means the session is gone (retry on another) rather than the statement failed."""
+    state = exc.sqlstate
+    return conn.closed or conn.broken or state is None or state in _GONE or state.startswith("08")
+
+
+def _close_in(loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]) -> concurrent.futures.Future[None]:
+    """Close ``pool`` in its own ``loop`` (running in another thread). The coroutine is made in that loop
+    when it gets there: ``run_coroutine_threadsafe`` would make it here, and a loop that stops first would
+    leave it never awaited."""
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def finished(task: asyncio.Task[None]) -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def start() -> None:
+        loop.create_task(pool.close()).add_done_callback(finished)
+
+    loop.call_soon_threadsafe(start)
+    return done
+
+
+class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin):
+    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "jobengine",
+        pool_min: int = 1,
+        pool_max: int = 10,
+        pool_timeout: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = sql.check_schema(schema)
+        #: The NOTIFY channel (one per schema, so two stores in one database do not wake each other).
+        self.channel = f"jobengine_{schema}"[:63]
+        self._q = sql.build(schema)
+        self._pool_min, self._pool_max, self._pool_timeout = pool_min, pool_max, pool_timeout
+        # One pool per event loop: an async connection belongs to the loop that opened it, and the engine's
+        # synchronous facade runs a loop of its own in another thread.
+        self._pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
+        self._notifier: PgNotifier | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    async def _pool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            for other in [lp for lp in self._pools if lp.is_closed()]:
+                del self._pools[other]
+            pool = AsyncConnectionPool(
+                self.dsn,
+                min_size=self._pool_min,
+                max_size=self._pool_max,
+                timeout=self._pool_timeout,
+                kwargs={"autocommit": True},
+                open=False,
+                name=f"jobengine-{self.schema}",
+            )
+            self._pools[loop] = pool
+            await pool.open()
+        return pool
+
+    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T:
+        """Run ``op`` on a pooled connection, translating driver errors. When the session turns out to be
+        gone (its backend was terminated, the server restarted), run it again on a fresh connection if
+        ``retry`` (the op is idempotent: every fenced transition and read), or if its statement cannot have
+        run (the server reported the termination, SQLSTATE 57P01 / 57P03, instead of an outcome)."""
+        for attempt in range(3):
+            pool = await self._pool()
+            dead = False
+            try:
+                async with pool.connection() as conn:
+                    try:
+                        return await op(conn)
+                    except psycopg.OperationalError as exc:
+                        dead = _disconnected(exc, conn)
+                        raise
+            except PoolTimeout as exc:
+                raise StoreUnavailable(f"no PostgreSQL connection within {self._pool_timeout:g}s: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                if dead and attempt < 2 and (retry or exc.sqlstate in _NOT_RUN):
+                    log.warning("PostgreSQL connection lost (%s); retrying on a fresh one", exc)
+                    await pool.check()  # drop the other idle connections that died with it
+                    continue
+                raise StoreUnavailable(str(exc)) from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]:
+        async def op(conn: Conn) -> list[Row]:
+            cur = conn.cursor(binary=True)
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+        return await self._run(op, retry=retry)
+
+    @staticmethod
+    async def _fetch(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]:
+        cur = conn.cursor(binary=True, row_factory=tuple_row)
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def migrate(self) -> list[int]:
+        async def op(conn: Conn) -> list[int]:
+            return await migrate(conn, self.schema)
+
+        return await self._run(op)
+
+    async def close(self) -> None:
+        if self._notifier is not None:
+            await self._notifier.close()
+        loop = asyncio.get_running_loop()
+        pools, self._pools = self._pools, {}
+        for pool_loop, pool in pools.items():
+            if pool_loop is loop:
+                await pool.close()
+            elif pool_loop.is_running():
+                # A pool of another loop (the sync facade's) closes in that loop; wait for it, boundedly.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.wrap_future(_close_in(pool_loop, pool)), 10.0)
+
+    async def drop_schema(self) -> None:
+        """Drop this store's schema with every table in it: all jobs and events are gone (tests, uninstall)."""
+
+        async def op(conn: Conn) -> None:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'.encode())
+
+        await self._run(op)
+
+    def notifier(self) -> PgNotifier:
+        if self._notifier is None:
+            self._notifier = PgNotifier(self.dsn, self.channel, probe=self._q.any_runnable)
+        return self._notifier
+
+    def leader(self, name: str) -> PostgresLeader:
+        """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
+        return PostgresLeader(self.dsn, name, schema=self.schema)
+
+    def scheduling(self) -> PostgresScheduling:
+        """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
+        return PostgresScheduling(self)
+
+    # -- transitions --------------------------------------------------------------------------------
+    async def insert_jobs(
+        self,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted:
+        if not jobs:
+            return Inserted([], [], [])
+        plan = InsertPlan.of(jobs, now, phases, watermarks)
+
+        async def op(conn: Conn) -> Inserted:
+            return await self._insert(conn, plan)
+
+        return await self._run(op, retry=False)
+
+    async def _insert(self, conn: Conn, plan: InsertPlan, *, nested: bool = False) -> Inserted:
+        """The fast path, then (a taken idempotency key) the general one. ``nested``: ``conn`` is inside a
+        transaction, where a failed statement would spoil the rest: the fast attempt gets a savepoint."""
+        if plan.fast:
+            try:
+                if nested and plan.has_keys:
+                    async with conn.transaction():
+                        done = await insert_fast(conn, self._q, self.channel, plan)
+                else:
+                    done = await insert_fast(conn, self._q, self.channel, plan)
+            except pg_errors.UniqueViolation as exc:
+                raise_if_id_taken(exc)
+                if not plan.has_keys:
+                    raise
+                done = None  # a key was taken concurrently; the general path sorts it out
+            if done is not None:
+                return done
+        return await insert_general(conn, self._q, self.channel, plan)
+
+    async def insert_jobs_in(
+        self,
+        connection: object,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted:
+        """Insert jobs on the caller's ``psycopg.AsyncConnection``, inside its transaction (opened here if the
+        connection is not in autocommit mode and has none yet, as its first statement would); commit and
+        rollback stay with the caller. On an autocommit connection outside a transaction block the jobs are
+        committed at once, like :meth:`insert_jobs`. Rolled back, the jobs never existed; committed, they run
+        (the NOTIFY is sent at that commit). Usage::
+
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                async with conn.transaction():
+                    await conn.execute("INSERT INTO orders ...")
+                    await store.insert_jobs_in(conn, [NewJob("ship", {"order": 7})], time.time(), [()])
+
+        Raises what :meth:`insert_jobs` raises; the caller's transaction stays usable after any of those
+        errors (the store's statements run in a savepoint), except when the connection itself failed.
+        """
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise TypeError("insert_jobs_in needs a psycopg.AsyncConnection")
+        if not jobs:
+            return Inserted([], [], [])
+        conn: Conn = connection
+        plan = InsertPlan.of(jobs, now, phases, watermarks)
+        try:
+            if not conn.autocommit and conn.info.transaction_status is TransactionStatus.IDLE:
+                # psycopg opens the caller's transaction with its first statement; open it now, or the
+                # savepoint below would be a transaction of its own and commit.
+                await conn.execute("SELECT 1")
+            # A savepoint, so that an error (a taken id or key, an unknown dependency) leaves the caller's
+            # transaction as it was.
+            async with conn.transaction():
+                return await self._insert(conn, plan, nested=True)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        if limit <= 0 or not queues:
+            return Changed()
+        params: dict[str, Any] = {"limit": limit, "worker": worker, "expires": now + lease_seconds, "now": now}
+        unique = list(dict.fromkeys(queues))
+        if len(unique) == 1:
+            query, params["queue"] = self._q.claim_one, unique[0]
+        else:
+            query, params["queues"] = self._q.claim_many, unique
+        out = _Collect(now)
+        out.add(await self._rows(query, params))
+        return out.changed()
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
+        leases = _unique(leases, lambda x: (x.job_id, x.token))
+        if not leases:
+            return Heartbeat(frozenset(), frozenset())
+        rows = await self._rows(
+            self._q.heartbeat,
+            {"rows": encode_rows([[x.job_id, x.token] for x in leases]), "until": lease_until, "now": now},
+        )
+        return Heartbeat(frozenset(JobId(r[0]) for r in rows), frozenset(JobId(r[0]) for r in rows if r[1]))
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
+        out = _Collect(now)
+        # A job named twice gets both updates, in order: split the batch where a job repeats.
+        chunks: list[list[PhaseUpdate]] = [[]]
+        for u in updates:
+            if any(x.job_id == u.job_id for x in chunks[-1]):
+                chunks.append([])
+            chunks[-1].append(u)
+        for chunk in chunks:
+            if not chunk:
+                continue
+            rows = [
+                [
+                    u.job_id,
+                    u.token,
+                    [p.to_json() for p in u.phases],
+                    overall_progress(u.phases),
+                    {"phase_event": u.event, **(u.event_data or {})} if u.event else None,
+                ]
+                for u in chunk
+            ]
+            params = {"rows": codec.dumps(rows, "phases"), "now": now}  # the codec validates checkpoints
+            out.add(await self._rows(self._q.save_phases, params))
+        return out.changed()
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        """One statement when no job of the batch has dependents. Otherwise the batch runs in order in one
+        transaction (the slow path): after each job with dependents, its blocked dependents are locked, then
+        unblocked in a later statement (a fresh snapshot) if all their dependencies succeeded. A sibling
+        parent finishing concurrently holds those locks until it commits, so one of the two always sees both
+        parents succeeded."""
+        items = _unique(completions, lambda c: (c.job_id, c.token))
+        if not items:
+            return Changed()
+
+        def params(batch: Sequence[Completion], all_: bool) -> dict[str, Any]:
+            # The codec, not encode_rows: results come from tasks unchecked.
+            rows = codec.dumps([[c.job_id, c.token, c.result] for c in batch], "result")
+            return {"rows": rows, "now": now, "all": all_}
+
+        async def step(conn: Conn, chunk: Sequence[Completion]) -> list[list[Row]]:
+            rows = await self._fetch(conn, self._q.complete, params(chunk, True))
+            out = [rows]
+            for parent in [r[_J] for r in _jobs(rows) if r[_EXTRA]]:
+                locked = await self._fetch(conn, self._q.lock_dependents, {"ids": [parent]})
+                if locked:
+                    unblock = {"ids": [r[0] for r in locked], "now": now, "channel": self.channel}
+                    out.append(await self._fetch(conn, self._q.unblock, unblock))
+            return out
+
+        return await self._fast_then_in_order(
+            self._q.complete, params(items, False), items, lambda c: c.job_id, lambda c: True, step, now
+        )
+
+    async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
+        """Like :meth:`complete_jobs`: a job with dependents that ends dead or cancelled sends the batch down
+        the slow path, which cancels the blocked dependents of each such job before the next job (as the
+        memory store does), one statement per job with dependents in the cascade."""
+        items = _unique(failures, lambda f: (f.job_id, f.token))
+        if not items:
+            return Changed()
+
+        def params(batch: Sequence[Failure], all_: bool) -> dict[str, Any]:
+            rows = [
+                [f.job_id, f.token, f.error.to_json(), f.outcome.value, f.retry_at, f.only_if_expired_at] for f in batch
+            ]
+            return {"rows": codec.dumps(rows, "error"), "now": now, "all": all_, "channel": self.channel}
+
+        async def step(conn: Conn, chunk: Sequence[Failure]) -> list[list[Row]]:
+            rows = await self._fetch(conn, self._q.fail, params(chunk, True))
+            out = [rows]
+            for r in _jobs(rows):
+                if r[_EXTRA] and r[_STATE] in ("dead", "cancelled"):
+                    out += await self._cascade(conn, r[_J], now)
+            return out
+
+        return await self._fast_then_in_order(
+            self._q.fail,
+            params(items, False),
+            items,
+            lambda f: f.job_id,
+            lambda f: f.outcome is not FailOutcome.RETRY,
+            step,
+            now,
+        )
+
+    async def _fast_then_in_order(
+        self,
+        fast: bytes,
+        fast_params: Mapping[str, Any],
+        items: Sequence[T],
+        job_of: Callable[[T], JobId],
+        may_cascade: Callable[[T], bool],
+        step: Callable[[Conn, Sequence[T]], Awaitable[list[list[Row]]]],
+        now: float,
+    ) -> Changed:
+        """Try the one-statement path; send what it left (jobs with dependents, stale tokens) through
+        ``step`` in a transaction, in batch order, cutting the batch after every job with dependents so
+        that its dependents' events follow its own, as in the memory store."""
+        out = _Collect(now)
+        out.add(await self._rows(fast, fast_params))
+        done = {j.id for j in out.jobs}
+        rest = [x for x in items if job_of(x) not in done]
+        if not rest:
+            return out.changed()
+
+        async def slow(conn: Conn) -> list[list[Row]]:
+            async with conn.transaction():
+                ids = [job_of(x) for x in rest]
+                parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": ids})}
+                results: list[list[Row]] = []
+                for chunk in _cut_after(rest, lambda x: job_of(x) in parents and may_cascade(x)):
+                    results += await step(conn, chunk)
+                return results
+
+        for rows in await self._run(slow):
+            out.add(rows)
+        return out.changed()
+
+    async def _cascade(self, conn: Conn, root: str, now: float) -> list[list[Row]]:
+        """Cancel the blocked dependents of ``root``, transitively, in the memory store's order (a stack:
+        a job's dependents by id, then the dependents of the last of them first)."""
+        levels = []
+        stack = [root]
+        while stack:
+            rows = await self._fetch(conn, self._q.cascade, {"id": stack.pop(), "now": now})
+            levels.append(rows)
+            stack += [r[_J] for r in _jobs(rows) if r[_EXTRA]]  # only a job with dependents can cascade further
+        return levels
+
+    async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
+        leases = _unique(leases, lambda x: (x.job_id, x.token))
+        if not leases:
+            return Changed()
+        out = _Collect(now)
+        params = {"rows": encode_rows([[x.job_id, x.token] for x in leases]), "now": now, "channel": self.channel}
+        out.add(await self._rows(self._q.release, params))
+        return out.changed()
+
+    async def cancel_jobs(self, ids: Sequence[JobId], reason: str, now: float, tenant: str | None = None) -> Changed:
+        ids = _unique(ids, lambda x: x)
+        if not ids:
+            return Changed()
+        out = _Collect(now)
+
+        async def op(conn: Conn) -> list[list[Row]]:
+            async with conn.transaction():
+                # The ids are cancelled in order, each cascading before the next (so a dependent named after
+                # its parent ends "dependency ... ended cancelled", as in the memory store): the batch is
+                # cut after every job that has dependents.
+                parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": list(ids)})}
+                out: list[list[Row]] = []
+                for chunk in _cut_after(ids, lambda x: x in parents):
+                    params = {"ids": list(chunk), "reason": reason, "now": now, "tenant": tenant}
+                    rows = await self._fetch(conn, self._q.cancel, params)
+                    changed = {r[_J] for r in _jobs(rows)}
+                    if missing := [x for x in chunk if x not in changed]:
+                        # A job claimed while we waited for its row was deleted and inserted again as running
+                        # (see sql._CLAIM_TAIL): this statement's snapshot shows it, a new one finds it.
+                        rows += await self._fetch(conn, self._q.cancel, {**params, "ids": missing})
+                    out.append(rows)
+                    for r in _jobs(rows):
+                        if r[_EXTRA] and r[_STATE] == "cancelled":
+                            out += await self._cascade(conn, r[_J], now)
+                return out
+
+        for rows in await self._run(op):
+            out.add(rows)
+        return out.changed()
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:
+        ids = _unique(ids, lambda x: x)
+        if not ids:
+            return Changed()
+        out = _Collect(now)
+        params = {"ids": list(ids), "now": now, "tenant": tenant, "channel": self.channel}
+        out.add(await self._rows(self._q.retry, params))
+        return out.changed()
+
+    async def prune_jobs(self, stale_before: float, delete_before: float, now: float, limit: int) -> Pruned:
+        if limit <= 0:
+            return Pruned(0, 0, [])
+        params = {"stale_before": stale_before, "delete_before": delete_before, "now": now, "limit": limit}
+        events = [event_from_row(r) for r in await self._rows(self._q.prune, params)]
+        deleted = sum(1 for e in events if e.type == "job.deleted")
+        return Pruned(staled=len(events) - deleted, deleted=deleted, events=events)

@@ -1,0 +1,115 @@
+"""A Notifier that wakes on commits from any process sharing the SQLite file.
+
+``PRAGMA data_version`` changes whenever *another* connection commits, in this process or any other.
+Asking costs microseconds and no disk I/O in WAL mode (it reads the shared-memory wal-index header), so
+the notifier asks on its own read connection every ``interval`` seconds, inline on the event loop: a trip
+through the store's write thread would queue behind real work, and a thread of its own would cost more
+than the question. It polls only while someone waits, and remembers the last version it saw, so a commit
+that lands while nobody waits still wakes the next ``wait()`` at once (no lost wake-up between a worker's
+empty fetch and its wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+
+from .connection import connect
+
+
+class SqliteNotifier:
+    """Wakes ``wait()`` on ``notify()`` in this process or on any commit to the database file.
+
+    Example::
+
+        notifier = store.notifier()
+        if await notifier.wait(timeout=5.0):
+            ...  # fetch
+        await notifier.close()
+
+    Spurious wake-ups happen (e.g. after this process's own commits); callers simply fetch again.
+    Raises StoreUnavailable from the constructor if the file cannot be opened.
+    """
+
+    def __init__(self, path: str, *, interval: float = 0.002, busy_timeout_ms: int = 1000) -> None:
+        self._interval = interval
+        # Opened now, not at the first wait, so the baseline predates the caller's first fetch.
+        self._conn: sqlite3.Connection | None = connect(path, busy_timeout_ms=busy_timeout_ms)
+        self._version = self._read_version()
+        self._wake = asyncio.Event()
+        self._waiters = 0
+        self._poller: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop, once someone waited
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def notify(self) -> None:
+        """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self._wake.set)
+                return
+        self._wake.set()
+
+    async def wait(self, timeout: float) -> bool:
+        if self._closed:
+            return False
+        self._waiters += 1
+        try:
+            if self._poller is None or self._poller.done():
+                self._loop = asyncio.get_running_loop()
+                self._poller = self._loop.create_task(self._poll(), name="jobengine-sqlite-notify")
+            if not self._wake.is_set():
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
+                except TimeoutError:
+                    return False
+            if self.closed:  # woken by close(), not by work
+                return False
+            self._wake.clear()
+            return True
+        finally:
+            self._waiters -= 1
+
+    async def close(self) -> None:
+        """Stop polling, release waiters (they return False) and close the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        poller, self._poller = self._poller, None
+        if poller is not None and not poller.done():
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _poll(self) -> None:
+        while self._waiters > 0 and not self._closed:
+            version = self._read_version()
+            if version is not None and version != self._version:
+                self._version = version
+                self._wake.set()
+            await asyncio.sleep(self._interval)
+
+    def _read_version(self) -> int | None:
+        if self._conn is None:
+            return None
+        try:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            # Unreadable for a moment (e.g. the file is being replaced): no wake-up; the caller's timeout
+            # still bounds how long it sleeps, and its next fetch reports the real error.
+            return None

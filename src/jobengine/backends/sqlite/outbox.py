@@ -1,0 +1,170 @@
+"""The outbox and claims by id (:mod:`jobengine.ports.outbox`) on SQLite.
+
+Mixed into :class:`SqliteStore`, so every statement runs on the store's one thread and connection, writes in
+``BEGIN IMMEDIATE`` (table: migration ``0004_outbox.sql``). The claim by id is the store's own claim
+statement (``fenced._START``) with the batch's ids in place of the queue scan, so a job claimed here becomes
+exactly what ``fetch_jobs`` makes of it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Protocol, TypeVar
+
+from jobengine.core import codec
+from jobengine.core import events as ev
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import Changed, Inserted, Job, NewJob
+from jobengine.errors import ConfigError
+from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
+from jobengine.ports.watermarks import Watermark
+
+from . import fenced
+from .fenced import _START
+from .inserts import insert_jobs
+from .rows import RUNNABLE_SQL, insert_events, insert_rows, json_list, select_jobs
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_DELETE_OUTBOX: Final = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?))"
+
+
+def _same(value: T) -> T:
+    return value
+
+
+_INSERT_OUTBOX: Final = "INSERT INTO outbox (job_id, queue, available_at, headers, held_until) VALUES "
+_CLAIM_OUTBOX: Final = """
+UPDATE outbox SET held_until = ?
+WHERE id IN (SELECT id FROM outbox WHERE available_at <= ? AND held_until <= ? ORDER BY available_at, id LIMIT ?)
+RETURNING id, job_id, queue, available_at, headers
+"""
+_CLAIM_IDS: Final = _START.format(
+    union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
+    "AND run_at <= ?"
+)
+
+
+class _Runs(Protocol):
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
+def _insert(
+    conn: sqlite3.Connection,
+    jobs: Sequence[NewJob],
+    now: float,
+    phases: Sequence[tuple[str, ...]],
+    headers: Mapping[JobId, Mapping[str, str]],
+    held_until: float,
+) -> Outboxed:
+    inserted = insert_jobs(conn, jobs, now, phases)
+    owed = [
+        (job, dict(headers.get(job.id, {})))
+        for job, created in zip(inserted.jobs, inserted.created, strict=True)
+        if created and job.state in OUTBOXED_STATES
+    ]
+    if not owed:
+        return Outboxed(inserted, [])
+    # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
+    values = [
+        (j.id, j.queue, j.run_at, codec.dumps(h, "headers"), held_until if j.run_at <= now else 0.0) for j, h in owed
+    ]
+    insert_rows(conn, _INSERT_OUTBOX, 5, values)
+    # The rows got consecutive ids (INTEGER PRIMARY KEY, max + 1, under this transaction's write lock).
+    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    first = last - len(owed) + 1
+    rows = [OutboxRow(first + k, j.id, j.queue, j.run_at, h) for k, (j, h) in enumerate(owed)]
+    return Outboxed(inserted, rows)
+
+
+def _claim_ids(
+    conn: sqlite3.Connection, ids: Sequence[JobId], worker: WorkerId, lease: float, now: float
+) -> fenced.Applied:
+    """In the transaction: :func:`fenced.claim` over the delivered ids instead of the queues' heads."""
+    unique = list(dict.fromkeys(ids))
+    rows = conn.execute(_CLAIM_IDS, [worker, now + lease, now, now, json_list(unique), now, len(unique)]).fetchall()
+    if not rows:
+        return fenced.Applied()
+    rows.sort(key=lambda r: (-r[fenced._PRIORITY], r[fenced._RUN_AT], r[fenced._ID]))
+    who = codec.dumps(worker, "worker")
+    data = fenced._STARTED_DATA
+    events = [
+        (
+            ev.STARTED,
+            r[fenced._TENANT],
+            r[fenced._ID],
+            r[fenced._QUEUE],
+            r[fenced._TASK],
+            data % (r[fenced._ATTEMPT], who),
+        )
+        for r in rows
+    ]
+    return fenced.Applied(rows, insert_events(conn, now, events))
+
+
+def _due(conn: sqlite3.Connection, now: float) -> tuple[bool, float | None]:
+    due = conn.execute("SELECT 1 FROM outbox WHERE available_at <= ? AND held_until <= ? LIMIT 1", (now, now))
+    later = conn.execute("SELECT min(available_at) FROM outbox WHERE available_at > ?", (now,)).fetchone()[0]
+    return due.fetchone() is not None, later
+
+
+class SqliteOutboxMixin:
+    async def insert_jobs_outboxed(
+        self: _Runs,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        headers: Mapping[JobId, Mapping[str, str]] | None = None,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+        hold: float = 0.0,
+    ) -> Outboxed:
+        if watermarks:
+            raise ConfigError("watermark: the SQLite store does not keep watermarks")
+        if not jobs:
+            return Outboxed(Inserted([], [], []), [])
+        held_until = now + hold if hold > 0 else 0.0
+        return await self._write(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
+
+    async def claim_outbox(self: _Runs, now: float, limit: int, lease_seconds: float) -> list[OutboxRow]:
+        if limit <= 0:
+            return []
+
+        def claim(c: sqlite3.Connection) -> list[OutboxRow]:
+            rows = c.execute(_CLAIM_OUTBOX, (now + lease_seconds, now, now, limit)).fetchall()
+            out = [OutboxRow(r[0], r[1], r[2], r[3], codec.loads(r[4])) for r in rows]
+            out.sort(key=lambda r: (r.available_at, r.id))
+            return out
+
+        # At the worker's durability: a hold or a delete lost with the last commits before a power loss only
+        # means the rows are published again, which the broker's de-duplication absorbs.
+        return await self._work(claim, _same)
+
+    async def delete_outbox(self: _Runs, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        batch = codec.dumps(list(ids), "ids")
+        await self._work(lambda c: c.execute(_DELETE_OUTBOX, (batch,)).rowcount, _same)
+
+    async def outbox_due(self: _Runs, now: float) -> tuple[bool, float | None]:
+        return await self._read(lambda c: _due(c, now))
+
+    async def claim_jobs(
+        self: _Runs, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        if not ids:
+            return Changed()
+        # As fetch_jobs: at the worker's durability, the jobs built after COMMIT (off the write lock).
+        return await self._work(
+            lambda c: _claim_ids(c, ids, worker, lease_seconds, now), lambda a: fenced.claimed(a, worker, now)
+        )
+
+    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
+        where = f"{RUNNABLE_SQL} AND run_at < ? ORDER BY run_at, id LIMIT ?"
+        return await self._read(lambda c: select_jobs(c, where, (before, limit)))

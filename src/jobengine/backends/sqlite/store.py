@@ -1,0 +1,309 @@
+"""The SQLite Store: one file in WAL mode, shared by any number of processes on one machine.
+
+All SQLite work of a store runs on one dedicated thread that owns the connection: sqlite3 calls block,
+and a single writer per process is what SQLite wants anyway (writers serialise on the file lock; WAL
+lets readers in other processes carry on). Every write transaction starts with ``BEGIN IMMEDIATE``;
+several processes contend for the write lock within the busy timeout (see ``connection.begin_immediate``),
+never by failing half way. The lock is held for SQL only: what can be computed without the database
+(payload texts) is computed before ``BEGIN``, and the Job / Event values returned are built after
+``COMMIT`` (``inserts``, ``fenced``).
+
+Durability is split by who asked (``synchronous`` / ``worker_synchronous``). Enqueues and operator actions
+(insert, cancel, retry, prune, migrate, and everything else not listed next) commit at ``synchronous``
+(FULL by default: on disk when acknowledged, power loss included). A worker's own transitions (fetch,
+heartbeat, save_phases, complete, fail, release) commit at ``worker_synchronous`` (NORMAL by default: no
+fsync per commit). This loses nothing that was acknowledged, because in WAL mode commits are appended to
+the log in order, a crash can only lose a suffix of the log (recovery stops at the first frame whose
+checksum does not follow on), and the fsync of a FULL commit makes every frame before it durable too. So a
+power loss can roll back only worker progress made after the last FULL commit: a job that was started,
+completed or failed becomes running or queued again and runs again once its lease expires (jobs run at
+least once, which they must tolerate anyway: a worker can die after a job's side effects and before its
+completion), while every acknowledged enqueue or cancel survives. What is lost is an event suffix as well:
+their ids are given out again, so a consumer that saw those events before the power loss must not trust its
+``after_id`` cursor across it. A process crash (not power loss) loses nothing at either level.
+
+Cancelling a coroutine that awaits a store call does not cancel the transaction already running on the
+thread: it commits or rolls back on its own. A fetch whose caller went away leaves claimed jobs behind,
+which the rescuer recovers when their lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
+
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    Changed,
+    Completion,
+    Event,
+    Failure,
+    Heartbeat,
+    Inserted,
+    Job,
+    JobFilter,
+    Lease,
+    NewJob,
+    PhaseUpdate,
+    Pruned,
+)
+from jobengine.core.states import JobState
+from jobengine.errors import ConfigError, StoreUnavailable
+from jobengine.ports.store import StoreCapabilities
+
+from . import fenced, inserts, reads, writes
+from .api import SqliteApiMixin
+from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
+from .leader import SqliteLeader
+from .migrate import apply_migrations, load_migrations
+from .notifier import SqliteNotifier
+from .outbox import SqliteOutboxMixin
+from .scheduling import SqliteScheduling
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class SqliteStore(SqliteApiMixin, SqliteOutboxMixin):
+    """The Store port on a SQLite file.
+
+    Example::
+
+        store = SqliteStore("jobengine.db")
+        await store.migrate()
+        inserted = await store.insert_jobs([NewJob(task="email.send", payload={"to": "a@b.c"})], now, [()])
+        await store.close()
+
+    ``synchronous`` is SQLite's durability knob: FULL (default) survives power loss at every commit;
+    NORMAL in WAL mode may lose the last commits on power loss but never corrupts. ``worker_synchronous``
+    (NORMAL by default) is the level of a worker's own transitions, never more durable than
+    ``synchronous`` (the module's docstring explains why NORMAL loses no acknowledged job). ``busy_timeout_ms``
+    bounds how long a transaction waits for another process's write lock before StoreUnavailable.
+    ``leader_lease_seconds``: the lease of the leaders it hands out (:meth:`leader`).
+    Driver errors surface as StoreError / StoreUnavailable.
+    """
+
+    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        worker_synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 30000,
+        leader_lease_seconds: float = 5.0,
+    ) -> None:
+        if path == ":memory:" or path.startswith("file::memory:") or path == "":
+            # Each connection would get its own private database: the notifier's connection could never
+            # see the store's commits. MemoryStore is the in-process store.
+            raise ConfigError("sqlite: path must name a file (use the memory store for an in-process store)")
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            raise ConfigError(f"sqlite: synchronous must be one of {sorted(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+        worker_mode = worker_synchronous.upper()
+        if worker_mode not in SYNCHRONOUS_MODES:
+            raise ConfigError(
+                f"sqlite: worker_synchronous must be one of {sorted(SYNCHRONOUS_MODES)}, not {worker_synchronous!r}"
+            )
+        if busy_timeout_ms < 0:
+            raise ConfigError("sqlite: busy_timeout_ms must be >= 0")
+        self._path = path
+        self._synchronous = mode
+        self._worker_synchronous = weaker(mode, worker_mode)
+        self._synchronous_now: str | None = None  # what the connection is set to (store thread only)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._leader_lease_seconds = leader_lease_seconds
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobengine-sqlite")
+        self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
+        self._notifier: SqliteNotifier | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous)
+            fenced.register_functions(conn, fenced.LeaseTokens())
+            self._conn = conn
+            self._synchronous_now = self._synchronous
+        return self._conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs on the store thread. The one place driver errors become jobengine errors."""
+        try:
+            return fn(self._connection())
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def _transaction(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], synchronous: str) -> T:
+        """On the store thread: ``fn`` in a write transaction that commits at ``synchronous``. The pragma is
+        a setting of the connection, changed between transactions and only when it differs."""
+        if synchronous != self._synchronous_now:
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            self._synchronous_now = synchronous
+        return in_transaction(conn, fn, self._busy_timeout_ms)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreUnavailable("sqlite: the store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._call, fn)
+        except RuntimeError as exc:
+            if self._closed:  # closed while this call was being submitted
+                raise StoreUnavailable("sqlite: the store is closed") from exc
+            raise
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in a write transaction at ``synchronous``: enqueues, operator actions, everything durable."""
+        return await self._run(lambda c: self._transaction(c, fn, self._synchronous))
+
+    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T:
+        """A worker's transition: ``fn`` in a write transaction at ``worker_synchronous``, then ``then`` of
+        its result after COMMIT (building values without holding the write lock)."""
+        return await self._run(lambda c: then(self._transaction(c, fn, self._worker_synchronous)))
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(fn)
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def migrate(self) -> list[int]:
+        migrations = load_migrations()
+        return await self._write(lambda c: apply_migrations(c, migrations))
+
+    async def close(self) -> None:
+        """Close the notifier, the connection and the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True  # refuse new calls; those already queued on the thread still run first
+        if self._notifier is not None:
+            await self._notifier.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_connection)
+        self._executor.shutdown(wait=True)  # idle by now: returns at once
+
+    def notifier(self) -> SqliteNotifier:
+        if self._notifier is None:
+            self._notifier = SqliteNotifier(self._path)
+        return self._notifier
+
+    def scheduling(self) -> SqliteScheduling:
+        """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
+        return SqliteScheduling(self)
+
+    def leader(self, name: str) -> SqliteLeader:
+        """A lease-row leader for ``name`` among every process using this file (``leader_lease_seconds``)."""
+        return SqliteLeader(self, name, lease_seconds=self._leader_lease_seconds)
+
+    # -- transitions --------------------------------------------------------------------------------
+    async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
+        if not jobs:
+            return Inserted([], [], [])
+
+        def insert(conn: sqlite3.Connection) -> Inserted:
+            texts = inserts.encode(jobs)  # before BEGIN: the costliest part needs no lock
+            written = self._transaction(conn, lambda c: inserts.write(c, jobs, texts, now, phases), self._synchronous)
+            return inserts.built(written)
+
+        return await self._run(insert)
+
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        if limit <= 0 or not queues:
+            return Changed()
+        names = list(dict.fromkeys(queues))
+
+        def fetch(conn: sqlite3.Connection) -> Changed:
+            if not fenced.any_due(conn, names, now):  # a WAL read: no write lock for an empty claim
+                return Changed()
+            claim = self._transaction(
+                conn, lambda c: fenced.claim(c, names, limit, worker, lease_seconds, now), self._worker_synchronous
+            )
+            return fenced.claimed(claim, worker, now)
+
+        return await self._run(fetch)
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
+        if not leases:
+            return Heartbeat(frozenset(), frozenset())
+        return await self._work(lambda c: fenced.heartbeat_jobs(c, leases, lease_until, now), _same)
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
+        if not updates:
+            return Changed()
+        return await self._work(lambda c: writes.save_phases(c, updates, now), _same)
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        if not completions:
+            return Changed()
+        return await self._work(lambda c: fenced.succeed(c, completions, now), lambda a: fenced.succeeded(a, now))
+
+    async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
+        if not failures:
+            return Changed()
+        return await self._work(lambda c: fenced.fail(c, failures, now), lambda a: fenced.failed(a, failures, now))
+
+    async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
+        if not leases:
+            return Changed()
+        return await self._work(lambda c: fenced.release(c, leases, now), lambda a: fenced.released(a, now))
+
+    async def cancel_jobs(self, ids: Sequence[JobId], reason: str, now: float, tenant: str | None = None) -> Changed:
+        if not ids:
+            return Changed()
+        return await self._write(lambda c: writes.cancel_jobs(c, ids, reason, now, tenant))
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:
+        if not ids:
+            return Changed()
+        return await self._write(lambda c: writes.retry_jobs(c, ids, now, tenant))
+
+    async def prune_jobs(self, stale_before: float, delete_before: float, now: float, limit: int) -> Pruned:
+        return await self._write(lambda c: writes.prune_jobs(c, stale_before, delete_before, now, limit))
+
+    # -- reads --------------------------------------------------------------------------------------
+    async def expired_jobs(self, now: float, limit: int) -> list[Job]:
+        return await self._read(lambda c: reads.expired_jobs(c, now, limit))
+
+    async def get_jobs(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
+        if not ids:
+            return []
+        return await self._read(lambda c: reads.get_jobs(c, ids, tenant))
+
+    async def list_jobs(self, filter: JobFilter) -> list[Job]:
+        return await self._read(lambda c: reads.list_jobs(c, filter))
+
+    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
+        return await self._read(lambda c: reads.count_jobs(c, tenant))
+
+    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+        return await self._read(lambda c: reads.next_run_at(c, queues))
+
+    async def list_events(
+        self, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None
+    ) -> list[Event]:
+        return await self._read(lambda c: reads.list_events(c, after_id, limit, job_id, tenant))
+
+
+def _same(value: T) -> T:
+    return value
+
+
+if TYPE_CHECKING:
+    from jobengine.ports.store import Store
+
+    def _conforms(store: SqliteStore) -> Store:  # mypy checks SqliteStore against the port here
+        return store

@@ -1,0 +1,1 @@
+"""The ``jobengine`` command line (typer + rich). The entry point is :func:`jobengine.cli.main.main`."""

@@ -1,0 +1,122 @@
+"""What every command shares: settings from the config file with flags on top, opening an engine, loading
+an ``--app``. This is the edge where the environment and the working directory are read."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from jobengine.engine import Engine
+from jobengine.errors import ConfigError
+from jobengine.settings import Settings
+
+T = TypeVar("T")
+
+
+def load_settings(config: Path | None, **flags: Any) -> Settings:
+    """``Settings.load(config)`` (``./jobengine.yaml`` and ``JOBENGINE_*``), then every flag that was given
+    (not None) on top. Raises ConfigError naming the setting."""
+    settings = Settings.load(config)
+    given = {k: v for k, v in flags.items() if v is not None}
+    return replace(settings, **given) if given else settings
+
+
+def sqlite_file(database: str) -> Path | None:
+    """The file a SQLite ``database`` setting names; None for the other backends."""
+    if database == "memory" or "://" in database.removeprefix("sqlite://"):
+        return None
+    path = database.removeprefix("sqlite:///").removeprefix("sqlite://")
+    return Path(path) if path else None
+
+
+@asynccontextmanager
+async def open_engine(settings: Settings, *, must_exist: bool = False) -> AsyncIterator[Engine]:
+    """An engine on ``settings``, migrated (idempotent), closed on exit.
+
+    ``must_exist``: refuse a SQLite file that does not exist yet, so a mistyped ``--db`` on a read command
+    is an error instead of a new empty database.
+    """
+    path = sqlite_file(settings.database)
+    if must_exist and path is not None and not path.exists():
+        raise ConfigError(f"database: {path} does not exist (run `jobengine migrate --db {path}` to create it)")
+    engine = Engine.from_settings(settings)
+    try:
+        await engine.start()
+        yield engine
+    finally:
+        await engine.close()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def load_app(target: str) -> Engine:
+    """Resolve ``module:attr`` to an Engine: the attribute itself, or what calling it returns.
+
+    The working directory is put on ``sys.path`` first, as ``python -m`` would. Raises ConfigError (field
+    ``app``) for a malformed target, a module that cannot be imported, a missing attribute or a value that
+    is not an Engine; an exception raised by the user's module propagates with its own type.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"app: expected module:attribute (like myapp.jobs:engine), got {target!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ConfigError(f"app: cannot import module {module_name!r} ({exc})") from None
+        raise
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"app: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, Engine) and callable(obj):
+        if inspect.iscoroutinefunction(obj):
+            raise ConfigError(f"app: {target} is an async function; give an Engine or a plain function returning one")
+        obj = obj()
+    if not isinstance(obj, Engine):
+        raise ConfigError(f"app: {target} is a {type(obj).__name__}, expected an Engine or a function returning one")
+    return obj
+
+
+def rebind(engine: Engine, settings: Settings) -> Engine:
+    """An engine on other settings (another database) with the same tasks, planners, event bus and clock.
+
+    Used when ``--db`` overrides the database of an ``--app`` engine: the app's engine never opened its
+    store (``start()`` was not called), so it is simply replaced.
+    """
+    bound = Engine.from_settings(settings, engine.clock)
+    bound.tasks = engine.tasks
+    bound.bus = engine.bus
+    bound._sched().planners = engine.planners
+    return bound
+
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database: a SQLite file, sqlite:///path or 'memory' [default: the config's, else ./jobengine.db].",
+        show_default=False,
+    ),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="YAML settings file [default: ./jobengine.yaml if it exists].", show_default=False),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table or text.")]

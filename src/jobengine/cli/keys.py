@@ -1,0 +1,94 @@
+"""``jobengine keys create | list | revoke``: API keys of the HTTP API (stored hashed; shown once)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from jobengine.cli import output
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.core.clock import iso
+from jobengine.core.keys import SCOPES
+from jobengine.ports.auth import ApiKey
+
+keys_app = typer.Typer(
+    name="keys", help="Manage API keys of the HTTP API.", no_args_is_help=True, rich_markup_mode=None
+)
+
+
+def key_to_json(key: ApiKey) -> dict[str, object]:
+    return {"id": key.id, "tenant": key.tenant, "name": key.name, "scopes": list(key.scopes),
+            "created_at": iso(key.created_at), "revoked_at": iso(key.revoked_at)}  # fmt: skip
+
+
+@keys_app.command("create")
+def create(
+    tenant: Annotated[str, typer.Option(help="The tenant whose data the key reaches.")] = "default",
+    scope: Annotated[
+        list[str] | None, typer.Option("--scope", help=f"Repeatable: {', '.join(SCOPES)} [default: admin].")
+    ] = None,
+    name: Annotated[str, typer.Option(help="A label to recognise the key by.")] = "",
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Create a key and print it. It is shown this once: only its hash is stored."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> tuple[ApiKey, str]:
+        async with open_engine(settings) as engine:
+            return await engine.create_api_key(tenant, scope or ["admin"], name)
+
+    key, text = run(go())
+    if json_out:
+        output.print_json({**key_to_json(key), "key": text})
+        return
+    console = output.stdout()
+    console.print(escape(text))
+    console.print(f"[dim]id {key.id} · tenant {escape(key.tenant)} · scopes {', '.join(key.scopes)} · "
+                  "shown once: store it now[/dim]")  # fmt: skip
+
+
+@keys_app.command("list")
+def list_keys(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """List keys (ids, tenants, scopes; never the keys themselves)."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> list[ApiKey]:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.list_api_keys(tenant)
+
+    keys = run(go())
+    if json_out:
+        output.print_json([key_to_json(k) for k in keys])
+        return
+    table = Table("id", "tenant", "name", "scopes", "created", "revoked", box=None)
+    for k in keys:
+        table.add_row(k.id, escape(k.tenant), escape(k.name), ", ".join(k.scopes), iso(k.created_at) or "",
+                      iso(k.revoked_at) or "")  # fmt: skip
+    output.stdout().print(table)
+
+
+@keys_app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (the part after je_).")],
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Revoke a key: requests with it get 401 (within api_key_cache_seconds on running servers)."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> ApiKey:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.revoke_api_key(key_id)
+
+    key = run(go())
+    output.stdout().print(f"revoked {key.id} (tenant {escape(key.tenant)})")

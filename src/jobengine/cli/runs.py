@@ -1,0 +1,260 @@
+"""``jobengine runs list | show | cancel | retry`` and ``jobengine signatures list | update``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from jobengine.cli import output
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.jobs import parse_time
+from jobengine.cli.schedules import ActorOption, actor_of
+from jobengine.core.clock import iso
+from jobengine.core.models import Job
+from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
+from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
+from jobengine.errors import InvalidSchedule
+from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
+
+runs_app = typer.Typer(name="runs", help="Run history of schedules: list, show, cancel, retry.", no_args_is_help=True,
+                       rich_markup_mode=None)  # fmt: skip
+signatures_app = typer.Typer(
+    name="signatures", help="Failure signatures: the same bug grouped.", no_args_is_help=True, rich_markup_mode=None
+)
+
+RunRef = Annotated[str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)]
+TenantFilter = Annotated[str | None, typer.Option(help="Only this tenant.")]
+
+RUN_STYLES = {
+    RunState.PLANNING: "blue",
+    RunState.QUEUED: "cyan",
+    RunState.RUNNING: "bold yellow",
+    RunState.COMPLETED: "green",
+    RunState.CANCELLED: "magenta",
+    RunState.ERROR: "bold red",
+}
+
+
+def _enum_list(kind: type[Any], value: str | None, field: str) -> tuple[Any, ...]:
+    if not value:
+        return ()
+    out = []
+    for name in value.split(","):
+        try:
+            out.append(kind(name.strip()))
+        except ValueError:
+            known = ", ".join(m.value for m in kind)
+            raise InvalidSchedule(field, f"unknown {field} {name.strip()!r} (one of {known})") from None
+    return tuple(out)
+
+
+def _time(value: str | None, field: str) -> float | None:
+    if value is None:
+        return None
+    moment: datetime = parse_time(value, field)
+    if moment.tzinfo is None:
+        raise InvalidSchedule(field, "give a time zone (like 2030-01-31T09:00:00+00:00)")
+    return moment.timestamp()
+
+
+def runs_table(runs: list[Run]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "STATE", "TRIGGER", "TICK", "JOBS", "OK", "DEAD", "CANCELLED", "CREATED", "NOTE"):
+        table.add_column(column, overflow="fold")
+    for r in runs:
+        s = r.summary
+        note = "no work" if r.no_work else (r.reason or "")
+        style = RUN_STYLES.get(r.state, "")
+        table.add_row(
+            r.id, f"[{style}]{r.state.value}[/{style}]", r.trigger.value, iso(r.tick) or "-", str(s.total),
+            str(s.succeeded), str(s.dead), str(s.cancelled), iso(r.created_at) or "", escape(note[:60]),
+        )  # fmt: skip
+    return table
+
+
+@runs_app.command("list")
+def list_runs(
+    schedule: Annotated[str | None, typer.Option(help="Only runs of this schedule (name or id).")] = None,
+    state: Annotated[str | None, typer.Option(help="Only these states (comma-separated).")] = None,
+    trigger: Annotated[str | None, typer.Option(help="Only this trigger: schedule, manual or retry.")] = None,
+    since: Annotated[str | None, typer.Option(help="Created at or after this ISO 8601 time.")] = None,
+    until: Annotated[str | None, typer.Option(help="Created before this ISO 8601 time.")] = None,
+    tenant: TenantFilter = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.", min=1, max=10_000)] = 50,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """List runs, newest first."""
+    triggers = _enum_list(RunTrigger, trigger, "trigger")
+    if len(triggers) > 1:
+        raise InvalidSchedule("trigger", "give one trigger")
+    base = RunFilter(
+        tenant=tenant, states=_enum_list(RunState, state, "state"), trigger=triggers[0] if triggers else None,
+        created_after=_time(since, "since"), created_before=_time(until, "until"), limit=limit,
+    )  # fmt: skip
+    settings = load_settings(config, database=db)
+
+    async def go() -> list[Run]:
+        async with open_engine(settings, must_exist=True) as engine:
+            f = base
+            if schedule is not None:
+                found = await engine.get_schedule(schedule, tenant)
+                f = RunFilter(**{**_fields(base), "schedule_id": found.id})
+            return await engine.list_runs(f)
+
+    runs = run(go())
+    if as_json:
+        output.print_json([run_to_json(r) for r in runs])
+    elif not runs:
+        output.stdout().print("no runs match")
+    else:
+        output.stdout().print(runs_table(runs))
+
+
+def _fields(f: RunFilter) -> dict[str, Any]:
+    return {name: getattr(f, name) for name in RunFilter.__dataclass_fields__}
+
+
+@runs_app.command("show")
+def show_run(
+    run_id: RunRef,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show a run, its summary and its jobs."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> tuple[Run, list[Segment], list[Job]]:
+        async with open_engine(settings, must_exist=True) as engine:
+            found = await engine.get_run(run_id)
+            return found, await engine.run_segments(found.id), await engine.run_jobs(found.id)
+
+    found, segments, jobs = run(go())
+    if as_json:
+        body = run_to_json(found)
+        body["segments"] = [segment_to_json(s) for s in segments]
+        body["jobs"] = [job_to_json(j) for j in jobs]
+        output.print_json(body)
+        return
+    console = output.stdout()
+    console.print(runs_table([found]))
+    s = found.summary
+    console.print(
+        f"items {found.items} · jobs {s.total}: {s.succeeded} succeeded, {s.dead} dead, {s.cancelled} cancelled, "
+        f"{s.pending} pending · time {s.duration_total:.3f}s total, {s.duration_max:.3f}s longest"
+    )
+    if jobs:
+        console.print(output.jobs_table(jobs))
+
+
+@runs_app.command("cancel")
+def cancel_run(
+    run_id: RunRef,
+    reason: Annotated[str, typer.Option(help="Why (kept on the run and its jobs).")] = "cancelled by user",
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Cancel a run and its jobs that have not ended."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> Run:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.cancel_run(run_id, reason=reason, actor=actor_of(actor))
+
+    done = run(go())
+    if as_json:
+        output.print_json(run_to_json(done))
+    else:
+        output.stdout().print(f"cancelled run {done.id}")
+
+
+@runs_app.command("retry")
+def retry_run(
+    run_id: RunRef,
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run the dead and cancelled jobs of an ended run again, as a new run."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> Run:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.retry_run(run_id, actor=actor_of(actor))
+
+    new = run(go())
+    if as_json:
+        output.print_json(run_to_json(new))
+    else:
+        output.stdout().print(f"run {new.id} retries {new.summary.total} job(s) of {run_id}")
+
+
+@signatures_app.command("list")
+def list_signatures(
+    tenant: TenantFilter = None,
+    status: Annotated[str | None, typer.Option(help="Only these statuses (comma-separated).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, most recently seen first.", min=1)] = 50,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """List failure signatures, most recently seen first."""
+    f = SignatureFilter(tenant=tenant, statuses=_enum_list(SignatureStatus, status, "status"), limit=limit)
+    settings = load_settings(config, database=db)
+
+    async def go() -> list[Signature]:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.list_signatures(f)
+
+    found = run(go())
+    if as_json:
+        output.print_json([signature_to_json(s) for s in found])
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("KEY", "TENANT", "COUNT", "LAST SEEN", "STATUS", "RETRY", "TYPE", "MESSAGE"):
+        table.add_column(column, overflow="fold")
+    for s in found:
+        table.add_row(
+            s.key, escape(s.tenant), str(s.occurrences), iso(s.last_seen) or "", s.status.value,
+            "no" if s.non_retryable else "yes", escape(s.error_type), escape(s.message[:80]),
+        )  # fmt: skip
+    output.stdout().print(table if found else "no failure signatures")
+
+
+@signatures_app.command("update")
+def update_signature(
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The signature's key.", show_default=False)],
+    status: Annotated[str | None, typer.Option(help="active, resolved or suppressed.")] = None,
+    retryable: Annotated[
+        bool | None, typer.Option("--retryable/--non-retryable", help="Whether its failures may retry.")
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="Tenant of the signature.")] = "default",
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Set a signature's status, or mark it non-retryable (its new failures go straight to dead)."""
+    settings = load_settings(config, database=db)
+    non_retryable = None if retryable is None else not retryable
+
+    async def go() -> Signature:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.update_signature(
+                key, tenant=tenant, status=status, non_retryable=non_retryable, actor=actor_of(actor)
+            )
+
+    s = run(go())
+    if as_json:
+        output.print_json(signature_to_json(s))
+    else:
+        output.stdout().print(f"signature {s.key}: {s.status.value}, {'non-' if s.non_retryable else ''}retryable")

@@ -1,0 +1,419 @@
+"""``jobengine schedules create | list | show | update | delete | pause | resume | trigger | simulate``.
+
+Every change is audited with an actor: ``--actor`` (default ``cli:<your login>``). Durations take units:
+``--every 30s``, ``--jitter 2m``. ``--json`` prints the shapes of :mod:`jobengine.serialize`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from dataclasses import replace
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from jobengine.cli import output
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.jobs import read_payload
+from jobengine.core.clock import iso
+from jobengine.core.cron import parse_duration
+from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
+from jobengine.errors import InvalidSchedule
+from jobengine.scheduler.planning import Simulation
+from jobengine.serialize import run_to_json, schedule_to_json, simulation_to_json
+
+schedules_app = typer.Typer(
+    name="schedules", help="Create and manage CRON and interval schedules.", no_args_is_help=True, rich_markup_mode=None
+)
+
+Ref = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedule's name or id.", show_default=False)]
+TenantOption = Annotated[str | None, typer.Option(help="Tenant of the schedule [default: default].")]
+ActorOption = Annotated[str | None, typer.Option(help="Who makes the change (audit) [default: cli:<login>].")]
+Cron = Annotated[str | None, typer.Option(help="CRON expression (5 fields) or an alias like @hourly.")]
+Every = Annotated[str | None, typer.Option(help="A fixed interval instead of CRON: 30s, 5m, 1h30m.")]
+Tz = Annotated[str | None, typer.Option("--tz", help="IANA time zone of the CRON expression [default: UTC].")]
+Task = Annotated[str | None, typer.Option(help="The task each run's jobs run.")]
+Payload = Annotated[str | None, typer.Option("--payload", "-p", metavar="JSON", help="JSON payload of the jobs.")]
+Items = Annotated[
+    str | None, typer.Option(metavar="JSON", help="A JSON list of items: each run fans out into segments of them.")
+]
+Planner = Annotated[str | None, typer.Option(help="A registered planner that returns each run's items.")]
+SegmentSize = Annotated[int | None, typer.Option("--segment-size", help="Items per job [default: 1].", min=1)]
+Queue = Annotated[str | None, typer.Option(help="Queue of the jobs [default: the task's].")]
+Priority = Annotated[int | None, typer.Option(help="Priority of the jobs [default: the task's].")]
+Attempts = Annotated[int | None, typer.Option("--max-attempts", help="Attempts per job [default: the task's].")]
+Overlap = Annotated[str | None, typer.Option(help="While the previous run is going: allow, skip or queue.")]
+Misfire = Annotated[str | None, typer.Option(help="Ticks missed while no scheduler ran: skip, run_once, catch_up.")]
+CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed ticks catch_up runs.", min=0)]
+Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
+
+
+def actor_of(actor: str | None) -> str:
+    if actor:
+        return actor
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name (a container without passwd entry)
+        return "cli"
+
+
+def _json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidSchedule(field, f"not valid JSON ({exc})") from None
+    if not isinstance(value, list):
+        raise InvalidSchedule(field, "must be a JSON list")
+    return tuple(value)
+
+
+def _template_fields(
+    task: str | None,
+    payload: str | None,
+    items: str | None,
+    planner: str | None,
+    segment_size: int | None,
+    queue: str | None,
+    priority: int | None,
+    max_attempts: int | None,
+) -> dict[str, Any]:
+    given = {
+        "task": task,
+        "payload": read_payload(payload, None),
+        "items": _json_list(items, "items"),
+        "planner": planner,
+        "segment_size": segment_size,
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _spec_fields(
+    cron: str | None,
+    every: str | None,
+    tz: str | None,
+    overlap: str | None,
+    misfire: str | None,
+    catch_up: int | None,
+    jitter: str | None,
+) -> dict[str, Any]:
+    given = {
+        "cron": cron,
+        "every": parse_duration(every, "every") if every is not None else None,
+        "timezone": tz,
+        "overlap": overlap,
+        "misfire": misfire,
+        "catch_up": catch_up,
+        "jitter": parse_duration(jitter, "jitter") if jitter is not None else None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _cadence(schedule: Schedule) -> str:
+    spec = schedule.spec
+    if spec.cron is not None:
+        return f"{spec.cron} ({spec.timezone})"
+    return f"every {spec.every:g}s"
+
+
+def schedules_table(schedules: list[Schedule]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "TENANT", "WHEN", "TASK", "NEXT", "OVERLAP", "MISFIRE", "STATE", "ID"):
+        table.add_column(column, overflow="fold")
+    for s in schedules:
+        state = "[green]enabled[/green]" if s.enabled else "[magenta]paused[/magenta]"
+        misfire = s.spec.misfire.value + (f" {s.spec.catch_up}" if s.spec.misfire.value == "catch_up" else "")
+        table.add_row(
+            escape(s.name), escape(s.tenant), escape(_cadence(s)), escape(s.spec.template.task),
+            iso(s.next_fire_at) or "-", s.spec.overlap.value, misfire, state, s.id,
+        )  # fmt: skip
+    return table
+
+
+def _print_schedule(schedule: Schedule, as_json: bool, message: str) -> None:
+    if as_json:
+        output.print_json(schedule_to_json(schedule))
+    else:
+        output.stdout().print(message)
+
+
+@schedules_app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Unique within the tenant.", show_default=False)],
+    task: Task = None,
+    cron: Cron = None,
+    every: Every = None,
+    tz: Tz = None,
+    payload: Payload = None,
+    items: Items = None,
+    planner: Planner = None,
+    segment_size: SegmentSize = None,
+    queue: Queue = None,
+    priority: Priority = None,
+    max_attempts: Attempts = None,
+    overlap: Overlap = None,
+    misfire: Misfire = None,
+    catch_up: CatchUp = None,
+    jitter: Jitter = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    tenant: Annotated[str, typer.Option(help="Tenant the schedule and its jobs belong to.")] = "default",
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Create a schedule (--cron or --every) whose runs create jobs of --task."""
+    if task is None:
+        raise InvalidSchedule("task", "give --task (the task each run's jobs run)")
+    template = JobTemplate(
+        **_template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
+    )
+    spec = ScheduleSpec(
+        name=name,
+        template=template,
+        enabled=not paused,
+        tenant=tenant,
+        **_spec_fields(cron, every, tz, overlap, misfire, catch_up, jitter),
+    )
+    settings = load_settings(config, database=db)
+
+    async def go() -> Schedule:
+        async with open_engine(settings) as engine:
+            return await engine.create_schedule(spec, actor=actor_of(actor))
+
+    schedule = run(go())
+    next_at = iso(schedule.next_fire_at) or "never (paused)"
+    _print_schedule(schedule, as_json, f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}")
+
+
+@schedules_app.command("list")
+def list_schedules(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """List schedules by tenant and name."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> list[Schedule]:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.list_schedules(ScheduleFilter(tenant=tenant, limit=10_000))
+
+    schedules = run(go())
+    if as_json:
+        output.print_json([schedule_to_json(s) for s in schedules])
+    elif not schedules:
+        output.stdout().print("no schedules")
+    else:
+        output.stdout().print(schedules_table(schedules))
+
+
+@schedules_app.command("show")
+def show(
+    ref: Ref,
+    runs: Annotated[int, typer.Option(help="How many of its latest runs to show.", min=0)] = 10,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show a schedule, its next fire times and its latest runs."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> tuple[Schedule, Simulation | None, list[Any]]:
+        from jobengine.core.runs import RunFilter
+
+        async with open_engine(settings, must_exist=True) as engine:
+            schedule = await engine.get_schedule(ref, tenant)
+            preview = await engine.simulate_schedule(schedule.id, count=5) if schedule.enabled else None
+            history = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
+            return schedule, preview, history
+
+    schedule, preview, history = run(go())
+    if as_json:
+        output.print_json(schedule_to_json(schedule))
+        return
+    console = output.stdout()
+    console.print(schedules_table([schedule]))
+    template = schedule.spec.template
+    console.print(f"template: {escape(json.dumps(template.to_json(), sort_keys=True))}")
+    if preview is not None:
+        console.print("next: " + ", ".join(iso(t) or "" for t in preview.fire_times))
+    if history:
+        from jobengine.cli.runs import runs_table
+
+        console.print(runs_table(history))
+
+
+@schedules_app.command("update")
+def update(
+    ref: Ref,
+    task: Task = None,
+    cron: Cron = None,
+    every: Every = None,
+    tz: Tz = None,
+    payload: Payload = None,
+    items: Items = None,
+    planner: Planner = None,
+    segment_size: SegmentSize = None,
+    queue: Queue = None,
+    priority: Priority = None,
+    max_attempts: Attempts = None,
+    overlap: Overlap = None,
+    misfire: Misfire = None,
+    catch_up: CatchUp = None,
+    jitter: Jitter = None,
+    rename: Annotated[str | None, typer.Option(help="A new name.")] = None,
+    tenant: TenantOption = None,
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Change a schedule: only the options given change (a new --cron / --every applies from now)."""
+    changes = _spec_fields(cron, every, tz, overlap, misfire, catch_up, jitter)
+    template_changes = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
+    if rename is not None:
+        changes["name"] = rename
+    settings = load_settings(config, database=db)
+
+    async def go() -> Schedule:
+        async with open_engine(settings, must_exist=True) as engine:
+            if template_changes:
+                current = await engine.get_schedule(ref, tenant)
+                changes["template"] = {**current.spec.template.to_json(), **template_changes}
+            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes)
+
+    schedule = run(go())
+    _print_schedule(schedule, as_json, f"updated {escape(schedule.name)} (version {schedule.version})")
+
+
+def _simple(action: str, verb: str) -> Any:
+    def command(
+        ref: Ref,
+        tenant: TenantOption = None,
+        actor: ActorOption = None,
+        as_json: JsonFlag = False,
+        db: DbOption = None,
+        config: ConfigOption = None,
+    ) -> None:
+        settings = load_settings(config, database=db)
+
+        async def go() -> Schedule:
+            async with open_engine(settings, must_exist=True) as engine:
+                method = getattr(engine, f"{action}_schedule")
+                result: Schedule = await method(ref, tenant=tenant, actor=actor_of(actor))
+                return result
+
+        schedule = run(go())
+        _print_schedule(schedule, as_json, f"{verb} {escape(schedule.name)}")
+
+    return command
+
+
+schedules_app.command("pause", help="Stop firing (runs already going continue).")(_simple("pause", "paused"))
+schedules_app.command("resume", help="Fire again from the next tick after now.")(_simple("resume", "resumed"))
+
+
+@schedules_app.command("delete")
+def delete(
+    ref: Ref, tenant: TenantOption = None, actor: ActorOption = None, db: DbOption = None, config: ConfigOption = None
+) -> None:
+    """Delete a schedule (its runs and their jobs stay)."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> None:
+        async with open_engine(settings, must_exist=True) as engine:
+            await engine.delete_schedule(ref, tenant=tenant, actor=actor_of(actor))
+
+    run(go())
+    output.stdout().print(f"deleted {escape(ref)}")
+
+
+@schedules_app.command("trigger")
+def trigger(
+    ref: Ref,
+    reason: Annotated[str, typer.Option(help="Why (kept on the run and in the audit log).")],
+    tenant: TenantOption = None,
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Fire a run now, by hand."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> Any:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.trigger_schedule(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
+
+    fired = run(go())
+    if as_json:
+        output.print_json(run_to_json(fired))
+    else:
+        output.stdout().print(f"run {fired.id}: {fired.state.value}, {fired.summary.total} job(s)")
+
+
+@schedules_app.command("simulate")
+def simulate(
+    ref: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[SCHEDULE]",
+            help="A stored schedule (or give --task and --cron / --every for a proposed one).",
+            show_default=False,
+        ),
+    ] = None,
+    count: Annotated[int, typer.Option(help="How many fire times.", min=1, max=1000)] = 10,
+    task: Task = None,
+    cron: Cron = None,
+    every: Every = None,
+    tz: Tz = None,
+    payload: Payload = None,
+    items: Items = None,
+    planner: Planner = None,
+    segment_size: SegmentSize = None,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show the next fire times and the jobs each run would create. Writes nothing."""
+    proposed: ScheduleSpec | None = None
+    if ref is None:
+        if task is None:
+            raise InvalidSchedule("task", "give a SCHEDULE, or --task with --cron / --every for a proposed one")
+        fields = _template_fields(task, payload, items, planner, segment_size, None, None, None)
+        proposed = ScheduleSpec(
+            name="proposed", template=JobTemplate(**fields), tenant=tenant or "default",
+            **_spec_fields(cron, every, tz, None, None, None, None),
+        )  # fmt: skip
+    settings = load_settings(config, database=db)
+
+    if proposed is not None:  # nothing to read: never open (or create) the database for a proposal
+        settings = replace(settings, database="memory")
+
+    async def go() -> Simulation:
+        async with open_engine(settings, must_exist=True) as engine:
+            target: ScheduleSpec | str = proposed if proposed is not None else ref or ""
+            return await engine.simulate_schedule(target, count=count, tenant=tenant)
+
+    simulation = run(go())
+    if as_json:
+        output.print_json(simulation_to_json(simulation))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("FIRES AT", "JOBS", "ITEMS", "NOTE"):
+        table.add_column(column)
+    for r in simulation.runs:
+        note = "no work" if r.no_work else (escape(r.error) if r.error else "")
+        table.add_row(iso(r.tick) or "", str(len(r.jobs)), str(sum(r.items)), note)
+    output.stdout().print(table)

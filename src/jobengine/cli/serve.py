@@ -1,0 +1,115 @@
+"""``jobengine serve``: the HTTP API (REST, SSE, the worker protocol) with the rescuer of expired leases
+and the pruning of idempotency records and old events, until SIGTERM / SIGINT.
+
+A server bound to an address other than loopback refuses to start while no API key exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from jobengine.cli import output
+from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run
+from jobengine.engine import Engine
+from jobengine.services import Service
+from jobengine.settings import Settings
+
+
+async def serve_until_signal(
+    services: Sequence[Service], console: Console, ready: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Start ``services`` in order, call ``ready()``, wait for SIGINT / SIGTERM, stop them in reverse order."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[Service] = []
+    try:
+        for service in services:
+            await service.start()
+            started.append(service)
+        if ready is not None:
+            await ready()
+        await stop.wait()
+        console.print("[bold]stopping[/bold]")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        while started:
+            await started.pop().stop()
+
+
+async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> None:
+    from jobengine.http.server import ApiMaintenance, ApiService  # FastAPI: imported by the commands that serve
+
+    console = output.stdout()
+    async with engine:
+        api = ApiService(engine, settings, host=host, port=port)
+        await api.check_keys()
+        services: list[Service] = [ApiMaintenance(engine), api]
+
+        async def ready() -> None:
+            console.print(f"[bold]jobengine serve[/bold] · {api.url} (docs {api.url}/docs) · database "
+                          f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
+            if not await engine.has_active_api_keys():
+                console.print("[yellow]no API key exists yet: every request gets 401; create one with "
+                              "`jobengine keys create`[/yellow]")  # fmt: skip
+
+        await serve_until_signal(services, console, ready)
+    console.print("stopped")
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to listen on [default: api_host, 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: api_port, 8080].", min=0, max=65535)] = None,
+    app: Annotated[
+        str | None, typer.Option("--app", help="An Engine (module:attribute) whose task defaults jobs get.")
+    ] = None,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until SIGTERM / SIGINT."""
+    settings = load_settings(config, database=db, api_host=host, api_port=port)
+    engine = rebind(load_app(app), settings) if app is not None else Engine.from_settings(settings)
+    from jobengine.cli.run import setup_logging
+
+    setup_logging()
+    run(_serve(engine, settings, settings.api_host, settings.api_port))
+
+
+def dev_key_file(settings: Settings) -> Path | None:
+    """Where ``jobengine up`` keeps its dev key: beside the SQLite file (None for other databases)."""
+    from jobengine.cli.common import sqlite_file
+
+    path = sqlite_file(settings.database)
+    return path.with_name(path.name + ".devkey") if path is not None else None
+
+
+async def dev_key(engine: Engine, settings: Settings) -> str:
+    """The key ``jobengine up`` prints: the one kept in the dev key file if it still works, else a new
+    admin key of tenant ``default`` (written there, readable by the owner only)."""
+    path = dev_key_file(settings)
+    if path is not None and path.exists():
+        text = path.read_text().strip()
+        if await engine.authenticate(text) is not None:
+            return text
+    _, text = await engine.create_api_key("default", ["admin"], "dev key (jobengine up)")
+    if path is not None:
+        # Created owner-only before anything is written to it (a file left by an earlier start keeps no
+        # wider mode: fchmod).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, (text + "\n").encode())
+        finally:
+            os.close(fd)
+    return text

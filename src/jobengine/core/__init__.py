@@ -1,0 +1,1 @@
+"""Pure domain logic: states, transitions, retry policy, ids, codec. No I/O is imported here."""

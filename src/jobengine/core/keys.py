@@ -1,0 +1,69 @@
+"""API key text, hashing and scopes (pure: no storage).
+
+A key reads ``je_<id>_<secret>``: ``id`` (12 hex characters) is public and names the stored row, so a
+lookup is one indexed read; ``secret`` (32 random bytes, base64url) is what makes the key. Only the
+sha256 of the whole text is stored: a high-entropy secret needs no slow password hash, because there is
+nothing to guess. Comparison is constant-time (``hmac.compare_digest``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+from typing import Final
+
+#: Every scope a key can carry. ``admin`` implies all the others.
+SCOPES: Final = (
+    "jobs:read",  # jobs, dead-letters, queue depths, events and streams
+    "jobs:write",  # enqueue, cancel, retry, replay, purge
+    "queues:write",  # pause, resume, limits (queues are shared lanes: an operator's action)
+    "schedules:read",  # schedules, runs, failure signatures
+    "schedules:write",  # create / change schedules, trigger runs, change a signature's status
+    "worker",  # the worker protocol: claim, heartbeat, report
+    "metrics",  # /metrics (counts of every tenant: an operator's view)
+    "admin",
+)
+
+_KEY_RE: Final = re.compile(r"^je_([0-9a-f]{12})_([A-Za-z0-9_\-]{20,100})$")
+
+
+def new_key() -> tuple[str, str]:
+    """A fresh (key id, full key text)."""
+    key_id = os.urandom(6).hex()
+    secret = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+    return key_id, f"je_{key_id}_{secret}"
+
+
+def key_id_of(text: str) -> str | None:
+    """The id of a well-formed key, None for anything else (never raises on what a client sends)."""
+    match = _KEY_RE.match(text)
+    return match.group(1) if match else None
+
+
+def hash_key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def key_matches(text: str, secret_hash: str) -> bool:
+    return hmac.compare_digest(hash_key(text), secret_hash)
+
+
+def check_scopes(scopes: object) -> tuple[str, ...]:
+    """Validate a list of scopes; returns them sorted and unique. Raises ValueError naming a bad one."""
+    if isinstance(scopes, str) or not isinstance(scopes, list | tuple | set | frozenset):
+        raise ValueError("scopes must be a list")
+    out = set()
+    for s in scopes:
+        if s not in SCOPES:
+            raise ValueError(f"unknown scope {s!r} (known: {', '.join(SCOPES)})")
+        out.add(s)
+    if not out:
+        raise ValueError("give at least one scope")
+    return tuple(sorted(out))
+
+
+def allows(scopes: tuple[str, ...] | frozenset[str], needed: str) -> bool:
+    return "admin" in scopes or needed in scopes

@@ -1,0 +1,153 @@
+"""What each store transition does to one job, as pure functions over :class:`Job`.
+
+The memory store applies these directly; SQL stores express the same rules as guarded UPDATEs, and the
+contract suite holds them to the same behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from jobengine.core import events as ev
+from jobengine.core.ids import LeaseToken, WorkerId
+from jobengine.core.models import AttemptError, FailOutcome, Job, Json, NewEvent, NewJob, Phase, PhaseState
+from jobengine.core.states import JobState, transition
+
+
+def initial_state(new: NewJob, now: float, deps_done: bool) -> JobState:
+    if not deps_done:
+        return JobState.BLOCKED
+    if new.run_at is not None and new.run_at > now:
+        return JobState.SCHEDULED
+    return JobState.QUEUED
+
+
+def ready_state(job: Job, now: float) -> JobState:
+    return JobState.SCHEDULED if job.run_at > now else JobState.QUEUED
+
+
+def start(job: Job, worker: WorkerId, token: LeaseToken, expires: float, now: float) -> tuple[Job, NewEvent]:
+    phases = (
+        tuple(p if p.state is PhaseState.SUCCEEDED else replace(p, state=PhaseState.PENDING) for p in job.phases)
+        if any(p.state is PhaseState.RUNNING for p in job.phases)
+        else job.phases
+    )
+    # A phase left RUNNING by a dead process keeps its checkpoint; only its state is reset.
+    job = replace(
+        job,
+        state=transition(job.state, JobState.RUNNING),
+        attempt=job.attempt + 1,
+        lease_worker=worker,
+        lease_token=token,
+        lease_expires_at=expires,
+        started_at=now,
+        updated_at=now,
+        phases=phases,
+    )
+    return job, ev.job_event(ev.STARTED, job, {"worker": worker})
+
+
+def _clear_lease(job: Job) -> dict[str, object]:
+    return {"lease_worker": None, "lease_token": None, "lease_expires_at": None}
+
+
+def succeed(job: Job, result: Json, now: float) -> tuple[Job, NewEvent]:
+    job = replace(
+        job,
+        state=transition(job.state, JobState.SUCCEEDED),
+        result=result,
+        progress=1.0,
+        finished_at=now,
+        updated_at=now,
+        cancel_requested=False,
+        **_clear_lease(job),  # type: ignore[arg-type]
+    )
+    return job, ev.job_event(ev.SUCCEEDED, job, {"duration": now - (job.started_at or now)})
+
+
+def fail(
+    job: Job, error: AttemptError, outcome: FailOutcome, retry_at: float | None, now: float
+) -> tuple[Job, NewEvent]:
+    errors = (*job.errors, error)
+    common = {"errors": errors, "updated_at": now, "cancel_requested": False, **_clear_lease(job)}
+    data: dict[str, Json] = {"error": error.message, "error_type": error.type}
+    if outcome is FailOutcome.RETRY:
+        assert retry_at is not None
+        job = replace(job, state=transition(job.state, JobState.FAILED), run_at=retry_at, **common)  # type: ignore[arg-type]
+        data["retry_at"] = retry_at
+        return job, ev.job_event(ev.FAILED, job, data)
+    if outcome is FailOutcome.DEAD:
+        job = replace(
+            job,
+            state=transition(job.state, JobState.DEAD),
+            finished_at=now,
+            reason=error.message,
+            **common,  # type: ignore[arg-type]
+        )
+        return job, ev.job_event(ev.DEAD, job, data)
+    job = replace(
+        job,
+        state=transition(job.state, JobState.CANCELLED),
+        finished_at=now,
+        reason=job.reason or "cancelled",
+        **common,  # type: ignore[arg-type]
+    )
+    return job, ev.job_event(ev.CANCELLED, job, {"reason": job.reason})
+
+
+def release(job: Job, now: float) -> tuple[Job, NewEvent]:
+    """Back to queued without spending an attempt (graceful shutdown)."""
+    job = replace(
+        job,
+        state=transition(job.state, JobState.QUEUED),
+        attempt=max(0, job.attempt - 1),
+        updated_at=now,
+        **_clear_lease(job),  # type: ignore[arg-type]
+    )
+    return job, ev.job_event(ev.RELEASED, job)
+
+
+def cancel(job: Job, reason: str, now: float) -> tuple[Job, NewEvent]:
+    job = replace(
+        job,
+        state=transition(job.state, JobState.CANCELLED),
+        reason=reason,
+        finished_at=now,
+        updated_at=now,
+        **_clear_lease(job),  # type: ignore[arg-type]
+    )
+    return job, ev.job_event(ev.CANCELLED, job, {"reason": reason})
+
+
+def unblock(job: Job, now: float) -> tuple[Job, NewEvent]:
+    job = replace(job, state=transition(job.state, ready_state(job, now)), updated_at=now)
+    return job, ev.job_event(ev.UNBLOCKED, job)
+
+
+def retry_now(job: Job, now: float) -> tuple[Job, NewEvent]:
+    """A manual retry: dead / cancelled / failed jobs queue again now with a fresh attempt budget."""
+    previous = job.state
+    job = replace(
+        job,
+        state=transition(job.state, JobState.QUEUED),
+        attempt=0,
+        run_at=now,
+        finished_at=None,
+        reason=None,
+        cancel_requested=False,
+        phases=tuple(
+            p if p.state is PhaseState.SUCCEEDED else replace(p, state=PhaseState.PENDING) for p in job.phases
+        ),
+        updated_at=now,
+    )
+    return job, ev.job_event(ev.RETRIED, job, {"previous": previous.value})
+
+
+def make_stale(job: Job, now: float) -> tuple[Job, NewEvent]:
+    outcome = job.state
+    job = replace(job, state=transition(job.state, JobState.STALE), outcome=outcome, updated_at=now)
+    return job, ev.job_event(ev.STALE, job, {"outcome": outcome.value})
+
+
+def phases_template(names: tuple[str, ...]) -> tuple[Phase, ...]:
+    return tuple(Phase(name=n) for n in names)

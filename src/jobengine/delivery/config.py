@@ -1,0 +1,265 @@
+"""The ``queue:`` section of ``jobengine.yaml``: which transport delivers work, and how.
+
+Written the way users of the original system configure it (camelCase keys)::
+
+    queue:
+      kind: nats            # database | redis | nats
+      deadLetterEnabled: true
+      maxDeliveryAttempts: 5
+      nats:
+        url: "nats://127.0.0.1:4222"
+        planner: {stream: SCHEDULER_PLANNER, subject: scheduler.planner, durableConsumer: scheduler-planners,
+                  deadLetterStream: SCHEDULER_PLANNER_DEAD, deadLetterSubject: scheduler.planner.dead}
+        runner:  {stream: SCHEDULER_RUNNER, subject: scheduler.runner, durableConsumer: scheduler-runners}
+      redis:
+        url: "redis://127.0.0.1:6379/0"
+        deadLetterStream: "scheduler:planner:dead"
+        idempotencyKeyPrefix: "scheduler:planner:idemp:"
+
+Every key is optional; what is left out takes the default shown by :class:`QueueConfig` (the values above).
+A logical queue block (``planner`` / ``runner``) given in part keeps the defaults of the keys it leaves out.
+On Redis, the top-level ``deadLetterStream`` and ``idempotencyKeyPrefix`` configure the planner queue (their
+default names say so); ``redis.planner`` / ``redis.runner`` blocks (``stream``, ``consumerGroup``,
+``deadLetterStream``, ``idempotencyKeyPrefix``) configure each queue in full. Extra keys of ours:
+``idempotencyWindow`` (seconds a publish key is remembered; default 120, like JetStream's duplicate window: a
+key costs broker memory for that long, and the outbox only repeats a publish within seconds), ``sweepAfter`` (seconds a
+runnable job may wait before the relay publishes it again, in case its message was lost; default 300) and
+``nats.maxAckPending``.
+
+Environment overrides (read at the edge with the rest of :class:`jobengine.settings.Settings`):
+``JOBENGINE_QUEUE_KIND``, ``JOBENGINE_QUEUE_DEAD_LETTER_ENABLED``, ``JOBENGINE_QUEUE_MAX_DELIVERY_ATTEMPTS``,
+``JOBENGINE_QUEUE_REDIS_URL``, ``JOBENGINE_QUEUE_NATS_URL``.
+
+A bad value raises :class:`ConfigError` naming its path (``queue.nats.runner.stream: ...``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final, TypeVar
+
+from jobengine.errors import ConfigError
+
+KINDS: Final = ("database", "redis", "nats")
+QUEUES: Final = ("planner", "runner")
+
+_NATS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # stream and consumer names: no dots, spaces, wildcards
+_NATS_SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # literal subjects only
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True, slots=True)
+class NatsQueue:
+    stream: str
+    subject: str
+    durable_consumer: str
+    dead_letter_stream: str
+    dead_letter_subject: str
+
+    def __post_init__(self) -> None:
+        for name in ("stream", "durable_consumer", "dead_letter_stream"):
+            if not _NATS_NAME.match(getattr(self, name)):
+                raise ConfigError(f"{_camel(name)}: letters, digits, - and _ only (got {getattr(self, name)!r})")
+        for name in ("subject", "dead_letter_subject"):
+            if not _NATS_SUBJECT.match(getattr(self, name)):
+                raise ConfigError(
+                    f"{_camel(name)}: a literal subject like scheduler.runner (got {getattr(self, name)!r})"
+                )
+        if self.subject == self.dead_letter_subject or self.stream == self.dead_letter_stream:
+            raise ConfigError("deadLetterStream: the dead-letter stream and subject must differ from the queue's")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisQueue:
+    stream: str
+    consumer_group: str
+    dead_letter_stream: str
+    idempotency_key_prefix: str
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, str) or not value or len(value) > 200:
+                raise ConfigError(f"{_camel(f.name)}: a non-empty key name of at most 200 characters")
+        if self.stream == self.dead_letter_stream:
+            raise ConfigError("deadLetterStream: must differ from the queue's stream")
+
+
+def _nats_queue(name: str, stream: str) -> NatsQueue:
+    return NatsQueue(stream, f"scheduler.{name}", f"scheduler-{name}s", f"{stream}_DEAD", f"scheduler.{name}.dead")
+
+
+def _redis_queue(name: str) -> RedisQueue:
+    return RedisQueue(f"scheduler:{name}", f"scheduler-{name}s", f"scheduler:{name}:dead", f"scheduler:{name}:idemp:")
+
+
+@dataclass(frozen=True, slots=True)
+class NatsConfig:
+    url: str = "nats://127.0.0.1:4222"
+    planner: NatsQueue = field(default_factory=lambda: _nats_queue("planner", "SCHEDULER_PLANNER"))
+    runner: NatsQueue = field(default_factory=lambda: _nats_queue("runner", "SCHEDULER_RUNNER"))
+    #: Deliveries a consumer lets be in flight at once (JetStream's MaxAckPending).
+    max_ack_pending: int = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    url: str = "redis://127.0.0.1:6379/0"
+    planner: RedisQueue = field(default_factory=lambda: _redis_queue("planner"))
+    runner: RedisQueue = field(default_factory=lambda: _redis_queue("runner"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    kind: str = "database"
+    dead_letter_enabled: bool = True
+    max_delivery_attempts: int = 5
+    idempotency_window: float = 120.0
+    sweep_after: float = 300.0
+    nats: NatsConfig = field(default_factory=NatsConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"kind: one of {', '.join(KINDS)} (got {self.kind!r})")
+        if not isinstance(self.max_delivery_attempts, int) or not 1 <= self.max_delivery_attempts <= 1000:
+            raise ConfigError("maxDeliveryAttempts: an integer from 1 to 1000")
+        if self.idempotency_window <= 0 or self.sweep_after <= 0:
+            raise ConfigError("idempotencyWindow, sweepAfter: must be positive numbers of seconds")
+        if self.nats.max_ack_pending < 1:
+            raise ConfigError("nats.maxAckPending: must be at least 1")
+
+    @property
+    def broker(self) -> bool:
+        """True for the transports that deliver messages (redis, nats): jobs then go through the outbox."""
+        return self.kind != "database"
+
+    @classmethod
+    def load(cls, value: object, env: Mapping[str, str] | None = None) -> QueueConfig:
+        """From the ``queue:`` mapping of the YAML file (or a QueueConfig, or None), then ``env``."""
+        if isinstance(value, QueueConfig):
+            config = value
+        elif value is None:
+            config = cls()
+        elif isinstance(value, Mapping):
+            config = _parse(value)
+        else:
+            raise ConfigError(f"queue: expected a mapping, got {value!r}")
+        return _apply_env(config, env or {})
+
+
+# -- parsing -------------------------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _bool(path: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    raise ConfigError(f"{path}: expected true or false, got {value!r}")
+
+
+def _coerce(path: str, default: object, value: object) -> object:
+    try:
+        if isinstance(default, bool):
+            return _bool(path, value)
+        if isinstance(default, int):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)  # type: ignore[call-overload]
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)  # type: ignore[arg-type]
+        if isinstance(default, str):
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: {value!r} is not a valid {type(default).__name__}") from None
+    raise AssertionError(path)
+
+
+def _section(cls: type[C], base: C, values: Mapping[str, Any], path: str, nested: Mapping[str, Any]) -> C:
+    """``base`` with ``values`` (camelCase keys) applied; keys in ``nested`` are parsed by their own function."""
+    known = {_camel(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{path}.{key}: unknown setting (known: {', '.join(sorted(known))})")
+        name = known[key]
+        if key in nested:
+            changes[name] = nested[key](getattr(base, name), value, f"{path}.{key}")
+        else:
+            changes[name] = _coerce(f"{path}.{key}", getattr(base, name), value)
+    try:
+        return replace(base, **changes)  # type: ignore[type-var]
+    except ConfigError as exc:
+        raise ConfigError(f"{path}.{exc}") from None
+
+
+def _mapping(path: str, value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+    return value
+
+
+def _nats_block(base: NatsQueue, value: object, path: str) -> NatsQueue:
+    return _section(NatsQueue, base, _mapping(path, value), path, {})
+
+
+def _redis_block(base: RedisQueue, value: object, path: str) -> RedisQueue:
+    return _section(RedisQueue, base, _mapping(path, value), path, {})
+
+
+def _nats(base: NatsConfig, value: object, path: str) -> NatsConfig:
+    return _section(NatsConfig, base, _mapping(path, value), path, {"planner": _nats_block, "runner": _nats_block})
+
+
+def _redis(base: RedisConfig, value: object, path: str) -> RedisConfig:
+    values = dict(_mapping(path, value))
+    # The original system's top-level keys name the planner's dead-letter stream and idempotency prefix.
+    planner = dict(_mapping(f"{path}.planner", values.pop("planner", None)))
+    for key in ("deadLetterStream", "idempotencyKeyPrefix"):
+        if key in values:
+            planner.setdefault(key, values.pop(key))
+    if planner:
+        values["planner"] = planner
+    return _section(RedisConfig, base, values, path, {"planner": _redis_block, "runner": _redis_block})
+
+
+def _parse(values: Mapping[str, Any]) -> QueueConfig:
+    return _section(QueueConfig, QueueConfig(), values, "queue", {"nats": _nats, "redis": _redis})
+
+
+_ENV: Final = {
+    "JOBENGINE_QUEUE_KIND": ("kind",),
+    "JOBENGINE_QUEUE_DEAD_LETTER_ENABLED": ("deadLetterEnabled",),
+    "JOBENGINE_QUEUE_MAX_DELIVERY_ATTEMPTS": ("maxDeliveryAttempts",),
+    "JOBENGINE_QUEUE_REDIS_URL": ("redis", "url"),
+    "JOBENGINE_QUEUE_NATS_URL": ("nats", "url"),
+}
+
+
+def _apply_env(config: QueueConfig, env: Mapping[str, str]) -> QueueConfig:
+    for var, path in _ENV.items():
+        raw = env.get(var)
+        if raw is None:
+            continue
+        if len(path) == 1:
+            config = _section(QueueConfig, config, {path[0]: raw}, "queue", {})
+        elif path[0] == "redis":
+            config = replace(config, redis=_section(RedisConfig, config.redis, {path[1]: raw}, "queue.redis", {}))
+        else:
+            config = replace(config, nats=_section(NatsConfig, config.nats, {path[1]: raw}, "queue.nats", {}))
+    return config

@@ -1,0 +1,227 @@
+"""The outbox relay: publishes the messages the store owes the broker, then forgets them.
+
+A job and its outbox row are committed together (:mod:`jobengine.ports.outbox`). The relay takes due rows
+(holding them for ``hold`` seconds, so relays of other processes leave them alone), publishes one message per
+row, and deletes the rows. Failure policy:
+
+- the broker refuses or is away: the relay keeps the rows it holds and publishes them again, backing off up
+  to ``max_backoff``; a process that dies holding rows lets them go when the hold ends;
+- a crash after publishing and before deleting: the rows are published again; the message key is the job id,
+  so the broker drops the copy within its idempotency window, and past it a duplicate claims nothing.
+
+Also, every ``sweep_after / 2`` seconds, a *sweep*: runnable jobs that should have started more than
+``sweep_after`` seconds ago are published again (keyed per sweep period), in case their message was lost
+(a broker that restarted without persistence, a publish after a dependency finished that died with its
+process). Their duplicates are harmless.
+
+It runs in every engine process that has a broker transport (``engine.start()`` starts it): the process that
+enqueued is woken at once; others notice through the store's notifier or within ``idle`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from jobengine.core.clock import Clock
+from jobengine.ports.notifier import Notifier
+from jobengine.ports.outbox import OutboxRow, OutboxStore
+from jobengine.ports.transport import Message, Transport
+
+log = logging.getLogger("jobengine.relay")
+
+#: Seconds a published row waits for others to be deleted with it (one store write for many rows).
+DELETE_AFTER = 0.2
+
+RUN_ID_KEY = "run_id"
+SCHEDULE_ID_KEY = "schedule_id"
+
+
+def message_of(row: OutboxRow) -> Message:
+    h = row.headers
+    return Message(row.job_id, row.queue, key=row.job_id, run_id=h.get(RUN_ID_KEY), schedule_id=h.get(SCHEDULE_ID_KEY))
+
+
+class OutboxRelay:
+    name = "outbox-relay"
+
+    def __init__(
+        self,
+        store: OutboxStore,
+        transport: Transport,
+        clock: Clock,
+        wake: Notifier | None = None,
+        *,
+        batch: int = 1000,
+        hold: float = 30.0,
+        idle: float = 1.0,
+        sweep_after: float = 300.0,
+        max_backoff: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.transport = transport
+        self.clock = clock
+        self.wake = wake
+        self.batch = batch
+        self.hold = hold
+        self.idle = idle
+        self.sweep_after = sweep_after
+        self.max_backoff = max_backoff
+        self.published = 0  # messages published by this relay (tests, status)
+        self._held: list[OutboxRow] = []  # claimed (or offered), not yet published
+        self._fresh: list[OutboxRow] = []  # offered by this process, not yet taken
+        self._done: list[int] = []  # published, not yet deleted
+        self._done_since = 0.0
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._home: asyncio.AbstractEventLoop | None = None  # the event loop the relay runs on
+        self._next_sweep = 0.0
+
+    def kick(self) -> None:
+        """Rows were just committed in this process: look now."""
+        self._kick.set()
+
+    def offer(self, rows: Sequence[OutboxRow]) -> None:
+        """Rows this process just committed, born held for this relay: those due are published at once,
+        without a claim (no store write on the way to a worker). Safe from any thread (``enqueue_sync``
+        runs on the engine's own loop in another thread); from another loop it is handed over."""
+        loop = self._home
+        if loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self._take, list(rows))
+                return
+        self._take(rows)
+
+    def _take(self, rows: Sequence[OutboxRow]) -> None:
+        now = self.clock.now()
+        self._fresh.extend(r for r in rows if r.available_at <= now)
+        self._kick.set()
+
+    async def run_once(self) -> int:
+        """Publish what is due (including rows held from a failed attempt); return how many were published.
+        Raises what the transport or store raises (the rows stay held)."""
+        now = self.clock.now()
+        if not self._held and self._fresh:
+            self._held, self._fresh = self._fresh[: self.batch], self._fresh[self.batch :]
+        if not self._held:
+            due, _ = await self.store.outbox_due(now)
+            if not due:
+                return 0
+            self._held = await self.store.claim_outbox(now, self.batch, self.hold)
+        if not self._held:
+            return 0
+        rows = self._held
+        await self.transport.publish([message_of(r) for r in rows])
+        self._held = []
+        self.published += len(rows)
+        # Deleted later, in batches: a sequential producer would otherwise pay a store write per enqueue.
+        # The rows stay held meanwhile; if this process dies first, they are published again (harmless).
+        if not self._done:
+            self._done_since = now
+        self._done += [r.id for r in rows]
+        if len(self._done) >= self.batch:
+            await self._delete_done()
+        return len(rows)
+
+    async def _delete_done(self) -> None:
+        done, self._done = self._done, []
+        try:
+            await self.store.delete_outbox(done)
+        except BaseException:
+            self._done[:0] = done
+            raise
+
+    async def sweep(self) -> int:
+        """Publish overdue runnable jobs again; return how many."""
+        now = self.clock.now()
+        period = int(now // max(self.sweep_after, 1.0))
+        late = await self.store.overdue_jobs(now - self.sweep_after, self.batch)
+        if late:
+            messages = [Message(j.id, j.queue, key=f"{j.id}:sweep:{j.attempt}:{period}") for j in late]
+            added = sum(await self.transport.publish(messages))
+            if added:
+                log.warning("relay: published %d overdue job(s) again (their message may have been lost)", added)
+        return len(late)
+
+    async def flush(self) -> None:
+        """Publish until nothing is due, and forget what was published (for shutdown and tests)."""
+        while await self.run_once() >= self.batch or self._fresh:
+            pass
+        if self._done:
+            await self._delete_done()
+
+    # -- service ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._home = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._next_sweep = self.clock.now() + self.sweep_after / 2
+            self._task = asyncio.create_task(self._loop(), name="jobengine-outbox-relay")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.flush(), timeout=5.0)  # what this process enqueued last
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                n = await self.run_once()
+                if self.clock.now() >= self._next_sweep:
+                    self._next_sweep = self.clock.now() + self.sweep_after / 2
+                    await self.sweep()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                delay = min(self.max_backoff, 0.05 * 2**failures)
+                log.warning("relay: publishing failed (%s); trying again in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            if n >= self.batch or self._fresh:
+                continue  # more is due
+            await self._wait()
+
+    async def _wait(self) -> None:
+        timeout = self.idle
+        if self._done:
+            wait = self._done_since + DELETE_AFTER - self.clock.now()
+            if wait <= 0:
+                await self._delete_done()
+            else:
+                timeout = min(timeout, wait)
+        with contextlib.suppress(Exception):
+            _, later = await self.store.outbox_due(self.clock.now())
+            if later is not None:
+                timeout = max(0.0, min(timeout, later - self.clock.now()))
+        if self._kick.is_set():
+            self._kick.clear()
+            return
+        kicked: asyncio.Future[object] = asyncio.ensure_future(self._kick.wait())
+        waiters = [kicked]
+        if self.wake is not None:
+            waiters.append(asyncio.ensure_future(self.wake.wait(timeout)))
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        self._kick.clear()
+        if kicked not in done:
+            # Another process's commits wake us through the store's notifier, but so does every completion:
+            # look at the outbox at most this often when not kicked by this process.
+            await asyncio.sleep(0.02)

@@ -1,0 +1,325 @@
+"""The worker's source when a broker delivers (Redis, NATS): the worker runtime is unchanged.
+
+The :class:`~jobengine.worker.runtime.Worker` asks its :class:`WorkerSource` for jobs and reports outcomes
+to it. Over a broker, this source:
+
+- **fetch**: receives deliveries from the runner transport and claims *exactly those jobs* in the store
+  (``OutboxStore.claim_jobs``, fenced: a job that is not runnable is not claimed, so a duplicate message
+  never starts a job twice). A delivery whose job is not claimable is settled by what the store says:
+  finished, cancelled, blocked or unknown -> ack; running under a live lease elsewhere -> retry after that
+  lease; running under an expired lease -> the attempt is failed (as the rescuer would) and the job claimed
+  again, or dead-lettered if that was its last attempt; due later -> retry at its run_at; of a queue this
+  worker does not serve -> retry in a second.
+- **outcomes**: the store first, then the broker, mirroring the store's decision: succeeded or cancelled ->
+  ack; failed (will retry) -> retry at the job's new run_at; dead -> dead-letter with the error as the reason;
+  released (shutdown) -> release. A report the store fenced out settles nothing (whoever holds the job now
+  holds its message too, or the broker delivers it again). Jobs that became runnable (dependents of a job
+  that succeeded) are published, and a broker error after the store committed is logged, not raised: the
+  message is delivered again and finds the job settled.
+- **heartbeat**: the store's leases, then the broker's (``extend``).
+- **waiting**: the notifier's ``wait`` is a blocking ``receive``; what arrives is kept for the next fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from jobengine.bus import EventBus
+from jobengine.core.clock import Clock
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    AttemptError,
+    Changed,
+    Completion,
+    FailOutcome,
+    Failure,
+    Heartbeat,
+    Job,
+    Lease,
+    PhaseUpdate,
+)
+from jobengine.core.states import RUNNABLE, JobState
+from jobengine.errors import TransportError
+from jobengine.ports.outbox import OutboxStore
+from jobengine.ports.store import Store
+from jobengine.ports.transport import Delivery, Transport
+from jobengine.tasks import TaskRegistry
+
+log = logging.getLogger("jobengine.delivery")
+
+#: Seconds before a delivery for a queue this worker does not serve comes back (to any worker).
+FOREIGN_QUEUE_DELAY = 1.0
+
+
+class EngineParts(Protocol):
+    """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups)."""
+
+    clock: Clock
+    tasks: TaskRegistry
+    bus: EventBus
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat: ...
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed: ...
+
+    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed: ...
+
+    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed: ...
+
+    async def release_jobs(self, leases: Sequence[Lease]) -> Changed: ...
+
+    async def rescue_jobs(self) -> Changed: ...
+
+
+Publish = Callable[[Sequence[Job], str], Awaitable[None]]
+
+
+def expired_failure(job: Job, now: float) -> Failure | None:
+    """The failed attempt of a running job whose lease expired (as the rescuer records it)."""
+    if job.lease_token is None:
+        return None
+    error = AttemptError(
+        job.attempt, now, "LeaseExpired", f"lease of worker {job.lease_worker} expired", None, job.lease_worker
+    )
+    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
+    return Failure(job.id, job.lease_token, error, outcome, retry_at=min(now, job.run_at), only_if_expired_at=now)
+
+
+class BrokerNotifier:
+    """The worker pump's notifier over a broker: ``wait`` receives (blocking), keeping what arrived."""
+
+    def __init__(self, source: BrokeredSource) -> None:
+        self._source = source
+
+    def notify(self) -> None:
+        pass
+
+    async def wait(self, timeout: float) -> bool:
+        """Like every notifier, never raises: with the broker unreachable it waits (a little) and answers
+        True, so the pump tries a fetch, which backs off on its own errors."""
+        try:
+            return await self._source.receive_ahead(timeout)
+        except TransportError as exc:
+            log.warning("waiting for deliveries failed (%s); polling again", exc)
+            await asyncio.sleep(min(timeout, 0.2))
+            return True
+
+    async def close(self) -> None:
+        pass
+
+
+class BrokeredSource:
+    def __init__(
+        self, engine: EngineParts, store: Store, outbox: OutboxStore, transport: Transport, publish: Publish
+    ) -> None:
+        self.engine = engine
+        self.clock = engine.clock
+        self.tasks = engine.tasks
+        self.store = store
+        self.outbox = outbox
+        self.transport = transport
+        self._publish = publish
+        self._ahead: list[Delivery] = []  # received while waiting, not yet claimed
+        self._want = 1  # how many the last fetch came short of
+        self._held: dict[JobId, Delivery] = {}  # job id -> the delivery it was claimed with
+        self._notifier = BrokerNotifier(self)
+
+    def notifier(self) -> BrokerNotifier:
+        return self._notifier
+
+    @property
+    def holding(self) -> int:
+        return len(self._held)
+
+    async def receive_ahead(self, timeout: float) -> bool:
+        if self._ahead:
+            return True
+        self._ahead = await self.transport.receive(max(1, self._want), wait=timeout)
+        return bool(self._ahead)
+
+    async def close(self) -> None:
+        """Hand back what was received and never claimed."""
+        ahead, self._ahead = self._ahead, []
+        if ahead:
+            await self._quietly(self.transport.release(ahead), "releasing unclaimed deliveries")
+
+    # -- claiming -----------------------------------------------------------------------------------
+    async def fetch_jobs(self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float) -> list[Job]:
+        deliveries, self._ahead = self._ahead[:limit], self._ahead[limit:]
+        if len(deliveries) < limit:
+            deliveries += await self.transport.receive(limit - len(deliveries), wait=0.0)
+        jobs = await self._claim(deliveries, set(queues), worker, lease_seconds) if deliveries else []
+        self._want = max(1, limit - len(jobs))
+        return jobs
+
+    async def _claim(
+        self, deliveries: Sequence[Delivery], queues: set[str], worker: WorkerId, lease: float
+    ) -> list[Job]:
+        wanted: dict[JobId, Delivery] = {}
+        extra: list[Delivery] = []  # a second message for a job: settled once the first is
+        foreign: list[Delivery] = []
+        for d in deliveries:
+            job_id = JobId(d.message.id)
+            if d.message.queue not in queues:
+                foreign.append(d)
+            elif job_id in wanted or job_id in self._held:
+                extra.append(d)
+            else:
+                wanted[job_id] = d
+        # Settling the deliveries that start nothing must not lose the ones that did: a broker error here is
+        # logged, and those messages come back after their lease.
+        if foreign:
+            await self._quietly(self.transport.retry(foreign, FOREIGN_QUEUE_DELAY), "handing back")
+        jobs = await self._claim_ids(wanted, worker, lease)
+        rest = {i: d for i, d in wanted.items() if i not in self._held}
+        if rest:
+            jobs += await self._settle_unclaimed(rest, worker, lease)
+        if extra:
+            await self._quietly(self.transport.ack(extra), "acknowledging duplicates")
+        return jobs
+
+    async def _claim_ids(self, wanted: dict[JobId, Delivery], worker: WorkerId, lease: float) -> list[Job]:
+        if not wanted:
+            return []
+        changed = await self.outbox.claim_jobs(list(wanted), worker, lease, self.clock.now())
+        if changed.events:
+            self.engine.bus.publish(changed.events)
+        for job in changed.jobs:
+            self._held[job.id] = wanted[job.id]
+        return changed.jobs
+
+    async def _settle_unclaimed(self, rest: dict[JobId, Delivery], worker: WorkerId, lease: float) -> list[Job]:
+        now = self.clock.now()
+        found = {j.id: j for j in await self.store.get_jobs(list(rest))}
+        ack: list[Delivery] = []
+        later: dict[float, list[Delivery]] = {}
+        expired: list[Failure] = []
+        for job_id, d in rest.items():
+            job = found.get(job_id)
+            if job is None or job.terminal or job.state in (JobState.BLOCKED, JobState.CANCELLED):
+                ack.append(d)
+            elif job.state is JobState.RUNNING:
+                if job.lease_expires_at is not None and job.lease_expires_at < now:
+                    f = expired_failure(job, now)
+                    if f is not None:
+                        expired.append(f)
+                else:
+                    wait = (job.lease_expires_at or now) - now + 1.0
+                    later.setdefault(round(wait, 1), []).append(d)
+            elif job.state in RUNNABLE:
+                later.setdefault(round(max(0.0, job.run_at - now), 3), []).append(d)
+            else:
+                ack.append(d)
+        jobs: list[Job] = []
+        if expired:
+            # The worker holding it died: its attempt fails now, as the rescuer would record it.
+            changed = await self.engine.fail_jobs(expired)
+            dead = [rest[j.id] for j in changed.jobs if j.id in rest and j.state is JobState.DEAD]
+            if dead:
+                reason = "lease expired on the job's last attempt"
+                await self._quietly(self.transport.dead_letter(dead, reason), "dead-lettering")
+            gone = {j.id for j in changed.jobs if j.state is JobState.DEAD}
+            # Claim them again (also those another rescuer failed first); one claimed by another worker
+            # meanwhile comes back later and then finds it running or finished.
+            again = {f.job_id: rest[f.job_id] for f in expired if f.job_id not in gone}
+            jobs = await self._claim_ids(again, worker, lease)
+            later.setdefault(1.0, []).extend(d for i, d in again.items() if i not in self._held)
+        if ack:
+            await self._quietly(self.transport.ack(ack), "acknowledging")
+        for delay, ds in later.items():
+            await self._quietly(self.transport.retry(ds, delay), "retrying later")
+        return jobs
+
+    # -- outcomes -----------------------------------------------------------------------------------
+    def _take(self, job_ids: Sequence[JobId]) -> list[Delivery]:
+        return [d for i in job_ids if (d := self._held.pop(i, None)) is not None]
+
+    async def _quietly(self, call: Awaitable[None], doing: str) -> None:
+        try:
+            await call
+        except Exception as exc:
+            # The store has the outcome; the broker delivers the message again and it finds the job settled.
+            log.warning("%s failed (%s); the broker will deliver the message(s) again", doing, exc)
+
+    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
+        changed = await self.engine.complete_jobs(completions)
+        mine = {c.job_id for c in completions}
+        done = [j.id for j in changed.jobs if j.id in mine and j.state is JobState.SUCCEEDED]
+        if len(done) < len(mine):
+            finished = set(done)
+            self._forget([c.job_id for c in completions if c.job_id not in finished])
+        await self._quietly(self.transport.ack(self._take(done)), "acknowledging")
+        unblocked = [j for j in changed.jobs if j.id not in mine and j.state in (JobState.QUEUED, JobState.SCHEDULED)]
+        if unblocked:
+            await self._quietly(self._publish(unblocked, "unblocked"), "publishing unblocked jobs")
+        return changed
+
+    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
+        # A retry the broker would not deliver (this was the message's last delivery) is the job's end: the
+        # store records it dead, and the message goes to the dead-letter stream with it.
+        limit = self.transport.options.max_deliveries
+        last = {
+            f.job_id
+            for f in failures
+            if f.outcome is FailOutcome.RETRY and (d := self._held.get(f.job_id)) is not None and d.attempt >= limit
+        }
+        if last:
+            failures = [
+                replace(f, outcome=FailOutcome.DEAD, retry_at=None) if f.job_id in last else f for f in failures
+            ]
+        changed = await self.engine.fail_jobs(failures)
+        now = self.clock.now()
+        by_id = {j.id: j for j in changed.jobs}
+        errors = {
+            f.job_id: f"{f.error.message} (delivered {limit} times, maxDeliveryAttempts {limit})"
+            if f.job_id in last
+            else f.error.message
+            for f in failures
+        }
+        for f in failures:
+            job = by_id.get(f.job_id)
+            if job is None:
+                self._forget([f.job_id])
+                continue
+            ds = self._take([f.job_id])
+            if not ds:
+                continue
+            if job.state is JobState.FAILED:
+                await self._quietly(self.transport.retry(ds, max(0.0, job.run_at - now)), "retrying")
+            elif job.state is JobState.DEAD:
+                await self._quietly(self.transport.dead_letter(ds, errors[f.job_id]), "dead-lettering")
+            else:
+                await self._quietly(self.transport.ack(ds), "acknowledging")
+        return changed
+
+    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
+        changed = await self.engine.release_jobs(leases)
+        released = {j.id for j in changed.jobs}
+        self._forget([lease.job_id for lease in leases if lease.job_id not in released])
+        await self._quietly(self.transport.release(self._take(list(released))), "releasing")
+        return changed
+
+    def _forget(self, job_ids: Sequence[JobId]) -> None:
+        for i in job_ids:
+            self._held.pop(i, None)
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
+        hb = await self.engine.heartbeat_jobs(leases, lease_seconds)
+        self._forget([lease.job_id for lease in leases if lease.job_id not in hb.held])
+        held = [d for i in hb.held if (d := self._held.get(i)) is not None]
+        await self._quietly(self.transport.extend(held), "extending broker leases")
+        return hb
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
+        return await self.engine.save_phases(updates)
+
+    async def rescue_jobs(self) -> Changed:
+        return await self.engine.rescue_jobs()
+
+    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+        """None: the relay publishes a job when it is due, so there is nothing to poll for."""
+        return None

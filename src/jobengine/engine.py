@@ -1,0 +1,555 @@
+"""The Engine: the one facade and composition root.
+
+Every store call goes through here once, so this is where events are published to the bus and workers are
+woken; no backend and no feature does that bookkeeping itself. Usage::
+
+    engine = Engine.from_settings(Settings(database="./jobengine.db"))
+
+    @engine.task(max_attempts=5)
+    async def greet(ctx):
+        return f"hello {ctx.payload['name']}"
+
+    async with engine:
+        job = await engine.enqueue("greet", {"name": "Ada"})
+        await engine.run_worker()        # until stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from jobengine.bus import EventBus
+from jobengine.core.clock import Clock, SystemClock
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    AttemptError,
+    Changed,
+    Completion,
+    Event,
+    FailOutcome,
+    Failure,
+    Heartbeat,
+    Job,
+    JobFilter,
+    Json,
+    Lease,
+    NewJob,
+    PhaseUpdate,
+    Pruned,
+)
+from jobengine.core.retry import RetryPolicy
+from jobengine.core.states import JobState
+from jobengine.engine_api import ApiFacade
+from jobengine.engine_runs import RunFacade
+from jobengine.engine_schedules import ScheduleFacade
+from jobengine.engine_signatures import SignatureFacade
+from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
+from jobengine.ports.notifier import Notifier
+from jobengine.ports.store import Store
+from jobengine.ports.transactional import TransactionalStore
+from jobengine.ports.watermarks import Watermark, WatermarkStore
+from jobengine.settings import Settings
+from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
+from jobengine.worker.runtime import Worker, WorkerOptions
+
+if TYPE_CHECKING:
+    from jobengine.delivery.transports import Transports
+
+T = TypeVar("T")
+F = TypeVar("F", bound=TaskFn)
+
+
+def open_store(database: str, settings: Settings | None = None) -> Store:
+    """Choose the backend a ``database`` setting names: ``memory``, a SQLite path, ``sqlite:///path`` or a
+    ``postgresql://`` DSN (imported only then, so SQLite users need no psycopg)."""
+    if database == "memory":
+        from jobengine.backends.memory import MemoryStore
+
+        return MemoryStore()
+    if database.startswith(("postgres://", "postgresql://")):
+        s = settings or Settings()
+        try:
+            from jobengine.backends.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(
+                f"database: PostgreSQL needs the postgres extra: pip install 'jobengine[postgres]' ({exc})"
+            ) from None
+        try:
+            return PostgresStore(database, schema=s.postgres_schema, pool_max=s.postgres_pool_size)
+        except ValueError as exc:
+            raise ConfigError(f"postgres_schema: {exc}") from None
+    path = database.removeprefix("sqlite:///").removeprefix("sqlite://")
+    if not path:
+        raise ConfigError("database: give a SQLite file path, 'memory', or a sqlite:/// URL")
+    from jobengine.backends.sqlite import SqliteStore
+
+    s = settings or Settings()
+    return SqliteStore(
+        path,
+        synchronous=s.sqlite_synchronous,
+        worker_synchronous=s.sqlite_worker_synchronous,
+        leader_lease_seconds=s.scheduler_lease_seconds,
+    )
+
+
+def _seconds(value: float | datetime | timedelta | None, field: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidJob(field, "a datetime must carry a time zone")
+        return value.timestamp()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise InvalidJob(field, f"expected seconds, a datetime or a timedelta, got {value!r}")
+
+
+class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
+    def __init__(self, store: Store, settings: Settings | None = None, clock: Clock | None = None) -> None:
+        self.store = store
+        self.settings = settings or Settings()
+        self.clock: Clock = clock or SystemClock()
+        self.tasks = TaskRegistry()
+        self.bus = EventBus()
+        self._notifier: Notifier | None = None
+        self._portal: _Portal | None = None
+        self._workers: list[Worker] = []
+        self._transports: Transports | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
+        return cls(open_store(settings.database, settings), settings, clock)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Apply pending migrations; with a broker transport, start the outbox relay. Idempotent."""
+        await self.store.migrate()
+        if self.settings.queue.broker:
+            await self.transports.start()
+
+    async def close(self) -> None:
+        for worker in self._workers:
+            worker.stop()
+        if self._transports is not None:
+            await self._transports.close()
+        if self._notifier is not None:
+            await self._notifier.close()
+        await self.store.close()
+        if self._portal is not None:
+            self._portal.close()
+
+    async def __aenter__(self) -> Engine:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def transports(self) -> Transports:
+        """The queue transports of ``settings.queue`` (planner, runner), their metrics and health."""
+        if self._transports is None:
+            from jobengine.delivery.transports import Transports
+
+            self._transports = Transports(self)
+        return self._transports
+
+    def notifier(self) -> Notifier:
+        if self._notifier is None:
+            self._notifier = self.store.notifier()
+        return self._notifier
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function (async, or sync to run in a thread) as a task."""
+
+        def register(fn: F) -> F:
+            self.tasks.add(
+                make_spec(
+                    name or fn.__name__, fn, None, queue=queue, priority=priority,
+                    max_attempts=max_attempts, timeout=timeout, retry=retry,
+                )
+            )  # fmt: skip
+            return fn
+
+        return register
+
+    def add_task(
+        self,
+        name: str,
+        fn: TaskFn | None = None,
+        *,
+        phases: Sequence[TaskFn | PhaseSpec] | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """Register a task from a function, or from ordered ``phases`` (each ``fn(ctx) -> result``)."""
+        self.tasks.add(
+            make_spec(
+                name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
+                timeout=timeout, retry=retry,
+            )
+        )  # fmt: skip
+
+    # -- enqueue ------------------------------------------------------------------------------------
+    def new_job(
+        self,
+        task: str,
+        payload: Json = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: float | datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[str] = (),
+        tenant: str = "default",
+        timeout: float | None = None,
+    ) -> NewJob:
+        """Build a job request with the task's defaults filled in (for :meth:`enqueue_many`)."""
+        spec = self.tasks.get(task)
+        at = _seconds(run_at, "run_at")
+        wait = _seconds(delay, "delay")
+        if at is not None and wait is not None:
+            raise InvalidJob("delay", "give run_at or delay, not both")
+        if wait is not None:
+            if wait < 0:
+                raise InvalidJob("delay", "must be >= 0 seconds")
+            at = self.clock.now() + wait
+        return NewJob(
+            task=task,
+            payload=payload,
+            queue=queue if queue is not None else (spec.queue if spec else "default"),
+            priority=priority if priority is not None else (spec.priority if spec else 0),
+            run_at=at,
+            max_attempts=max_attempts if max_attempts is not None else (spec.max_attempts if spec else 3),
+            idempotency_key=idempotency_key,
+            depends_on=tuple(JobId(d) for d in depends_on),
+            tenant=tenant,
+            timeout=timeout,
+        )
+
+    async def enqueue(
+        self,
+        task: str,
+        payload: Json = None,
+        *,
+        connection: object | None = None,
+        watermark: Watermark | None = None,
+        **options: Any,
+    ) -> Job:
+        """Store one job and wake a worker. Returns the job (the existing one for a repeated
+        idempotency key). Raises InvalidJob, IdempotencyConflict, UnknownDependency.
+        ``connection`` and ``watermark``: see :meth:`enqueue_many`."""
+        job = self.new_job(task, payload, **options)
+        marks = {job.id: [watermark]} if watermark is not None else None
+        return (await self.enqueue_many([job], connection=connection, watermarks=marks))[0]
+
+    async def enqueue_many(
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        connection: object | None = None,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> list[Job]:
+        """Store a batch in one transaction: all of it, or (on any error) none of it.
+
+        ``connection``: the caller's own open connection (PostgreSQL: a ``psycopg.AsyncConnection``) to
+        write the jobs in the caller's transaction, together with its data: rolled back, they never existed;
+        committed, they run. Their events are not published on the in-process bus, because the transaction
+        may still roll back; they are in the store's event log once it commits. Usage::
+
+            async with conn.transaction():
+                await conn.execute("INSERT INTO orders ...")
+                await engine.enqueue("ship_order", {"order": 7}, connection=conn)
+
+        ``watermarks``: per job id, the watermarks the job carries (:mod:`jobengine.ports.watermarks`).
+        Both need a store that supports them (PostgreSQL); others raise ConfigError.
+        """
+        if not jobs:
+            return []
+        phases = [self._phase_names(j.task) for j in jobs]
+        now = self.clock.now()
+        store = self.store
+        if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)
+            return await self.transports.enqueue(jobs, now, phases, connection=connection, watermarks=watermarks)
+        if connection is not None:
+            if not isinstance(store, TransactionalStore):
+                raise ConfigError("connection: this store cannot enqueue inside a caller's transaction")
+            return (await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)).jobs
+        if watermarks:
+            if not isinstance(store, WatermarkStore):
+                raise ConfigError("watermark: this store does not keep watermarks")
+            inserted = await store.insert_jobs(jobs, now, phases, watermarks=watermarks)
+        else:
+            inserted = await store.insert_jobs(jobs, now, phases)
+        self._published(inserted.events)
+        if any(j.state in (JobState.QUEUED,) for j in inserted.jobs):
+            self.notifier().notify()
+        return inserted.jobs
+
+    def enqueue_sync(self, task: str, payload: Json = None, **options: Any) -> Job:
+        """:meth:`enqueue` for code that is not async (a Django view, a script)."""
+        return self._sync(self.enqueue(task, payload, **options))
+
+    def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return self._sync(self.enqueue_many(jobs))
+
+    def _phase_names(self, task: str) -> tuple[str, ...]:
+        spec = self.tasks.get(task)
+        return spec.phase_names if spec else ()
+
+    # -- managing jobs ------------------------------------------------------------------------------
+    async def get_job(self, job_id: str, tenant: str | None = None) -> Job:
+        jobs = await self.store.get_jobs([JobId(job_id)], tenant)
+        if not jobs:
+            raise NotFound("job", job_id)
+        return jobs[0]
+
+    async def list_jobs(self, filter: JobFilter | None = None) -> list[Job]:
+        return await self.store.list_jobs(filter or JobFilter())
+
+    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
+        return await self.store.count_jobs(tenant)
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by user", tenant: str | None = None) -> Job:
+        """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``)."""
+        job = await self.get_job(job_id, tenant)
+        if job.terminal:
+            raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")
+        changed = await self.store.cancel_jobs([job.id], reason, self.clock.now(), tenant)
+        self._published(changed.events)
+        await self._runs_ended(changed.jobs)
+        return await self.get_job(job_id, tenant)
+
+    async def retry(self, job_id: str, tenant: str | None = None) -> Job:
+        """Queue a dead, cancelled or failed job again now, with a fresh attempt budget (replay)."""
+        job = await self.get_job(job_id, tenant)
+        if job.state not in (JobState.DEAD, JobState.CANCELLED, JobState.FAILED):
+            raise IllegalState(f"job {job_id} is {job.state.value}; only dead, cancelled or failed jobs can be retried")
+        changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
+        self._published(changed.events)
+        if self.settings.queue.broker:
+            await self.transports.publish_jobs(changed.jobs, "retried")
+        await self._runs_reopened(changed.jobs)
+        self.notifier().notify()
+        return await self.get_job(job_id, tenant)
+
+    async def events(
+        self, after_id: int = 0, limit: int = 100, job_id: str | None = None, tenant: str | None = None
+    ) -> list[Event]:
+        """Events with id > ``after_id``, oldest first (of one job / one tenant when given)."""
+        return await self.store.list_events(after_id, limit, JobId(job_id) if job_id else None, tenant)
+
+    async def wait_for(self, job_id: str, timeout: float = 30.0, poll: float = 0.05) -> Job:
+        """Wait until a job is terminal (for scripts and tests); raises TimeoutError."""
+        async with asyncio.timeout(timeout):
+            while True:
+                job = await self.get_job(job_id)
+                if job.terminal:
+                    return job
+                await asyncio.sleep(poll)
+
+    # -- maintenance --------------------------------------------------------------------------------
+    async def rescue_jobs(self) -> Changed:
+        """Jobs whose lease expired (their worker died) count a failed attempt and run again now."""
+        now = self.clock.now()
+        expired = await self.store.expired_jobs(now, 1000)
+        failures = [
+            Failure(
+                job.id,
+                job.lease_token,
+                AttemptError(
+                    job.attempt,
+                    now,
+                    "LeaseExpired",
+                    f"lease of worker {job.lease_worker} expired",
+                    None,
+                    job.lease_worker,
+                ),
+                FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD,
+                # Keep its place in line: the worker died, not the job's turn.
+                retry_at=min(now, job.run_at),
+                only_if_expired_at=now,
+            )
+            for job in expired
+            if job.lease_token is not None
+        ]
+        if not failures:
+            return Changed()
+        changed = await self.fail_jobs(failures)  # the one failure path: signatures and run summaries too
+        self.notifier().notify()
+        return changed
+
+    async def prune(self, limit: int = 10_000) -> Pruned:
+        now = self.clock.now()
+        s = self.settings
+        pruned = await self.store.prune_jobs(now - s.stale_after, now - s.delete_after, now, limit)
+        self._published(pruned.events)
+        return pruned
+
+    # -- the worker's source (instrumented transitions) ---------------------------------------------
+    async def fetch_jobs(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
+        concurrency limit gets at most its free slots (:meth:`claim_plan`). ``tasks`` / ``tenant`` restrict
+        the claim to those task names / that tenant (remote workers); they need a FilteredClaimStore."""
+        now = self.clock.now()
+        jobs: list[Job] = []
+        for group, n in await self.claim_plan(queues, limit):
+            n = min(n, limit - len(jobs))
+            if n <= 0:
+                break
+            if tasks is None and tenant is None:
+                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now)
+            else:
+                changed = await self._filtered_store().fetch_jobs_filtered(
+                    group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant
+                )
+            self._published(changed.events)
+            jobs.extend(changed.jobs)
+        if any(j.run_id is not None for j in jobs):
+            await self._runs_started(jobs)
+        return jobs
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
+        now = self.clock.now()
+        return await self.store.heartbeat_jobs(leases, now + lease_seconds, now)
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
+        changed = await self.store.save_phases(updates, self.clock.now())
+        self._published(changed.events)
+        return changed
+
+    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
+        changed = await self.store.complete_jobs(completions, self.clock.now())
+        self._published(changed.events)
+        if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
+            self.notifier().notify()  # dependents became runnable
+        await self._runs_ended(changed.jobs)
+        return changed
+
+    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
+        """Every failed attempt passes here (the worker's, the rescuer's): it is fingerprinted, a failure
+        with a non-retryable signature goes to dead instead of retrying, and after the store recorded the
+        failures their signatures and the summaries of their runs are updated (best effort)."""
+        prints = self._fingerprints(failures)
+        failures = await self._apply_signature_policy(failures, prints)
+        changed = await self.store.fail_jobs(failures, self.clock.now())
+        self._published(changed.events)
+        await self._record_signatures(prints, changed)
+        await self._runs_ended(changed.jobs)
+        return changed
+
+    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
+        changed = await self.store.release_jobs(leases, self.clock.now())
+        self._published(changed.events)
+        if changed.jobs:
+            self.notifier().notify()
+        return changed
+
+    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+        return await self.store.next_run_at(queues)
+
+    # -- workers ------------------------------------------------------------------------------------
+    def worker(self, **overrides: Any) -> Worker:
+        """A worker configured from settings; keyword arguments override :class:`WorkerOptions` fields."""
+        s = self.settings
+        options = WorkerOptions(
+            queues=s.worker_queues,
+            concurrency=s.worker_concurrency,
+            lease_seconds=s.lease_seconds,
+            heartbeat_every=s.heartbeat_every,
+            poll_interval=s.poll_interval,
+            rescue_interval=s.rescue_interval,
+            grace_period=s.grace_period,
+            fetch_batch=s.fetch_batch,
+        )
+        for key in overrides:
+            if not hasattr(options, key):
+                raise ConfigError(f"{key}: not a worker option")
+        source = self.transports.source() if self.settings.queue.broker else self
+        worker = Worker(source, replace(options, **overrides))
+        self._workers.append(worker)
+        return worker
+
+    async def run_worker(self, **overrides: Any) -> None:
+        await self.worker(**overrides).run()
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _published(self, events: Sequence[Event]) -> None:
+        if events:
+            self.bus.publish(events)
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._portal is None:
+            self._portal = _Portal()
+        return self._portal.run(coro)
+
+
+class _Portal:
+    """A private event loop in a daemon thread that runs coroutines for synchronous callers."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="jobengine-portal", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("enqueue_sync called from inside the engine's own loop; use await enqueue()")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        """Cancel what is still running in the loop (a driver's background tasks), wait for it, then stop:
+        a loop stopped with pending tasks would destroy them unfinished."""
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel_the_rest(), self._loop).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    this = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not this]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=4)
+    await asyncio.get_running_loop().shutdown_asyncgens()

@@ -1,0 +1,408 @@
+"""The part of the Engine facade that the HTTP API, the CLI's ``keys`` commands and remote workers use:
+API keys, idempotency records, queue control, tenant-scoped job actions, claims by task, the event feed,
+readiness. Mixed into :class:`~jobengine.engine.Engine` (kept apart only to keep each module small);
+callers see one facade.
+
+Each method needs an optional port of the store (``ports/auth.py``, ``ports/queues.py``,
+``ports/deadletter.py``, ``ports/eventlog.py``); a store without it raises ConfigError naming the feature.
+Every method that takes a ``tenant`` acts only on that tenant's jobs: another tenant's job is NotFound,
+exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from jobengine.core import keys as keymod
+from jobengine.core.ids import JobId
+from jobengine.core.models import Event, Job, JobFilter, NewJob, check_name
+from jobengine.core.states import JobState
+from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, UnknownDependency
+from jobengine.feed import EventFeed
+from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
+from jobengine.ports.deadletter import DeadLetterStore
+from jobengine.ports.eventlog import EventLogStore, EventPruneStore
+from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
+
+if TYPE_CHECKING:
+    from jobengine.bus import EventBus
+    from jobengine.core.clock import Clock
+    from jobengine.ports.notifier import Notifier
+    from jobengine.ports.store import Store
+    from jobengine.ports.watermarks import Watermark
+    from jobengine.settings import Settings
+
+#: How long a process trusts the queue settings it read before reading them again (pause, resume and
+#: limits changed in another process apply within this time; in this process, at once).
+QUEUE_SETTINGS_TTL = 1.0
+#: A request holding an idempotency key longer than this is presumed dead: a retry may take the key over.
+IDEMPOTENCY_LOCK_SECONDS = 60.0
+
+HealthCheck = Callable[[], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as a tenant sees it: its jobs by state (only the tenant's) and the shared settings."""
+
+    name: str
+    counts: Mapping[str, int]
+    paused: bool = False
+    concurrency: int | None = None
+
+
+@dataclass
+class _ApiState:
+    queues: dict[str, QueueSettings] = field(default_factory=dict)
+    queues_read_at: float = -1e18
+    checks: dict[str, HealthCheck] = field(default_factory=dict)
+    revoked: list[Callable[[str], None]] = field(default_factory=list)
+
+
+class ApiFacade:
+    # Provided by Engine.
+    store: Store
+    settings: Settings
+    clock: Clock
+    bus: EventBus
+    _api_state: _ApiState | None = None
+
+    if TYPE_CHECKING:
+
+        def _published(self, events: Sequence[Event]) -> None: ...
+
+        def notifier(self) -> Notifier: ...
+
+        async def enqueue_many(
+            self,
+            jobs: Sequence[NewJob],
+            *,
+            connection: object | None = None,
+            watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+        ) -> list[Job]: ...
+
+        async def get_job(self, job_id: str, tenant: str | None = None) -> Job: ...
+
+        async def list_jobs(self, filter: JobFilter | None = None) -> list[Job]: ...
+
+        async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]: ...
+
+        async def events(
+            self, after_id: int = 0, limit: int = 100, job_id: str | None = None, tenant: str | None = None
+        ) -> list[Event]: ...
+
+    def _api(self) -> _ApiState:
+        if self._api_state is None:
+            self._api_state = _ApiState()
+        return self._api_state
+
+    # One accessor per optional port: mypy cannot narrow to a Protocol passed as a value.
+    def _keys(self) -> KeyStore:
+        if not isinstance(self.store, KeyStore):
+            raise ConfigError("database: this store does not keep API keys")
+        return self.store
+
+    def _idempotency(self) -> IdempotencyStore:
+        if not isinstance(self.store, IdempotencyStore):
+            raise ConfigError("database: this store does not keep idempotency records")
+        return self.store
+
+    def _queue_store(self) -> QueueSettingsStore:
+        if not isinstance(self.store, QueueSettingsStore):
+            raise ConfigError("database: this store does not keep queue settings")
+        return self.store
+
+    def _dead_letter(self) -> DeadLetterStore:
+        if not isinstance(self.store, DeadLetterStore):
+            raise ConfigError("database: this store cannot purge the dead-letter")
+        return self.store
+
+    # -- API keys -----------------------------------------------------------------------------------
+    async def create_api_key(self, tenant: str, scopes: Sequence[str], name: str = "") -> tuple[ApiKey, str]:
+        """Create a key; returns the stored key and the key text, which is shown once and never stored.
+        Raises InvalidJob (field ``tenant`` / ``scopes`` / ``name``)."""
+        check_name("tenant", tenant)
+        try:
+            checked = keymod.check_scopes(list(scopes))
+        except ValueError as exc:
+            raise InvalidJob("scopes", str(exc)) from None
+        if len(name) > 200:
+            raise InvalidJob("name", "must be at most 200 characters")
+        key_id, text = keymod.new_key()
+        key = ApiKey(key_id, tenant, name, checked, keymod.hash_key(text), self.clock.now())
+        await self._keys().insert_api_key(key)
+        return key, text
+
+    async def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        return await self._keys().list_api_keys(tenant)
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent); caches of this process that registered with :meth:`on_key_revoked`
+        forget it at once. Raises NotFound for an unknown id."""
+        key = await self._keys().revoke_api_key(key_id, self.clock.now())
+        if key is None:
+            raise NotFound("api key", key_id)
+        for forget in self._api().revoked:
+            forget(key_id)
+        return key
+
+    def on_key_revoked(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(key_id)`` whenever this engine revokes a key (a key cache drops it)."""
+        self._api().revoked.append(fn)
+
+    async def authenticate(self, text: str) -> ApiKey | None:
+        """The active key ``text`` is, or None (malformed, unknown, wrong secret or revoked)."""
+        key_id = keymod.key_id_of(text)
+        if key_id is None:
+            return None
+        key = await self._keys().get_api_key(key_id)
+        if key is None or not key.active or not keymod.key_matches(text, key.secret_hash):
+            return None
+        return key
+
+    async def has_active_api_keys(self) -> bool:
+        return any(k.active for k in await self.list_api_keys())
+
+    # -- idempotency records ------------------------------------------------------------------------
+    async def claim_request(self, tenant: str, key: str, fingerprint: str) -> IdempotencyClaim:
+        store = self._idempotency()
+        now = self.clock.now()
+        ttl = self.settings.idempotency_ttl
+        return await store.claim_idempotency_key(tenant, key, fingerprint, now, IDEMPOTENCY_LOCK_SECONDS, ttl)
+
+    async def finish_request(self, tenant: str, key: str, status: int, content_type: str, body: bytes) -> None:
+        await self._idempotency().finish_idempotency_key(tenant, key, status, content_type, body)
+
+    async def release_request(self, tenant: str, key: str) -> None:
+        await self._idempotency().release_idempotency_key(tenant, key)
+
+    async def prune_requests(self, limit: int = 10_000) -> int:
+        if not isinstance(self.store, IdempotencyStore):
+            return 0
+        return await self.store.prune_idempotency_keys(self.clock.now(), limit)
+
+    # -- queues -------------------------------------------------------------------------------------
+    async def queue_settings(self, *, fresh: bool = False) -> dict[str, QueueSettings]:
+        """Settings by queue name, cached for QUEUE_SETTINGS_TTL seconds (``fresh`` reads them now)."""
+        if not isinstance(self.store, QueueSettingsStore):
+            return {}
+        state = self._api()
+        if fresh or time.monotonic() - state.queues_read_at > QUEUE_SETTINGS_TTL:
+            state.queues = {s.queue: s for s in await self.store.list_queue_settings()}
+            state.queues_read_at = time.monotonic()
+        return state.queues
+
+    async def update_queue(
+        self, queue: str, *, paused: bool | None = None, concurrency: int | None = None, unlimited: bool = False
+    ) -> QueueSettings:
+        """Pause / resume a queue or set its concurrency limit (``unlimited`` removes it). Queues are shared
+        by every tenant: this is an operator's action. Raises InvalidJob for a bad name or limit."""
+        check_name("queue", queue)
+        if concurrency is not None and not (1 <= concurrency <= 1_000_000):
+            raise InvalidJob("concurrency", "must be an integer from 1 to 1000000")
+        store = self._queue_store()
+        current = (await self.queue_settings(fresh=True)).get(queue) or QueueSettings(queue)
+        new = QueueSettings(
+            queue,
+            current.paused if paused is None else paused,
+            None if unlimited else (concurrency if concurrency is not None else current.concurrency),
+            self.clock.now(),
+        )
+        await store.set_queue_settings(new)
+        self._api().queues[queue] = new
+        if not new.paused:
+            self.notifier().notify()  # workers waiting on a paused queue may claim now
+        return new
+
+    async def queues(self, tenant: str) -> list[QueueInfo]:
+        """Every queue that has jobs of ``tenant`` or settings, with the tenant's counts by state."""
+        counts = await self.count_jobs(tenant)
+        settings = await self.queue_settings(fresh=True)
+        names = sorted({q for q, _ in counts} | set(settings))
+        out = []
+        for name in names:
+            by_state = {s.value: counts.get((name, s), 0) for s in JobState}
+            s = settings.get(name) or QueueSettings(name)
+            out.append(QueueInfo(name, by_state, s.paused, s.concurrency))
+        return out
+
+    async def queue(self, name: str, tenant: str) -> QueueInfo:
+        check_name("queue", name)
+        for info in await self.queues(tenant):
+            if info.name == name:
+                return info
+        return QueueInfo(name, {s.value: 0 for s in JobState})
+
+    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int]]:
+        """How to split a claim of ``limit`` jobs over ``queues``: paused queues are left out, and a queue
+        with a concurrency limit gets at most its free slots (its own claim). The limit is exact within one
+        process and may be exceeded by concurrent claims of other processes (each counts before it claims)."""
+        settings = await self.queue_settings()
+        if not settings:
+            return [(list(queues), limit)]
+        free = [q for q in queues if q not in settings or (not settings[q].paused and settings[q].concurrency is None)]
+        limited = [q for q in queues if q in settings and not settings[q].paused and settings[q].concurrency]
+        plan: list[tuple[list[str], int]] = [(free, limit)] if free else []
+        if limited and isinstance(self.store, QueueSettingsStore):
+            running = await self.store.running_counts(limited)
+            for q in limited:
+                cap = settings[q].concurrency or 0
+                slots = min(limit, cap - running.get(q, 0))
+                if slots > 0:
+                    plan.append(([q], slots))
+        return plan
+
+    # -- tenant-scoped job actions ------------------------------------------------------------------
+    async def get_jobs(self, ids: Sequence[str], tenant: str | None = None) -> list[Job]:
+        """The jobs among ``ids`` that exist (and belong to ``tenant``), in the order asked for."""
+        return await self.store.get_jobs([JobId(i) for i in ids], tenant) if ids else []
+
+    async def enqueue_for(self, tenant: str, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        """Enqueue jobs of ``tenant`` (all or none); each with whether it was created (False: an existing
+        job with the same idempotency key). A dependency on another tenant's job is UnknownDependency."""
+        batch = {j.id for j in jobs}
+        for job in jobs:
+            if job.tenant != tenant:
+                raise InvalidJob("tenant", "a job must belong to the caller's tenant")
+        deps = list(dict.fromkeys(d for j in jobs for d in j.depends_on if d not in batch))
+        if deps:
+            found = {j.id for j in await self.store.get_jobs([JobId(d) for d in deps], tenant)}
+            missing = next((d for d in deps if d not in found), None)
+            if missing is not None:
+                raise UnknownDependency(missing)
+        stored = await self.enqueue_many(jobs)
+        return [(job, job.id == new.id) for job, new in zip(stored, jobs, strict=True)]
+
+    async def replay(self, job_id: str, tenant: str | None = None) -> Job:
+        """Queue a dead job again with a fresh attempt budget. IllegalState if it is not dead."""
+        job = await self.get_job(job_id, tenant)
+        if job.state is not JobState.DEAD:
+            raise IllegalState(f"job {job_id} is {job.state.value}; only a dead job can be replayed")
+        changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
+        self._published(changed.events)
+        self.notifier().notify()
+        return await self.get_job(job_id, tenant)
+
+    async def replay_dead(
+        self, tenant: str, *, ids: Sequence[str] | None = None, queue: str | None = None, limit: int = 1000
+    ) -> list[Job]:
+        """Queue dead jobs of ``tenant`` again (those among ``ids`` / of ``queue``; oldest first, at most
+        ``limit``). Ids that are not dead jobs of the tenant are left out."""
+        if ids is not None:
+            dead = [j for j in await self.store.get_jobs([JobId(i) for i in ids], tenant) if j.state is JobState.DEAD]
+            dead = [j for j in dead if queue is None or j.queue == queue][:limit]
+        else:
+            dead = await self.list_jobs(JobFilter(tenant=tenant, states=(JobState.DEAD,), queue=queue, limit=limit))
+        if not dead:
+            return []
+        changed = await self.store.retry_jobs([j.id for j in dead], self.clock.now(), tenant)
+        self._published(changed.events)
+        self.notifier().notify()
+        return changed.jobs
+
+    async def purge_dead(
+        self, tenant: str, *, ids: Sequence[str] | None = None, queue: str | None = None, limit: int = 1000
+    ) -> int:
+        """Delete dead jobs of ``tenant`` now (with a ``job.deleted`` event each); returns how many."""
+        store = self._dead_letter()
+        job_ids = [JobId(i) for i in ids] if ids is not None else None
+        events = await store.purge_dead_jobs(self.clock.now(), limit, tenant=tenant, ids=job_ids, queue=queue)
+        self._published(events)
+        return len(events)
+
+    # -- the event feed -----------------------------------------------------------------------------
+    def event_feed(
+        self,
+        *,
+        after_id: int = 0,
+        tenant: str | None = None,
+        job_id: str | None = None,
+        match: Callable[[Event], bool] | None = None,
+        buffer: int | None = None,
+        poll_interval: float | None = None,
+    ) -> EventFeed:
+        """Follow the event log after ``after_id`` (see :mod:`jobengine.feed`); close() it when done."""
+
+        async def read(after: int, limit: int) -> list[Event]:
+            return await self.events(after, limit, job_id, tenant)
+
+        bounds = self.store.event_bounds if isinstance(self.store, EventLogStore) else None
+        return EventFeed(
+            read,
+            self.bus,
+            after_id=after_id,
+            tenant=tenant,
+            job_id=job_id,
+            match=match,
+            bounds=bounds,
+            buffer=buffer if buffer is not None else self.settings.sse_buffer,
+            poll_interval=poll_interval if poll_interval is not None else self.settings.sse_poll_interval,
+        )
+
+    async def prune_events(self, limit: int = 10_000) -> int:
+        """Delete events older than ``settings.event_retention`` seconds (0: keep them all)."""
+        keep = self.settings.event_retention
+        if keep <= 0 or not isinstance(self.store, EventPruneStore):
+            return 0
+        return await self.store.prune_events(self.clock.now() - keep, limit)
+
+    async def newest_event_id(self) -> int:
+        """The id of the newest event (0 for none): where a follower that wants only new events starts."""
+        if isinstance(self.store, EventLogStore):
+            return (await self.store.event_bounds())[1]
+        newest = 0
+        while batch := await self.store.list_events(newest, 10_000):  # a store without bounds: walk the log
+            newest = batch[-1].id
+        return newest
+
+    # -- readiness ----------------------------------------------------------------------------------
+    def add_health_check(self, name: str, check: HealthCheck) -> None:
+        """Register a readiness check (a service of this process: runner, planner, a transport); it returns
+        a short status text, or raises when the part is not ready."""
+        self._api().checks[name] = check
+
+    def remove_health_check(self, name: str) -> None:
+        self._api().checks.pop(name, None)
+
+    async def readiness(self, timeout: float = 2.0) -> dict[str, tuple[bool, str]]:
+        """Every check's (ready, detail): the store (a read), each queue transport (planner, runner: one
+        round trip each) and the checks services of this process registered."""
+        results: dict[str, tuple[bool, str]] = {}
+
+        async def run(name: str, check: HealthCheck) -> None:
+            try:
+                async with asyncio.timeout(timeout):
+                    results[name] = (True, await check())
+            except Exception as exc:
+                results[name] = (False, f"{type(exc).__name__}: {exc}"[:300])
+
+        async def store() -> str:
+            await self.store.list_events(2**62, 1)  # an index probe: proves a connection and the schema
+            return "ok"
+
+        checks = {"store": store, **self._api().checks}
+        transports = getattr(self, "transports", None)  # the queue transports (planner, runner), if any
+        if transports is not None:
+
+            async def each_transport() -> None:
+                try:
+                    async with asyncio.timeout(timeout):
+                        for h in await transports.health():
+                            detail = f"{h.transport}, {h.latency_ms:.1f} ms" + (f": {h.detail}" if h.detail else "")
+                            results[f"transport:{h.queue}"] = (bool(h.ok), detail)
+                except Exception as exc:
+                    results["transport"] = (False, f"{type(exc).__name__}: {exc}"[:300])
+
+            await each_transport()
+        await asyncio.gather(*(run(n, c) for n, c in checks.items()))
+        return dict(sorted(results.items()))
+
+    # -- claims with filters ------------------------------------------------------------------------
+    def _filtered_store(self) -> FilteredClaimStore:
+        if not isinstance(self.store, FilteredClaimStore):
+            raise ConfigError("database: this store cannot claim by task or tenant")
+        return self.store

@@ -1,0 +1,112 @@
+"""Every error jobengine raises on purpose.
+
+    JobEngineError
+    ├── ConfigError             settings that cannot work (bad value, unknown backend)
+    ├── InvalidJob (ValueError) a NewJob field is wrong; ``field`` names it
+    │   └── InvalidSchedule     a schedule field is wrong (a subclass, so every handler of bad input
+    │                           catches both); ``field`` names it (``cron``, ``timezone``, ``template.task``)
+    ├── UnknownTask             a job names a task no one registered
+    ├── NotFound                no such job, schedule, run or signature (or not in this tenant)
+    ├── AlreadyExists           a schedule name already used in the tenant
+    ├── IdempotencyConflict     same idempotency key, different request
+    ├── UnknownDependency       depends_on names a job that does not exist
+    ├── IllegalState            the action does not apply to the job's state (e.g. retry a running job)
+    ├── StoreError              the store failed (driver error, translated at the seam)
+    │   └── StoreUnavailable    cannot reach / open the store
+    └── TransportError          a queue transport (Redis, NATS) refused a request
+        └── TransportUnavailable  cannot reach the broker (the caller retries)
+
+Exceptions a *task* raises to steer its own job (not errors of the engine):
+
+    NonRetryable   the job goes to ``dead`` at once, whatever attempts remain
+    TaskTimeout    recorded as the error of an attempt that ran past its timeout
+    Cancelled      raised inside a task by ``ctx.raise_if_cancelled()``; the job ends ``cancelled``
+"""
+
+from __future__ import annotations
+
+
+class JobEngineError(Exception):
+    """Base of every error raised by jobengine itself."""
+
+
+class ConfigError(JobEngineError):
+    pass
+
+
+class InvalidJob(JobEngineError, ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class InvalidSchedule(InvalidJob):
+    """A schedule (or its job template) is refused; ``field`` names the field, ``message`` says why."""
+
+
+class AlreadyExists(JobEngineError):
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__(f"{what} {ident!r} already exists")
+        self.what = what
+        self.ident = ident
+
+
+class UnknownTask(JobEngineError):
+    def __init__(self, task: str) -> None:
+        super().__init__(f"task: no task named {task!r} is registered")
+        self.task = task
+
+
+class NotFound(JobEngineError):
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__(f"{what} {ident!r} not found")
+        self.what = what
+        self.ident = ident
+
+
+class IdempotencyConflict(JobEngineError):
+    def __init__(self, key: str, existing_id: str) -> None:
+        super().__init__(
+            f"idempotency_key: {key!r} already names job {existing_id} with a different task, queue or payload"
+        )
+        self.key = key
+        self.existing_id = existing_id
+
+
+class UnknownDependency(JobEngineError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"depends_on: job {job_id!r} does not exist")
+        self.job_id = job_id
+
+
+class IllegalState(JobEngineError):
+    pass
+
+
+class StoreError(JobEngineError):
+    pass
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+class TransportError(JobEngineError):
+    pass
+
+
+class TransportUnavailable(TransportError):
+    pass
+
+
+class NonRetryable(Exception):
+    """Raise from a task to send its job straight to ``dead``: retrying cannot help."""
+
+
+class TaskTimeout(Exception):
+    """The attempt ran longer than the task's timeout (a failed attempt, retried like any other)."""
+
+
+class Cancelled(Exception):
+    """Raised inside a task when its job was cancelled (see ``JobContext.raise_if_cancelled``)."""

@@ -1,0 +1,187 @@
+"""Following the event log: every event after a position exactly once, in id order, across reconnections.
+
+The store's event log is the source of truth; the in-process bus only makes following it cheap. A feed
+keeps a *cursor*: every event with an id at or below it was delivered or is not the follower's (another
+tenant's, or filtered out). Events reach the feed two ways:
+
+- **fast path**: the bus delivers this process's events in id order; an event whose id is exactly
+  ``cursor + 1`` is taken as it is (delivered if it matches), with no store read;
+- **store read**: on a gap in the ids (an event committed by another process, a bus overflow, an enqueue in
+  the caller's own transaction, which is never published), at the start, and every ``poll_interval`` while
+  idle (other processes' events), the feed reads the log after the cursor. A read that is not cut short by
+  its limit saw every event committed before it started, which includes every bus event already buffered,
+  so the cursor moves past those too.
+
+So a follower that reconnects with the last id it received (SSE ``Last-Event-ID``) gets no gap and no
+duplicate. If events after that id were already pruned (``EventLogStore.prune_events``), the feed says so
+first with a :class:`Reset` instead of silently skipping them.
+
+Known limit: on PostgreSQL, event ids are assigned at insert and may commit out of order, so a read can pass
+an id whose transaction commits a moment later (see ``docs/architecture.md``). SQLite and the memory store
+number events under their single writer, in commit order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from jobengine.bus import EventBus, Subscription
+from jobengine.core.models import Event
+
+#: Reads the log: events with id > after_id, oldest first, at most limit, already tenant / job filtered.
+Reader = Callable[[int, int], Awaitable[list[Event]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """The position asked for is gone: events after it were pruned (``expired``) or it is beyond the log's
+    newest id (``unknown``, e.g. another database). The feed resumes from ``resume_after``."""
+
+    reason: str
+    requested: int
+    oldest: int
+    resume_after: int
+
+
+class EventFeed:
+    """Usage::
+
+    feed = engine.event_feed(after_id=last_seen, tenant="acme")
+    try:
+        reset = await feed.open()
+        while True:
+            for event in await feed.next(timeout=15.0):
+                ...  # deliver; remember event.id
+    finally:
+        feed.close()
+    """
+
+    def __init__(
+        self,
+        read: Reader,
+        bus: EventBus,
+        *,
+        after_id: int = 0,
+        tenant: str | None = None,
+        job_id: str | None = None,
+        match: Callable[[Event], bool] | None = None,
+        bounds: Callable[[], Awaitable[tuple[int, int]]] | None = None,
+        buffer: int = 1000,
+        poll_interval: float = 1.0,
+        batch: int = 500,
+    ) -> None:
+        self._read = read
+        self._bounds = bounds
+        self._tenant = tenant
+        self._job_id = job_id
+        self._match = match
+        self._poll = poll_interval
+        self._batch = batch
+        self.cursor = max(0, after_id)
+        self._sub: Subscription | None = bus.subscribe(buffer)
+        self._held: list[Event] = []
+        self._dropped_seen = 0
+        self._need_read = True
+        self.reads = 0  # store reads done (for tests and metrics)
+
+    @property
+    def backlog_full(self) -> bool:
+        """The bus buffer is full: this follower is not taking events as fast as they come."""
+        return self._sub is not None and (self._sub.full or self._sub.dropped > self._dropped_seen)
+
+    async def open(self) -> Reset | None:
+        """Check the starting position against the log's bounds; a Reset says what was lost."""
+        if self._bounds is None or self.cursor == 0:
+            return None
+        oldest, newest = await self._bounds()
+        if newest and self.cursor > newest:
+            return self._reset("unknown", oldest, 0)
+        if oldest and self.cursor < oldest - 1:
+            return self._reset("expired", oldest, oldest - 1)
+        return None
+
+    def _reset(self, reason: str, oldest: int, resume_after: int) -> Reset:
+        reset = Reset(reason, self.cursor, oldest, resume_after)
+        self.cursor = resume_after
+        return reset
+
+    def close(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+
+    def _wanted(self, e: Event) -> bool:
+        if self._tenant is not None and e.tenant != self._tenant:
+            return False
+        if self._job_id is not None and e.job_id != self._job_id:
+            return False
+        return self._match is None or self._match(e)
+
+    def _take_buffered(self) -> None:
+        sub = self._sub
+        assert sub is not None
+        if sub.dropped > self._dropped_seen:  # the bus dropped some: only the store has them now
+            self._dropped_seen = sub.dropped
+            self._need_read = True
+        while (e := sub.get_nowait()) is not None:
+            self._held.append(e)
+
+    async def _read_store(self) -> list[Event]:
+        horizon = max((e.id for e in self._held), default=0)
+        events = await self._read(self.cursor, self._batch)
+        self.reads += 1
+        if events:
+            self.cursor = max(self.cursor, events[-1].id)
+        complete = len(events) < self._batch
+        if complete:
+            # Every buffered bus event was committed before this read began, so the read covered it.
+            self.cursor = max(self.cursor, horizon)
+        self._need_read = not complete
+        self._held = [e for e in self._held if e.id > self.cursor]
+        return [e for e in events if self._match is None or self._match(e)]
+
+    def _fast_path(self) -> list[Event]:
+        out: list[Event] = []
+        self._held.sort(key=lambda e: e.id)
+        taken = 0
+        for e in self._held:
+            if e.id <= self.cursor:
+                taken += 1
+                continue
+            if e.id != self.cursor + 1:
+                self._need_read = True  # a gap: some event never reached the bus
+                break
+            self.cursor = e.id
+            taken += 1
+            if self._wanted(e):
+                out.append(e)
+        del self._held[:taken]
+        return out
+
+    async def next(self, timeout: float) -> Sequence[Event]:
+        """The next events (in id order), waiting up to ``timeout`` seconds; empty on timeout."""
+        if self._sub is None:
+            raise RuntimeError("the feed is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        idle_since = loop.time()
+        while True:
+            self._take_buffered()
+            out = await self._read_store() if self._need_read else self._fast_path()
+            if out:
+                return out
+            if self._need_read:
+                continue
+            now = loop.time()
+            if now >= deadline:
+                return []
+            wait = min(deadline - now, max(0.0, idle_since + self._poll - now))
+            try:
+                async with asyncio.timeout(wait):
+                    self._held.append(await self._sub.get())
+            except TimeoutError:
+                if loop.time() - idle_since >= self._poll:
+                    self._need_read = True  # idle for a poll interval: look for other processes' events
+                    idle_since = loop.time()

@@ -1,0 +1,84 @@
+"""The FastAPI application: ``create_app(engine, settings)``. No module-level app and no global state:
+each call builds an app around the given engine (tests build several, one per engine).
+
+Usage::
+
+    engine = Engine.from_settings(settings)
+    app = create_app(engine, settings)
+    async with engine:
+        await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=8080)).serve()
+
+The app never starts or closes the engine (its owner does) and calls only the engine facade.
+Middleware, outermost first: request metrics, body limit and media type, Idempotency-Key; then FastAPI's
+routing, auth dependencies and the problem+json error handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from jobengine import __version__
+from jobengine.engine import Engine
+from jobengine.http import problems
+from jobengine.http.auth import Authenticator
+from jobengine.http.context import ApiContext
+from jobengine.http.metrics import Metrics, RequestMetrics
+from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery
+from jobengine.http.openapi import build_openapi
+from jobengine.http.routes import events, health, jobs, queues, runs, schedules, worker
+from jobengine.settings import Settings
+
+DESCRIPTION = """The jobengine HTTP API: jobs, queues, dead-letter, events (also as SSE), and the worker protocol.
+
+Authenticate with an API key: `Authorization: Bearer je_...` (create one with `jobengine keys create`).
+Every request sees only the key's tenant. Errors are `application/problem+json` (RFC 9457). POST requests
+may carry an `Idempotency-Key` header: the same key and body get the first answer again."""
+
+
+def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
+    """A new app serving ``engine``; ``settings`` default to the engine's."""
+    s = settings or engine.settings
+    metrics = Metrics()
+    ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics)
+    engine.bus.add_listener(metrics.on_event)
+    engine.on_key_revoked(ctx.auth.forget)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            engine.bus.remove_listener(metrics.on_event)
+
+    app = FastAPI(
+        title="jobengine",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.jobengine = ctx
+    problems.install(app)
+    routers = (
+        jobs.router, events.router, queues.router, queues.dead_router, schedules.router, runs.router,
+        runs.signatures, worker.router, health.router,
+    )  # fmt: skip
+    for router in routers:
+        app.include_router(router)
+    # add_middleware wraps: the last added is the outermost.
+    app.add_middleware(Idempotency, ctx=lambda: ctx)
+    app.add_middleware(SingleValuedQuery)
+    app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+
+    def openapi() -> dict[str, Any]:
+        return build_openapi(app)
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

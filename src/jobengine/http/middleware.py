@@ -1,0 +1,206 @@
+"""ASGI middleware that must see the raw request: the body limit and media type, and Idempotency-Key.
+
+``BodyLimit`` reads the whole body of a request that has one (at most ``api_max_body_bytes``, so buffering
+it is bounded) before any route runs: an oversized body is 413 and a body that is not JSON is 415, before
+anything is parsed or written. The body is handed on to the app unchanged, and kept in the scope for
+``Idempotency``, which fingerprints it.
+
+``Idempotency`` (POST with an ``Idempotency-Key`` header, keys scoped per tenant):
+- a new key runs the request; a 2xx answer is stored and replayed to every later request with the same key
+  and the same method, path, query and body (header ``Idempotent-Replayed: true``);
+- the same key while the first request is still running: 409 with Retry-After;
+- the same key with another request: 422 (field ``Idempotency-Key``);
+- a refused or failed request (not 2xx) forgets the key, so a corrected retry runs afresh: a refused
+  request changed nothing, and only what changed something must not happen twice.
+A request without a valid API key passes through untouched (the route answers 401).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobengine.errors import JobEngineError
+from jobengine.http.context import ApiContext
+from jobengine.http.problems import problem_response, status_of
+from jobengine.ports.auth import ClaimState
+
+BODY_KEY = "jobengine.body"
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_JSON_TYPE = re.compile(r"^application/([a-z0-9.+\-]+\+)?json\s*(;.*)?$", re.IGNORECASE)
+_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            status = 413 if length.isdigit() else 400
+            detail = f"the body is larger than {self.max_bytes} bytes" if status == 413 else "bad Content-Length"
+            await problem_response(status, detail, instance=path, field="body")(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                detail = f"the body is larger than {self.max_bytes} bytes"
+                await problem_response(413, detail, instance=path, field="body")(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body and not _JSON_TYPE.match(headers.get("content-type", "")):
+            detail = "the body must be JSON (Content-Type: application/json)"
+            await problem_response(415, detail, instance=path, field="body")(scope, receive, send)
+            return
+        scope[BODY_KEY] = body
+        await self.app(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # then wait for the disconnect, as the server would
+
+    return replayed
+
+
+class Idempotency:
+    def __init__(self, app: ASGIApp, ctx: Callable[[], ApiContext]) -> None:
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        key = headers.get("idempotency-key")
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if not _KEY_RE.match(key):
+            detail = "Idempotency-Key must be 1-255 visible ASCII characters"
+            await problem_response(422, detail, instance=path, field="Idempotency-Key")(scope, receive, send)
+            return
+        ctx = self.ctx()
+        try:
+            principal = await ctx.auth.from_headers(headers)
+            if principal is None:
+                await self.app(scope, receive, send)
+                return
+            body: bytes = scope.get(BODY_KEY, b"")
+            fingerprint = hashlib.sha256(
+                b"\n".join([scope["method"].encode(), path.encode(), scope.get("query_string", b""), body])
+            ).hexdigest()
+            claim = await ctx.engine.claim_request(principal.tenant, key, fingerprint)
+        except JobEngineError as exc:
+            status, _ = status_of(exc)
+            await problem_response(status, str(exc), instance=path)(scope, receive, send)
+            return
+        record = claim.record
+        if record.fingerprint != fingerprint:
+            detail = "this Idempotency-Key was used for another request (method, path or body differ)"
+            await problem_response(422, detail, instance=path, field="Idempotency-Key")(scope, receive, send)
+        elif claim.state is ClaimState.IN_FLIGHT:
+            detail = "a request with this Idempotency-Key is still in flight; retry later"
+            await problem_response(409, detail, instance=path, field="Idempotency-Key", headers={"Retry-After": "1"})(
+                scope, receive, send
+            )
+        elif claim.state is ClaimState.DONE:
+            assert record.status is not None
+            ctx.metrics.idempotent_replays.inc()
+            await _send(send, record.status, record.content_type or "application/json", record.body or b"", True)
+        else:
+            await self._run(scope, receive, send, ctx, principal.tenant, key)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, ctx: ApiContext, tenant: str, key: str) -> None:
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        try:
+            await self.app(scope, receive, capture)
+        except BaseException:
+            await ctx.engine.release_request(tenant, key)
+            raise
+        status = int(start.get("status", 500))
+        body = b"".join(chunks)
+        headers = Headers(raw=start.get("headers", []))
+        if 200 <= status < 300:
+            await ctx.engine.finish_request(tenant, key, status, headers.get("content-type", "application/json"), body)
+        else:
+            await ctx.engine.release_request(tenant, key)
+        await send({"type": "http.response.start", "status": status, "headers": start.get("headers", [])})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _send(send: Send, status: int, content_type: str, body: bytes, replayed: bool) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    if replayed:
+        headers.append((b"idempotent-replayed", b"true"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+#: Query parameters that the API declares as arrays (repeatable); every other one takes a single value.
+REPEATABLE_QUERY = frozenset({"state", "status", "type"})
+
+
+class SingleValuedQuery:
+    """Refuse a repeated query parameter that is not an array (``?task=a&task=b``) with a 422 naming it.
+
+    Without this FastAPI would silently keep the last value, so a client's mistake would run a different
+    query than it meant (schemathesis's negative tests found it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            from urllib.parse import parse_qsl
+
+            seen: set[str] = set()
+            for name, _ in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True):
+                if name in seen and name not in REPEATABLE_QUERY:
+                    body = (
+                        b'{"type":"about:blank","title":"Unprocessable Content","status":422,'
+                        b'"detail":"query parameter given more than once","errors":[{"field":"'
+                        + re.sub(r"[^A-Za-z0-9_.\-]", "", name).encode()
+                        + b'","message":"give it at most once"}]}'
+                    )
+                    await _send(send, 422, "application/problem+json", body, replayed=False)
+                    return
+                seen.add(name)
+        await self.app(scope, receive, send)

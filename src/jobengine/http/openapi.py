@@ -1,0 +1,35 @@
+"""The OpenAPI document, adjusted after FastAPI builds it: every error response is
+``application/problem+json`` with the :class:`Problem` schema (FastAPI would document them as
+``application/json``, and its own validation error shape, which this API never sends)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from jobengine.http.problems import PROBLEM_JSON
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes, tags=app.openapi_tags
+    )
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict):
+                continue
+            for status, response in operation.get("responses", {}).items():
+                refs = str(response.get("content", {}))
+                if status.isdigit() and int(status) >= 400 and ("Problem" in refs or "ValidationError" in refs):
+                    response["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+    components = schema.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,135 @@
+"""``/api/v1/jobs``: enqueue (one or a batch), get, list with filters and cursor paging, cancel, retry,
+replay a dead job. Every call is scoped to the key's tenant: another tenant's job answers 404."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response
+
+from jobengine.core.ids import JobId
+from jobengine.core.models import Job, JobFilter, NewJob
+from jobengine.core.states import JobState
+from jobengine.engine import Engine
+from jobengine.http.auth import Principal, require
+from jobengine.http.context import context
+from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
+from jobengine.http.schemas import NAME_PATTERN, CancelIn, JobBatchIn, JobBatchOut, JobIn, JobOut, JobPage
+from jobengine.serialize import job_to_json
+
+router = APIRouter(prefix="/api/v1", tags=["jobs"])
+
+JobIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+Cursor = Annotated[
+    str | None,
+    Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$", description="`next_cursor` of a page"),
+]
+NameQuery = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+
+
+def new_job(engine: Engine, tenant: str, body: JobIn) -> NewJob:
+    return engine.new_job(
+        body.task,
+        body.payload,
+        queue=body.queue,
+        priority=body.priority,
+        run_at=body.run_at,
+        delay=body.delay,
+        max_attempts=body.max_attempts,
+        idempotency_key=body.idempotency_key,
+        depends_on=body.depends_on,
+        tenant=tenant,
+        timeout=body.timeout,
+    )
+
+
+def job_page(jobs: Sequence[Job], limit: int) -> dict[str, object]:
+    """A page of jobs; the cursor is the last id, as ids sort by creation time (newest first here)."""
+    return {"items": [job_to_json(j) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) >= limit else None}
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobOut,
+    responses={200: {"model": JobOut, "description": "An existing job with the same idempotency_key"}, **WRITE},
+)
+async def enqueue_job(
+    body: JobIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
+) -> Response:
+    """Enqueue one job. 201 with the new job, or 200 with the existing one when its ``idempotency_key``
+    was used before with the same task, queue and payload (409 if they differ)."""
+    engine = context(request).engine
+    [(job, created)] = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, body)])
+    return json_response(job_to_json(job), 201 if created else 200, {"Location": f"/api/v1/jobs/{job.id}"})
+
+
+@router.post("/jobs/batch", status_code=201, response_model=JobBatchOut, responses=WRITE)
+async def enqueue_batch(
+    body: JobBatchIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
+) -> Response:
+    """Enqueue up to 1000 jobs in one transaction: all of them, or (on any error) none. A job may depend
+    on a job earlier in the batch."""
+    engine = context(request).engine
+    stored = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, j) for j in body.jobs])
+    return json_response({"jobs": [job_to_json(j) for j, _ in stored], "created": [c for _, c in stored]}, 201)
+
+
+@router.get("/jobs", response_model=JobPage, responses=READ)
+async def list_jobs(
+    request: Request,
+    principal: Annotated[Principal, Depends(require("jobs:read"))],
+    state: Annotated[list[JobState] | None, Query(max_length=9)] = None,
+    queue: NameQuery = None,
+    task: NameQuery = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> Response:
+    """The tenant's jobs, newest first, optionally of some states, one queue, one task."""
+    before = JobId(cursor) if cursor is not None else None
+    filt = JobFilter(tenant=principal.tenant, states=tuple(state or ()), queue=queue, task=task, limit=limit,
+                     before_id=before)  # fmt: skip
+    return json_response(job_page(await context(request).engine.list_jobs(filt), limit))
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=READ_ONE)
+async def get_job(
+    job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
+) -> Response:
+    job = await context(request).engine.get_job(job_id, principal.tenant)
+    return json_response(job_to_json(job))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, responses=WRITE_ONE)
+async def cancel_job(
+    job_id: JobIdPath,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("jobs:write"))],
+    body: CancelIn | None = None,
+) -> Response:
+    """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``).
+    409 if it already finished."""
+    reason = body.reason if body is not None else "cancelled by user"
+    job = await context(request).engine.cancel(job_id, reason, principal.tenant)
+    return json_response(job_to_json(job))
+
+
+@router.post("/jobs/{job_id}/retry", response_model=JobOut, responses=WRITE_ONE)
+async def retry_job(
+    job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
+) -> Response:
+    """Queue a dead, cancelled or failed job again now, with a fresh attempt budget (409 otherwise)."""
+    job = await context(request).engine.retry(job_id, principal.tenant)
+    return json_response(job_to_json(job))
+
+
+@router.post("/jobs/{job_id}/replay", response_model=JobOut, responses=WRITE_ONE)
+async def replay_job(
+    job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
+) -> Response:
+    """Replay a dead job (from the dead-letter): queued again with a fresh attempt budget (409 if not dead)."""
+    job = await context(request).engine.replay(job_id, principal.tenant)
+    return json_response(job_to_json(job))

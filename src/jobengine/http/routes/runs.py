@@ -1,0 +1,136 @@
+"""``/api/v1/runs`` (list, get, trigger, cancel, retry, a run's jobs) and ``/api/v1/signatures`` (failure
+signatures: list, get, change status). Scoped to the key's tenant; reads take ``schedules:read``, actions
+``schedules:write``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response
+
+from jobengine.core.ids import RunId, ScheduleId
+from jobengine.core.runs import RunFilter, RunState, RunTrigger
+from jobengine.core.signatures import SignatureFilter, SignatureStatus
+from jobengine.http.auth import Principal, require
+from jobengine.http.context import context
+from jobengine.http.responses import READ, READ_ONE, WRITE_ONE, json_response
+from jobengine.http.routes.jobs import Cursor, NameQuery
+from jobengine.http.routes.schedules import actor
+from jobengine.http.scheduler_schemas import (
+    RunActionIn,
+    RunJobsOut,
+    RunOut,
+    RunPage,
+    RunTriggerIn,
+    SignatureList,
+    SignatureOut,
+    SignaturePatch,
+)
+from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+signatures = APIRouter(prefix="/api/v1/signatures", tags=["failure signatures"])
+
+RunIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+KeyPath = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+Reader = Annotated[Principal, Depends(require("schedules:read"))]
+Writer = Annotated[Principal, Depends(require("schedules:write"))]
+IdQuery = Annotated[str | None, Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+
+
+@router.get("", response_model=RunPage, responses=READ)
+async def list_runs(
+    request: Request,
+    principal: Reader,
+    schedule_id: IdQuery = None,
+    state: Annotated[list[RunState] | None, Query(max_length=6)] = None,
+    trigger: Annotated[RunTrigger | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Cursor = None,
+) -> Response:
+    """The tenant's runs, newest first."""
+    filt = RunFilter(
+        tenant=principal.tenant, schedule_id=ScheduleId(schedule_id) if schedule_id else None,
+        states=tuple(state or ()), trigger=trigger, limit=limit, before_id=RunId(cursor) if cursor else None,
+    )  # fmt: skip
+    runs = await context(request).engine.list_runs(filt)
+    page = {"items": [run_to_json(r) for r in runs], "next_cursor": runs[-1].id if len(runs) >= limit else None}
+    return json_response(page)
+
+
+@router.post("", status_code=201, response_model=RunOut, responses=WRITE_ONE)
+async def trigger_run(body: RunTriggerIn, request: Request, principal: Writer) -> Response:
+    """Fire a run of ``schedule`` now, by hand, with a reason."""
+    run = await context(request).engine.trigger_schedule(
+        body.schedule, reason=body.reason, tenant=principal.tenant, actor=actor(principal)
+    )
+    return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+@router.get("/{run_id}", response_model=RunOut, responses=READ_ONE)
+async def get_run(run_id: RunIdPath, request: Request, principal: Reader) -> Response:
+    return json_response(run_to_json(await context(request).engine.get_run(run_id, principal.tenant)))
+
+
+@router.get("/{run_id}/jobs", response_model=RunJobsOut, responses=READ_ONE)
+async def run_jobs(run_id: RunIdPath, request: Request, principal: Reader) -> Response:
+    """The run's segments (items, outcome, duration) and their jobs (retention may have deleted some)."""
+    engine = context(request).engine
+    segments = await engine.run_segments(run_id, principal.tenant)
+    jobs = await engine.get_jobs([s.job_id for s in segments], principal.tenant)
+    return json_response({"segments": [segment_to_json(s) for s in segments], "jobs": [job_to_json(j) for j in jobs]})
+
+
+@router.post("/{run_id}/cancel", response_model=RunOut, responses=WRITE_ONE)
+async def cancel_run(
+    run_id: RunIdPath, request: Request, principal: Writer, body: RunActionIn | None = None
+) -> Response:
+    """Cancel an unfinished run: jobs that have not run are cancelled, running ones asked to stop (409 if
+    the run already ended)."""
+    reason = body.reason if body is not None and body.reason else "cancelled by user"
+    run = await context(request).engine.cancel_run(run_id, reason=reason, tenant=principal.tenant,
+                                                   actor=actor(principal))  # fmt: skip
+    return json_response(run_to_json(run))
+
+
+@router.post("/{run_id}/retry", status_code=201, response_model=RunOut, responses=WRITE_ONE)
+async def retry_run(
+    run_id: RunIdPath, request: Request, principal: Writer, body: RunActionIn | None = None
+) -> Response:
+    """A new run with a copy of each of this ended run's dead or cancelled jobs (409 if none, or not ended)."""
+    reason = body.reason if body is not None else None
+    run = await context(request).engine.retry_run(run_id, reason=reason, tenant=principal.tenant,
+                                                  actor=actor(principal))  # fmt: skip
+    return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+# -- failure signatures ------------------------------------------------------------------------------
+@signatures.get("", response_model=SignatureList, responses=READ)
+async def list_signatures(
+    request: Request,
+    principal: Reader,
+    status: Annotated[list[SignatureStatus] | None, Query(max_length=3)] = None,
+    task: NameQuery = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """The tenant's failure signatures, most recently seen first."""
+    filt = SignatureFilter(tenant=principal.tenant, statuses=tuple(status or ()), task=task, limit=limit)
+    found = await context(request).engine.list_signatures(filt)
+    return json_response({"items": [signature_to_json(s) for s in found]})
+
+
+@signatures.get("/{key}", response_model=SignatureOut, responses=READ_ONE)
+async def get_signature(key: KeyPath, request: Request, principal: Reader) -> Response:
+    return json_response(signature_to_json(await context(request).engine.get_signature(key, tenant=principal.tenant)))
+
+
+@signatures.patch("/{key}", response_model=SignatureOut, responses=WRITE_ONE)
+async def update_signature(key: KeyPath, body: SignaturePatch, request: Request, principal: Writer) -> Response:
+    """Set the status (active / resolved / suppressed) and whether its failures may still retry."""
+    engine = context(request).engine
+    await engine.get_signature(key, tenant=principal.tenant)  # 404 for an unknown or foreign signature
+    signature = await engine.update_signature(
+        key, tenant=principal.tenant, status=body.status, non_retryable=body.non_retryable, actor=actor(principal)
+    )
+    return json_response(signature_to_json(signature))

@@ -1,0 +1,241 @@
+"""Request and response models of schedules, runs and failure signatures (the facade of the scheduler:
+``engine_schedules.py``, ``engine_runs.py``, ``engine_signatures.py``; JSON shapes of ``serialize.py``).
+
+What the schema cannot say (a CRON expression's syntax, a time zone's name, a duration string, policy
+combinations such as ``misfire: catch_up`` needing ``catch_up >= 1``) is checked by the engine and
+refused as 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from jobengine.core.models import MAX_PRIORITY
+from jobengine.core.runs import RunState, RunTrigger
+from jobengine.core.schedules import MAX_CATCH_UP, MAX_ITEMS, MisfirePolicy, OverlapPolicy
+from jobengine.core.signatures import SignatureStatus
+from jobengine.http.schemas import INTEGRAL, JobOut, Name, Payload, Strict
+
+Duration = (
+    Annotated[StrictFloat, Field(ge=0, le=366 * 86400)]
+    | Annotated[StrictStr, Field(min_length=1, max_length=50, pattern=r"^[0-9.a-z ]+$")]
+)
+Reason = Annotated[StrictStr, Field(min_length=1, max_length=1000)]
+
+
+class TemplateIn(Strict):
+    """The jobs each run creates: one job, or with ``items`` (or a ``planner``) one job per segment."""
+
+    task: Name
+    payload: Payload = None
+    queue: Name | None = None
+    priority: Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY), INTEGRAL] | None = None
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000), INTEGRAL] | None = None
+    items: list[Payload] | None = Field(None, max_length=MAX_ITEMS)
+    planner: Name | None = None
+    segment_size: Annotated[StrictInt, Field(ge=1, le=MAX_ITEMS), INTEGRAL] = 1
+
+
+def _one_of(a: str, b: str) -> dict[str, Any]:
+    """JSON Schema for "exactly one of ``a`` and ``b`` is given, and not null"."""
+    given = {"not": {"type": "null"}}
+    return {
+        "anyOf": [{"required": [a], "properties": {a: given}}, {"required": [b], "properties": {b: given}}],
+        "not": {"required": [a, b], "properties": {a: given, b: given}},
+    }
+
+
+class ScheduleIn(Strict):
+    """A schedule: exactly one of ``cron`` and ``every`` (seconds, or a duration like ``"30s"``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of("cron", "every"))
+
+    name: Name
+    cron: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    every: Duration | None = None
+    timezone: Annotated[StrictStr, Field(min_length=1, max_length=100)] = "UTC"
+    template: TemplateIn
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    misfire: MisfirePolicy = MisfirePolicy.SKIP
+    catch_up: Annotated[StrictInt, Field(ge=0, le=MAX_CATCH_UP), INTEGRAL] = 0
+    jitter: Duration = 0.0
+    enabled: StrictBool = True
+
+
+class SchedulePatch(Strict):
+    """The fields to change; absent or null fields stay as they are (nothing to change: the schedule is
+    returned as it is). Giving ``cron`` clears ``every`` and the reverse."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"not": {"required": ["cron", "every"],
+        "properties": {"cron": {"not": {"type": "null"}}, "every": {"not": {"type": "null"}}}}})  # fmt: skip
+
+    name: Name | None = None
+    cron: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    every: Duration | None = None
+    timezone: Annotated[StrictStr, Field(min_length=1, max_length=100)] | None = None
+    template: TemplateIn | None = None
+    overlap: OverlapPolicy | None = None
+    misfire: MisfirePolicy | None = None
+    catch_up: Annotated[StrictInt, Field(ge=0, le=MAX_CATCH_UP), INTEGRAL] | None = None
+    jitter: Duration | None = None
+    enabled: StrictBool | None = None
+
+
+class TriggerIn(Strict):
+    reason: Reason
+
+
+class RunTriggerIn(Strict):
+    schedule: Annotated[StrictStr, Field(min_length=1, max_length=200, description="The schedule's id or name")]
+    reason: Reason
+
+
+class SimulateIn(Strict):
+    count: Annotated[StrictInt, Field(ge=1, le=1000), INTEGRAL] = 10
+    after: AwareDatetime | None = Field(None, description="Ticks after this time (default: now)")
+
+
+class SimulateSpecIn(SimulateIn):
+    schedule: ScheduleIn = Field(description="A proposed schedule, not stored")
+
+
+class RunActionIn(Strict):
+    reason: Reason | None = None
+
+
+class SignaturePatch(Strict):
+    status: SignatureStatus | None = None
+    non_retryable: StrictBool | None = None
+
+
+# -- responses ---------------------------------------------------------------------------------------
+class TemplateOut(BaseModel):
+    task: str
+    payload: Any
+    queue: str | None
+    priority: int | None
+    max_attempts: int | None
+    items: list[Any] | None
+    planner: str | None
+    segment_size: int
+
+
+class ScheduleOut(BaseModel):
+    id: str
+    tenant: str
+    name: str
+    cron: str | None
+    every: float | None
+    timezone: str
+    template: TemplateOut
+    overlap: OverlapPolicy
+    misfire: MisfirePolicy
+    catch_up: int
+    jitter: float
+    enabled: bool
+    version: int
+    next_fire_at: datetime | None
+    last_tick: datetime | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    created_by: str | None
+    updated_by: str | None
+
+
+class ScheduleList(BaseModel):
+    items: list[ScheduleOut]
+
+
+class SummaryOut(BaseModel):
+    total: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    pending: int
+    duration_total: float
+    duration_max: float
+
+
+class RunOut(BaseModel):
+    id: str
+    schedule_id: str
+    tenant: str
+    state: RunState
+    trigger: RunTrigger
+    tick: datetime | None
+    reason: str | None
+    actor: str | None
+    parent_id: str | None
+    no_work: bool
+    items: int
+    summary: SummaryOut
+    fired_by: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class SegmentOut(BaseModel):
+    run_id: str
+    job_id: str
+    segment: int
+    items: int
+    outcome: Literal["succeeded", "dead", "cancelled"] | None
+    duration: float | None
+
+
+class RunJobsOut(BaseModel):
+    segments: list[SegmentOut]
+    jobs: list[JobOut]
+
+
+class NewJobOut(BaseModel):
+    task: str
+    queue: str
+    priority: int
+    max_attempts: int
+    tenant: str
+    run_at: datetime | None
+    payload: Any
+
+
+class SimulatedRunOut(BaseModel):
+    tick: datetime | None
+    no_work: bool
+    error: str | None
+    items: list[int]
+    jobs: list[NewJobOut]
+
+
+class SimulationOut(BaseModel):
+    fire_times: list[datetime | None]
+    runs: list[SimulatedRunOut]
+
+
+class SignatureOut(BaseModel):
+    tenant: str
+    key: str
+    error_type: str
+    message: str
+    frames: list[str]
+    task: str
+    occurrences: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+    sample_job_ids: list[str]
+    status: SignatureStatus
+    non_retryable: bool
+    updated_at: datetime | None
+
+
+class SignatureList(BaseModel):
+    items: list[SignatureOut]

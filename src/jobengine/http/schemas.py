@@ -1,0 +1,255 @@
+"""Request and response models of the jobs, queues, dead-letter and events resources.
+
+Requests are strict: unknown fields are refused (``extra="forbid"``) and numbers, strings and booleans are
+not coerced from one another. Responses mirror :mod:`jobengine.serialize` exactly (the routes return its
+output; these models document it and the schemathesis test holds the two equal).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
+
+from jobengine.core.models import MAX_PRIORITY, NAME_RE
+from jobengine.core.states import JobState
+
+MAX_DEPTH = 64  # nesting of a payload: deeper is refused (and cannot exhaust the encoder's recursion)
+MAX_BATCH = 1000
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 2.0 as an integer; strings and booleans stay refused (StrictInt)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: Put after the constraints (``Annotated[StrictInt, Field(ge=...), INTEGRAL]``): placed before them, it
+#: hides them from the JSON schema.
+INTEGRAL = BeforeValidator(_integral)
+NAME_PATTERN = NAME_RE.pattern
+Name = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+JobIdStr = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+
+
+def check_json(value: Any) -> Any:
+    """Refuse what JSON cannot carry everywhere: NaN / Infinity (Python's parser accepts them), NUL in
+    strings (PostgreSQL's jsonb refuses it) and nesting deeper than MAX_DEPTH."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("NaN and Infinity are not JSON")
+        if isinstance(v, str) and "\x00" in v:
+            raise ValueError("strings must not contain NUL (\\u0000)")
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if "\x00" in k:
+                    raise ValueError("keys must not contain NUL (\\u0000)")
+                stack.append((item, depth + 1))
+        elif isinstance(v, list):
+            stack.extend((item, depth + 1) for item in v)
+    return value
+
+
+Payload = Annotated[
+    JsonValue,
+    AfterValidator(check_json),
+    Field(description=f"Any JSON value, nested at most {MAX_DEPTH} deep; no NUL (U+0000) in strings or keys"),
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ----------------------------------------------------------------------------------------
+class JobIn(Strict):
+    """A job to enqueue. Defaults come from the task, if this server has it registered."""
+
+    # run_at and delay are alternatives: the schema says "not both" so that clients (and schemathesis) see it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "not": {
+                "required": ["run_at", "delay"],
+                "properties": {"run_at": {"not": {"type": "null"}}, "delay": {"not": {"type": "null"}}},
+            }
+        },
+    )
+
+    task: Name
+    payload: Payload = None
+    queue: Name | None = None
+    priority: Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY), INTEGRAL] | None = None
+    run_at: AwareDatetime | None = Field(None, description="When to run it (ISO 8601 with a time zone)")
+    delay: Annotated[StrictFloat, Field(ge=0, le=10 * 366 * 86400)] | None = Field(
+        None, description="Seconds from now to run it (instead of run_at)"
+    )
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000), INTEGRAL] | None = None
+    idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
+    depends_on: list[JobIdStr] = Field(default_factory=list, max_length=100)
+    timeout: Annotated[StrictFloat, Field(gt=0, le=366 * 86400)] | None = None
+
+
+class JobBatchIn(Strict):
+    jobs: list[JobIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class CancelIn(Strict):
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=500)] = "cancelled by user"
+
+
+class DeadSelectIn(Strict):
+    """Which dead jobs: ``ids`` (those that are dead jobs of the tenant), else every one (of ``queue``)."""
+
+    ids: list[JobIdStr] | None = Field(None, min_length=1, max_length=MAX_BATCH)
+    queue: Name | None = None
+    limit: Annotated[StrictInt, Field(ge=1, le=MAX_BATCH), INTEGRAL] = MAX_BATCH
+
+
+class QueueLimitsIn(Strict):
+    concurrency: Annotated[StrictInt, Field(ge=1, le=1_000_000), INTEGRAL] | None = Field(
+        description="Running jobs of the queue at most (null: no limit)"
+    )
+
+
+# -- responses ---------------------------------------------------------------------------------------
+class LeaseOut(BaseModel):
+    worker: str
+    expires_at: datetime | None
+
+
+class PhaseOut(BaseModel):
+    name: str
+    state: Literal["pending", "running", "succeeded", "failed"]
+    progress: float
+    message: str | None
+    result: Any
+    checkpoint: Any
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ErrorOut(BaseModel):
+    attempt: int
+    at: datetime | None
+    type: str
+    message: str
+    traceback: str | None
+    worker: str | None
+
+
+class JobOut(BaseModel):
+    id: str
+    tenant: str
+    queue: str
+    task: str
+    state: JobState
+    outcome: JobState | None
+    payload: Any
+    priority: int
+    run_at: datetime | None
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    depends_on: list[str]
+    timeout: float | None
+    lease: LeaseOut | None
+    cancel_requested: bool
+    reason: str | None
+    progress: float
+    phases: list[PhaseOut]
+    result: Any
+    errors: list[ErrorOut]
+    created_at: datetime | None
+    updated_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    run_id: str | None = Field(None, description="The run whose segment this job is (jobs of a schedule)")
+    schedule_id: str | None = None
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end")
+
+
+class JobBatchOut(BaseModel):
+    jobs: list[JobOut]
+    created: list[bool]
+
+
+class EventOut(BaseModel):
+    id: int
+    at: datetime | None
+    type: str
+    tenant: str
+    job_id: str | None
+    queue: str | None
+    task: str | None
+    data: dict[str, Any]
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    last_id: int = Field(description="The id to pass as `after` for the next page")
+
+
+class QueueOut(BaseModel):
+    name: str
+    counts: dict[str, int] = Field(description="The caller's jobs in the queue, by state")
+    depth: int = Field(description="The caller's jobs waiting to run (queued, scheduled, failed)")
+    paused: bool
+    concurrency: int | None
+
+
+class QueueList(BaseModel):
+    items: list[QueueOut]
+
+
+class DeadReplayOut(BaseModel):
+    replayed: list[JobOut]
+
+
+class PurgeOut(BaseModel):
+    purged: int
+
+
+class StatusOut(BaseModel):
+    status: str
+    checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+__all__ = [
+    "CancelIn",
+    "DeadReplayOut",
+    "DeadSelectIn",
+    "EventOut",
+    "EventPage",
+    "JobBatchIn",
+    "JobIn",
+    "JobOut",
+    "JobPage",
+    "PurgeOut",
+    "QueueLimitsIn",
+    "QueueList",
+    "QueueOut",
+    "StatusOut",
+    "StrictBool",
+]

@@ -1,0 +1,150 @@
+"""Models of the worker protocol (``/api/v1/worker``): claim, heartbeat, phases, report."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from jobengine.http.schemas import INTEGRAL, JobIdStr, JobOut, Name, Payload, Strict
+
+WorkerIdStr = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+Token = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_\-]+$")]
+LeaseSeconds = Annotated[StrictFloat, Field(ge=1, le=86400, description="Lease length in seconds")]
+MAX_REPORT = 1000
+
+
+class ClaimIn(Strict):
+    worker_id: WorkerIdStr
+    queues: list[Name] = Field(default_factory=lambda: ["default"], min_length=1, max_length=100)
+    tasks: list[Name] | None = Field(
+        None, min_length=1, max_length=1000, description="Claim only jobs of these tasks (null: any task)"
+    )
+    limit: Annotated[StrictInt, Field(ge=1, le=100), INTEGRAL] = 1
+    lease_seconds: LeaseSeconds = 30.0
+    wait: Annotated[StrictFloat, Field(ge=0, le=60)] = Field(
+        0.0, description="Long-poll: wait up to this many seconds for a job (capped by the server)"
+    )
+
+
+class LeaseOut(BaseModel):
+    token: str = Field(description="The fencing token: send it with every report about this job")
+    expires_at: datetime
+
+
+class ClaimedJob(BaseModel):
+    job: JobOut
+    lease: LeaseOut
+
+
+class ClaimOut(BaseModel):
+    jobs: list[ClaimedJob]
+
+
+class LeaseIn(Strict):
+    job_id: JobIdStr
+    token: Token
+
+
+class HeartbeatIn(Strict):
+    leases: list[LeaseIn] = Field(min_length=1, max_length=MAX_REPORT)
+    lease_seconds: LeaseSeconds = 30.0
+
+
+class HeartbeatOut(BaseModel):
+    held: list[str] = Field(description="Leases extended")
+    lost: list[str] = Field(description="Leases no longer held: stop these jobs, report nothing")
+    cancel_requested: list[str] = Field(description="Held jobs asked to stop: end them cancelled")
+
+
+class JobHeartbeatIn(Strict):
+    token: Token
+    lease_seconds: LeaseSeconds = 30.0
+
+
+class JobHeartbeatOut(BaseModel):
+    cancel_requested: bool
+    lease_expires_at: datetime
+
+
+class PhaseIn(Strict):
+    name: Name
+    state: Literal["pending", "running", "succeeded", "failed"] = "pending"
+    progress: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.0
+    message: Annotated[StrictStr, Field(max_length=2000)] | None = None
+    result: Payload = None
+    checkpoint: Payload = None
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+
+
+PhaseEvent = Literal["phase.started", "phase.succeeded", "phase.failed", "phase.progress"]
+
+
+class PhasesIn(Strict):
+    """Every phase record of the job, as the worker has them now (replaces the stored ones)."""
+
+    token: Token
+    phases: list[PhaseIn] = Field(min_length=1, max_length=100)
+    event: PhaseEvent | None = Field(None, description="A phase transition to record as a job.phase event")
+    event_data: dict[str, Payload] | None = None
+
+
+class PhaseUpdateIn(PhasesIn):
+    job_id: JobIdStr
+
+
+class PhasesBatchIn(Strict):
+    updates: list[PhaseUpdateIn] = Field(min_length=1, max_length=MAX_REPORT)
+
+
+class HeldOut(BaseModel):
+    held: list[str]
+    lost: list[str]
+
+
+class ErrorIn(Strict):
+    type: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    message: Annotated[StrictStr, Field(max_length=2000)] = ""
+    traceback: Annotated[StrictStr, Field(max_length=20_000)] | None = None
+
+
+class CompleteIn(Strict):
+    token: Token
+    result: Payload = None
+
+
+class FailIn(Strict):
+    token: Token
+    error: ErrorIn
+    retryable: StrictBool = Field(True, description="false: straight to dead, whatever attempts remain")
+    cancelled: StrictBool = Field(False, description="the job stopped because it was asked to cancel")
+    retry_delay: Annotated[StrictFloat, Field(ge=0, le=366 * 86400)] | None = Field(
+        None, description="Seconds until the retry (default: the server's backoff)"
+    )
+
+
+class ReleaseIn(Strict):
+    token: Token
+
+
+class CompletionIn(CompleteIn):
+    job_id: JobIdStr
+
+
+class FailureIn(FailIn):
+    job_id: JobIdStr
+
+
+class ReportIn(Strict):
+    completions: list[CompletionIn] = Field(default_factory=list, max_length=MAX_REPORT)
+    failures: list[FailureIn] = Field(default_factory=list, max_length=MAX_REPORT)
+    releases: list[LeaseIn] = Field(default_factory=list, max_length=MAX_REPORT)
+
+
+class ReportOut(BaseModel):
+    completed: list[str]
+    failed: list[str]
+    released: list[str]
+    refused: list[str] = Field(description="Reports fenced out: the lease was lost (or no such job)")

@@ -1,0 +1,134 @@
+"""The Store port: the system of record for jobs and events.
+
+Methods are named after state transitions and take batches. Each mutating method runs in one transaction
+that also appends the events of what it changed, and returns the jobs as they now are with those events.
+Every change to a running job is fenced by its lease token: a token that no longer matches changes nothing
+and is simply absent from the result (never an error), so a stale worker cannot complete a job twice.
+
+Driver errors are turned into :mod:`jobengine.errors` here, at the seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    Changed,
+    Completion,
+    Event,
+    Failure,
+    Heartbeat,
+    Inserted,
+    Job,
+    JobFilter,
+    Lease,
+    NewJob,
+    PhaseUpdate,
+    Pruned,
+)
+from jobengine.core.states import JobState
+from jobengine.ports.notifier import Notifier
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    #: True when the store's notifier wakes workers in other processes (not only this one).
+    cross_process_notify: bool
+    #: True when several processes may share the store (false for the in-memory store).
+    shared: bool
+
+
+class Store(Protocol):
+    capabilities: StoreCapabilities
+
+    async def migrate(self) -> list[int]:
+        """Apply pending schema migrations; return the versions applied. Idempotent."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def notifier(self) -> Notifier:
+        """The notifier that suits this store (in-process, SQLite data_version, LISTEN/NOTIFY...)."""
+        ...
+
+    # -- transitions --------------------------------------------------------------------------------
+    async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
+        """Insert jobs (``phases[i]`` names the phases of ``jobs[i]``'s task, maybe empty).
+
+        - An idempotency key already used in the tenant returns the existing job (``created`` False) when
+          task, queue and payload are equal, else raises ``IdempotencyConflict``; nothing of the batch is kept.
+        - ``depends_on`` naming an unknown job raises ``UnknownDependency``; a job whose dependencies all
+          succeeded is runnable, one with a dead or cancelled dependency is cancelled at once, else blocked.
+          A dependency may be a job earlier in the same batch.
+        """
+        ...
+
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        """Claim up to ``limit`` runnable jobs (state queued / scheduled / failed with run_at <= now) in
+        ``priority DESC, run_at, id`` order; each becomes running with a new lease token, attempt + 1."""
+        ...
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
+        """Extend the leases still held; report which are held and which of those were asked to cancel."""
+        ...
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
+        """Store phase records / progress of running jobs (fenced). ``Changed.jobs`` are the ones held."""
+        ...
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        """running -> succeeded (fenced); dependents whose dependencies all succeeded become runnable."""
+        ...
+
+    async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
+        """running -> failed (retry at ``retry_at``) / dead / cancelled, keeping the error (fenced).
+        Dependents of a job that ended dead or cancelled are cancelled, transitively."""
+        ...
+
+    async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
+        """running -> queued without spending an attempt (fenced)."""
+        ...
+
+    async def cancel_jobs(self, ids: Sequence[JobId], reason: str, now: float, tenant: str | None = None) -> Changed:
+        """Cancel not-yet-running jobs at once (and their dependents); flag running ones (the worker sees
+        the flag on its next heartbeat). Terminal and unknown jobs are left out of the result."""
+        ...
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:
+        """Queue dead / cancelled / failed jobs again now, with a fresh attempt budget."""
+        ...
+
+    async def prune_jobs(self, stale_before: float, delete_before: float, now: float, limit: int) -> Pruned:
+        """Terminal jobs finished before ``stale_before`` become stale; stale jobs finished before
+        ``delete_before`` are deleted. Never touches a job that is not terminal."""
+        ...
+
+    # -- reads --------------------------------------------------------------------------------------
+    async def expired_jobs(self, now: float, limit: int) -> list[Job]:
+        """Running jobs whose lease expired before ``now`` (for the rescuer)."""
+        ...
+
+    async def get_jobs(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]: ...
+
+    async def list_jobs(self, filter: JobFilter) -> list[Job]:
+        """Newest first."""
+        ...
+
+    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
+        """Job counts by (queue, state)."""
+        ...
+
+    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+        """The earliest run_at among runnable jobs of ``queues`` (None: nothing runnable)."""
+        ...
+
+    async def list_events(
+        self, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None
+    ) -> list[Event]:
+        """Events with id > after_id, oldest first."""
+        ...

@@ -1,0 +1,162 @@
+"""The planner: what one run of a schedule creates. Planner functions, registered on the engine by name,
+compute a run's items at fire time; the template splits them into segments (``core.firing.plan_jobs``).
+
+    @engine.planner("changed-files")
+    async def changed_files(ctx: PlanContext) -> list[str]:
+        return await list_files(since=ctx.tick)     # [] -> the run completes at once as no_work
+
+A planner that raises (or returns something that is not a list) does not stop the scheduler: its run is
+recorded as ``error`` with the reason, and the tick is used up (it does not fire again).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from jobengine.core import firing
+from jobengine.core.ids import RunId, ScheduleId
+from jobengine.core.models import Json, NewJob, check_name
+from jobengine.core.runs import Run, RunState, RunSummary, RunTrigger
+from jobengine.core.schedules import ScheduleSpec
+from jobengine.errors import ConfigError
+from jobengine.ports.schedules import PlannedRun
+from jobengine.tasks import TaskRegistry
+
+PlannerFn = Callable[["PlanContext"], "Sequence[Json] | Awaitable[Sequence[Json] | None] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """What a planner function is told. ``tick`` None: a manual trigger or a retry. ``dry_run``: a
+    simulation asks (nothing will be created; a planner with side effects should skip them)."""
+
+    schedule_id: ScheduleId
+    spec: ScheduleSpec
+    tick: float | None
+    trigger: RunTrigger
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedRun:
+    """One future tick of a simulation: what its run would be."""
+
+    tick: float
+    jobs: tuple[NewJob, ...]
+    items: tuple[int, ...]  # items per job
+    no_work: bool = False
+    error: str | None = None  # the planner failed: the run would be recorded as error
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    spec: ScheduleSpec
+    fire_times: tuple[float, ...]
+    runs: tuple[SimulatedRun, ...]
+
+
+class PlannerRegistry:
+    def __init__(self) -> None:
+        self._planners: dict[str, PlannerFn] = {}
+
+    def add(self, name: str, fn: PlannerFn) -> None:
+        check_name("planner", name)
+        if name in self._planners:
+            raise ConfigError(f"planner {name!r} is registered twice")
+        self._planners[name] = fn
+
+    def get(self, name: str) -> PlannerFn | None:
+        return self._planners.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._planners))
+
+
+class PlannerError(Exception):
+    """The planner could not make a run's items (its message becomes the run's reason)."""
+
+
+async def items_of(planners: PlannerRegistry, ctx: PlanContext) -> list[Json] | None:
+    """The run's items: the template's list, or what its planner returns; None: the template does not fan
+    out (one job). Raises PlannerError."""
+    template = ctx.spec.template
+    if template.planner is None:
+        return None if template.items is None else list(template.items)
+    fn = planners.get(template.planner)
+    if fn is None:
+        raise PlannerError(f"planner {template.planner!r} is not registered in this process")
+    try:
+        result: Any = fn(ctx)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as exc:
+        raise PlannerError(f"planner {template.planner!r} raised {type(exc).__name__}: {exc}") from exc
+    if result is None:
+        return []
+    if isinstance(result, str | bytes) or not isinstance(result, Sequence):
+        raise PlannerError(f"planner {template.planner!r} returned {type(result).__name__}, expected a list")
+    return list(result)
+
+
+async def plan_run(
+    planners: PlannerRegistry,
+    tasks: TaskRegistry,
+    run: Run,
+    spec: ScheduleSpec,
+    *,
+    dry_run: bool = False,
+) -> PlannedRun:
+    """``run`` (state queued, summary empty) with its jobs, or born ``completed`` / ``no_work`` when there
+    are no items, or ``error`` when planning failed."""
+    now = run.created_at
+    try:
+        items = await items_of(planners, PlanContext(run.schedule_id, spec, run.tick, run.trigger, dry_run))
+        run_at = None
+        if run.tick is not None and spec.jitter:
+            run_at = run.tick + firing.jitter_offset(run.schedule_id, run.tick, spec.jitter)
+        registered = tasks.get(spec.template.task)
+        defaults = (
+            firing.JobDefaults(registered.queue, registered.priority, registered.max_attempts)
+            if registered is not None
+            else firing.JobDefaults()
+        )
+        jobs, counts = firing.plan_jobs(
+            spec.template, items, tenant=spec.tenant, run_id=run.id, schedule_id=run.schedule_id,
+            run_at=run_at, defaults=defaults,
+        )  # fmt: skip
+    except (PlannerError, ValueError) as exc:  # ValueError: InvalidSchedule / InvalidJob from the items
+        reason = str(exc)[:2000]
+        return PlannedRun(replace(run, state=RunState.ERROR, reason=reason, finished_at=now, updated_at=now))
+    if not jobs:
+        return PlannedRun(replace(run, state=RunState.COMPLETED, no_work=True, started_at=now, finished_at=now))
+    phases = tuple(_phase_names(tasks, j.task) for j in jobs)
+    run = replace(run, state=RunState.QUEUED, items=sum(counts), summary=RunSummary(total=len(jobs)))
+    return PlannedRun(run, tuple(jobs), phases, tuple(counts))
+
+
+def _phase_names(tasks: TaskRegistry, task: str) -> tuple[str, ...]:
+    spec = tasks.get(task)
+    return spec.phase_names if spec else ()
+
+
+def new_run(
+    run_id: RunId,
+    schedule_id: ScheduleId,
+    tenant: str,
+    trigger: RunTrigger,
+    now: float,
+    *,
+    tick: float | None = None,
+    reason: str | None = None,
+    actor: str | None = None,
+    parent_id: RunId | None = None,
+    fired_by: str | None = None,
+) -> Run:
+    return Run(
+        id=run_id, schedule_id=schedule_id, tenant=tenant, state=RunState.QUEUED, trigger=trigger,
+        created_at=now, updated_at=now, tick=tick, reason=reason, actor=actor, parent_id=parent_id,
+        fired_by=fired_by,
+    )  # fmt: skip

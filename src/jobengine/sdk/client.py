@@ -1,0 +1,144 @@
+"""An HTTP client for the jobengine API (httpx), with the retry policy every SDK call shares.
+
+Failure policy: a call that could not reach the server (connection refused or reset, a timeout) or got
+429 / 502 / 503 / 504 is retried with exponential backoff and full jitter, honouring ``Retry-After``, until
+``max_elapsed`` seconds have passed; then the last error is raised. Any other error status raises
+:class:`ApiError` at once, carrying the problem document (RFC 9457). Usage::
+
+    async with ApiClient("http://127.0.0.1:8080", key="je_...") as api:
+        job = await api.enqueue("greet", {"name": "Ada"}, priority=5)
+        same = await api.get(f"/api/v1/jobs/{job['id']}")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from jobengine.errors import JobEngineError
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+class ApiError(JobEngineError):
+    """The server refused a call. ``problem`` is its problem+json body (or a stand-in)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.problem = dict(problem)
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server asked to wait (``Retry-After`` as seconds or an HTTP date), if it did."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class ApiClient:
+    def __init__(
+        self,
+        base_url: str,
+        key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_elapsed: float = 60.0,
+        backoff_base: float = 0.1,
+        backoff_cap: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self.max_elapsed = max_elapsed
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.retries = 0  # calls retried so far (for tests and logs)
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return await self.request("GET", path, params=params)
+
+    async def post(
+        self, path: str, body: Any = None, *, idempotency_key: str | None = None, timeout: float | None = None
+    ) -> Any:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self.request("POST", path, json=body, headers=headers, timeout=timeout)
+
+    async def enqueue(
+        self, task: str, payload: Any = None, *, idempotency_key: str | None = None, **fields: Any
+    ) -> Any:
+        """POST /api/v1/jobs; returns the job. Always sends an ``Idempotency-Key`` (a new random one unless
+        given), so a call retried after a lost answer cannot enqueue twice."""
+        key = idempotency_key or uuid.uuid4().hex
+        return await self.post("/api/v1/jobs", {"task": task, "payload": payload, **fields}, idempotency_key=key)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        max_elapsed: float | None = None,
+    ) -> Any:
+        """Send a request, retrying as the module docstring says; returns the decoded JSON body."""
+        deadline = time.monotonic() + (self.max_elapsed if max_elapsed is None else max_elapsed)
+        attempt = 0
+        while True:
+            attempt += 1
+            wait: float | None = None
+            try:
+                response = await self._http.request(
+                    method, path, json=json, params=params, headers=headers,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )  # fmt: skip
+            except httpx.TransportError:
+                if time.monotonic() >= deadline:
+                    raise
+            else:
+                if response.status_code < 400:
+                    return response.json() if response.content else None
+                if response.status_code not in RETRY_STATUSES or time.monotonic() >= deadline:
+                    raise ApiError(response.status_code, _problem(response))
+                wait = retry_after(response)
+            self.retries += 1
+            backoff = random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+            delay = max(wait, backoff) if wait is not None else backoff
+            await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {"status": response.status_code, "detail": response.text[:500]}
+    return body if isinstance(body, dict) else {"status": response.status_code, "detail": str(body)[:500]}

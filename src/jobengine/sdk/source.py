@@ -1,0 +1,156 @@
+"""A :class:`~jobengine.worker.source.WorkerSource` over HTTP, so the in-process :class:`Worker` runtime runs
+unchanged against a remote server: the same pump, heartbeats, phases, batching and graceful shutdown.
+
+Each transition is one call of the worker protocol (``/api/v1/worker``); the server applies it through the
+same fenced engine transitions as an in-process worker, so a report about a lease this worker lost is
+refused there. Differences from the in-process source:
+
+- claims ask only for the tasks this worker has handlers for, and long-poll (``long_poll`` seconds) instead
+  of waiting on a notifier; :meth:`interrupt` ends a long-poll at once (shutdown);
+- expired leases are rescued by the server (``jobengine serve`` runs the rescuer), not by the worker;
+- retry delays travel as durations, so the worker's and the server's clocks need not agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from jobengine.core.clock import Clock, SystemClock, iso
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.sdk.client import ApiClient
+from jobengine.sdk.convert import job_from_json
+from jobengine.tasks import TaskRegistry
+
+_PREFIX = "/api/v1/worker"
+
+
+class _ClaimPacer:
+    """The runtime's Notifier. The claim itself long-polls, so after an empty claim there is nothing to wait
+    for; a short pause only keeps a server that answers at once (no long-poll) from being asked in a loop."""
+
+    def notify(self) -> None:
+        return None
+
+    async def wait(self, timeout: float) -> bool:
+        await asyncio.sleep(min(timeout, 0.05))
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class HttpWorkerSource:
+    def __init__(
+        self,
+        client: ApiClient,
+        tasks: TaskRegistry,
+        *,
+        long_poll: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.tasks = tasks
+        self.clock: Clock = clock or SystemClock()
+        self.long_poll = long_poll
+        self._pacer = _ClaimPacer()
+        self._stopping = asyncio.Event()
+        self._held: dict[JobId, Job] = {}  # claimed jobs, to answer "which are still held" with Jobs
+
+    def notifier(self) -> _ClaimPacer:
+        return self._pacer
+
+    def interrupt(self) -> None:
+        """Stop claiming: a long-poll in progress returns nothing at once, later claims return nothing."""
+        self._stopping.set()
+
+    async def fetch_jobs(self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float) -> list[Job]:
+        if self._stopping.is_set() or limit <= 0:
+            return []
+        body = {"worker_id": worker, "queues": list(queues), "tasks": self.tasks.names(), "limit": min(limit, 100),
+                "lease_seconds": float(lease_seconds), "wait": float(self.long_poll)}  # fmt: skip
+        claim = asyncio.ensure_future(self.client.post(f"{_PREFIX}/claim", body, timeout=self.long_poll + 30.0))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([claim, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not claim.done():
+            # Shutting down: drop the long-poll. A job the server leased in this very instant is rescued when
+            # its lease expires.
+            claim.cancel()
+            with contextlib.suppress(BaseException):
+                await claim
+            return []
+        jobs = [job_from_json(c["job"], c["lease"]) for c in claim.result()["jobs"]]
+        for job in jobs:
+            self._held[job.id] = job
+        return jobs
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
+        if not leases:
+            return Heartbeat(frozenset(), frozenset())
+        body = {"leases": [{"job_id": x.job_id, "token": x.token} for x in leases], "lease_seconds": lease_seconds}
+        # A heartbeat that cannot get through within a third of the lease is of no use any more.
+        out = await self.client.request("POST", f"{_PREFIX}/heartbeat", json=body, max_elapsed=lease_seconds / 3)
+        for lost in out["lost"]:
+            self._held.pop(JobId(lost), None)
+        return Heartbeat(frozenset(JobId(i) for i in out["held"]), frozenset(JobId(i) for i in out["cancel_requested"]))
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
+        if not updates:
+            return Changed()
+        body = {"updates": [_phase_update(u) for u in updates]}
+        out = await self.client.post(f"{_PREFIX}/phases", body)
+        return Changed([self._held[JobId(i)] for i in out["held"] if JobId(i) in self._held])
+
+    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
+        body = {"completions": [{"job_id": c.job_id, "token": c.token, "result": c.result} for c in completions]}
+        return await self._report(body, "completed")
+
+    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
+        now = self.clock.now()
+        return await self._report({"failures": [_failure(f, now) for f in failures]}, "failed")
+
+    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
+        return await self._report({"releases": [{"job_id": x.job_id, "token": x.token} for x in leases]}, "released")
+
+    async def _report(self, body: dict[str, Any], key: str) -> Changed:
+        out = await self.client.post(f"{_PREFIX}/report", body)
+        done = [self._held.pop(JobId(i)) for i in out[key] if JobId(i) in self._held]
+        for refused in out["refused"]:
+            self._held.pop(JobId(refused), None)
+        return Changed(done)
+
+    async def rescue_jobs(self) -> Changed:
+        return Changed()  # the server rescues expired leases
+
+    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+        return None  # the claim's long-poll waits for the next job
+
+
+def _phase_update(u: PhaseUpdate) -> dict[str, Any]:
+    phases = [
+        {"name": p.name, "state": p.state.value, "progress": min(1.0, max(0.0, float(p.progress))),
+         "message": (p.message or "")[:2000] or None, "result": p.result, "checkpoint": p.checkpoint,
+         "started_at": iso(p.started_at), "finished_at": iso(p.finished_at)}
+        for p in u.phases
+    ]  # fmt: skip
+    data = dict(u.event_data) if u.event_data is not None else None
+    return {"job_id": u.job_id, "token": u.token, "phases": phases, "event": u.event, "event_data": data}
+
+
+def _failure(f: Failure, now: float) -> dict[str, Any]:
+    error = {"type": f.error.type[:200] or "Exception", "message": f.error.message[:2000],
+             "traceback": (f.error.traceback or "")[-20_000:] or None}  # fmt: skip
+    out: dict[str, Any] = {"job_id": f.job_id, "token": f.token, "error": error}
+    if f.outcome is FailOutcome.CANCELLED:
+        out["cancelled"] = True
+    elif f.outcome is FailOutcome.DEAD:
+        out["retryable"] = False
+    else:
+        out["retry_delay"] = max(0.0, (f.retry_at or now) - now)
+    return out

@@ -1,0 +1,206 @@
+"""The one JSON shape of jobs and events that every edge prints or serves (CLI ``--json``, the HTTP API).
+
+The shape is a public contract: add keys, never rename or remove them. Times are ISO 8601 strings in UTC
+with milliseconds (``2024-05-01T12:00:00.000+00:00``) or null; ``depends_on`` is a list of ids. The lease
+token is never exposed: it is the fencing secret of the worker that holds the job. Usage::
+
+    print(json.dumps(job_to_json(await engine.get_job(job_id))))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobengine.core.clock import iso
+from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
+from jobengine.core.runs import Run, Segment
+from jobengine.core.schedules import JobTemplate, Schedule
+from jobengine.core.signatures import Signature
+from jobengine.scheduler.planning import Simulation
+
+JsonObject = dict[str, Any]
+
+
+def phase_to_json(phase: Phase) -> JsonObject:
+    return {
+        "name": phase.name,
+        "state": phase.state.value,
+        "progress": phase.progress,
+        "message": phase.message,
+        "result": phase.result,
+        "checkpoint": phase.checkpoint,
+        "started_at": iso(phase.started_at),
+        "finished_at": iso(phase.finished_at),
+    }
+
+
+def error_to_json(error: AttemptError) -> JsonObject:
+    return {
+        "attempt": error.attempt,
+        "at": iso(error.at),
+        "type": error.type,
+        "message": error.message,
+        "traceback": error.traceback,
+        "worker": error.worker,
+    }
+
+
+def job_to_json(job: Job) -> JsonObject:
+    """Every public field of ``job`` as JSON-ready values (see the module docstring for the rules)."""
+    lease = None
+    if job.lease_worker is not None:
+        lease = {"worker": job.lease_worker, "expires_at": iso(job.lease_expires_at)}
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "queue": job.queue,
+        "task": job.task,
+        "state": job.state.value,
+        "outcome": job.outcome.value if job.outcome is not None else None,
+        "payload": job.payload,
+        "priority": job.priority,
+        "run_at": iso(job.run_at),
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "idempotency_key": job.idempotency_key,
+        "depends_on": list(job.depends_on),
+        "timeout": job.timeout,
+        "lease": lease,
+        "cancel_requested": job.cancel_requested,
+        "reason": job.reason,
+        "progress": job.progress,
+        "phases": [phase_to_json(p) for p in job.phases],
+        "result": job.result,
+        "errors": [error_to_json(e) for e in job.errors],
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+        "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at),
+        "run_id": job.run_id,
+        "schedule_id": job.schedule_id,
+    }
+
+
+def event_to_json(event: Event) -> JsonObject:
+    """An event as JSON: ``data`` is passed through as the store recorded it."""
+    return {
+        "id": event.id,
+        "at": iso(event.at),
+        "type": event.type,
+        "tenant": event.tenant,
+        "job_id": event.job_id,
+        "queue": event.queue,
+        "task": event.task,
+        "data": dict(event.data),
+    }
+
+
+# -- the scheduler: schedules, runs, segments, signatures, simulations --------------------------------------
+def template_to_json(template: JobTemplate) -> JsonObject:
+    return template.to_json()
+
+
+def schedule_to_json(schedule: Schedule) -> JsonObject:
+    """A schedule: its spec (``every`` and ``jitter`` in seconds) and where it stands."""
+    spec = schedule.spec
+    return {
+        "id": schedule.id,
+        "tenant": spec.tenant,
+        "name": spec.name,
+        "cron": spec.cron,
+        "every": spec.every,
+        "timezone": spec.timezone,
+        "template": template_to_json(spec.template),
+        "overlap": spec.overlap.value,
+        "misfire": spec.misfire.value,
+        "catch_up": spec.catch_up,
+        "jitter": spec.jitter,
+        "enabled": spec.enabled,
+        "version": schedule.version,
+        "next_fire_at": iso(schedule.next_fire_at),
+        "last_tick": iso(schedule.cursor),
+        "created_at": iso(schedule.created_at),
+        "updated_at": iso(schedule.updated_at),
+        "created_by": schedule.created_by,
+        "updated_by": schedule.updated_by,
+    }
+
+
+def run_to_json(run: Run) -> JsonObject:
+    return {
+        "id": run.id,
+        "schedule_id": run.schedule_id,
+        "tenant": run.tenant,
+        "state": run.state.value,
+        "trigger": run.trigger.value,
+        "tick": iso(run.tick),
+        "reason": run.reason,
+        "actor": run.actor,
+        "parent_id": run.parent_id,
+        "no_work": run.no_work,
+        "items": run.items,
+        "summary": run.summary.to_json(),
+        "fired_by": run.fired_by,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+    }
+
+
+def segment_to_json(segment: Segment) -> JsonObject:
+    return {
+        "run_id": segment.run_id,
+        "job_id": segment.job_id,
+        "segment": segment.index,
+        "items": segment.items,
+        "outcome": segment.outcome.value if segment.outcome is not None else None,
+        "duration": segment.duration,
+    }
+
+
+def signature_to_json(s: Signature) -> JsonObject:
+    return {
+        "tenant": s.tenant,
+        "key": s.key,
+        "error_type": s.error_type,
+        "message": s.message,
+        "frames": list(s.frames),
+        "task": s.task,
+        "occurrences": s.occurrences,
+        "first_seen": iso(s.first_seen),
+        "last_seen": iso(s.last_seen),
+        "sample_job_ids": list(s.sample_job_ids),
+        "status": s.status.value,
+        "non_retryable": s.non_retryable,
+        "updated_at": iso(s.updated_at),
+    }
+
+
+def new_job_to_json(job: NewJob) -> JsonObject:
+    """A job that would be created (a simulation): the request, not a stored job."""
+    return {
+        "task": job.task,
+        "queue": job.queue,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "tenant": job.tenant,
+        "run_at": iso(job.run_at),
+        "payload": job.payload,
+    }
+
+
+def simulation_to_json(simulation: Simulation) -> JsonObject:
+    return {
+        "fire_times": [iso(t) for t in simulation.fire_times],
+        "runs": [
+            {
+                "tick": iso(r.tick),
+                "no_work": r.no_work,
+                "error": r.error,
+                "items": list(r.items),
+                "jobs": [new_job_to_json(j) for j in r.jobs],
+            }
+            for r in simulation.runs
+        ],
+    }

@@ -1,0 +1,160 @@
+"""Settings: read once at the edge (CLI) from ``jobengine.yaml`` and ``JOBENGINE_*``, then passed down frozen.
+
+Environment overrides use the field name upper-cased: ``JOBENGINE_DATABASE=/data/jobs.db``,
+``JOBENGINE_WORKER_CONCURRENCY=20``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobengine.delivery.config import QueueConfig
+from jobengine.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    #: ``memory``, a SQLite file path (``./jobengine.db``), ``sqlite:///path`` or ``postgresql://...``.
+    database: str = "./jobengine.db"
+    sqlite_synchronous: str = "FULL"
+    #: The level of a worker's own transitions (claim, heartbeat, complete, fail, release; never more than
+    #: sqlite_synchronous): NORMAL loses no acknowledged job on power loss, only worker progress, which is
+    #: redone (see backends/sqlite/store.py).
+    sqlite_worker_synchronous: str = "NORMAL"
+    postgres_schema: str = "jobengine"  # the schema that holds jobengine's tables in a postgresql:// database
+    postgres_pool_size: int = 10  # connections per process (per event loop)
+    worker_concurrency: int = 10
+    worker_queues: tuple[str, ...] = ()  # empty: every queue of the registered tasks
+    lease_seconds: float = 30.0
+    heartbeat_interval: float = 0.0  # 0: a third of the lease
+    poll_interval: float = 1.0
+    rescue_interval: float = 5.0
+    fetch_batch: int = 0  # 0: up to the free slots
+    grace_period: float = 30.0
+    retention_interval: float = 60.0
+    stale_after: float = 7 * 86400.0
+    delete_after: float = 30 * 86400.0
+    # -- the scheduler (jobengine scheduler / up) --
+    scheduler_poll_interval: float = 1.0  # longest sleep between passes; how soon a new schedule is seen
+    scheduler_lease_seconds: float = 5.0  # the SQLite leader's lease (PostgreSQL uses an advisory lock)
+    #: A tick seen later than this after its time counts as missed (misfire policy); sooner, it fires as on
+    #: time. Longer than a leader fail-over (the lease plus a poll), so a fail-over loses no tick.
+    scheduler_misfire_grace: float = 15.0
+    scheduler_reconcile_interval: float = 10.0  # how often runs are checked against their jobs
+    signature_cache_seconds: float = 2.0  # a signature marked non-retryable elsewhere applies within this
+    event_retention: float = 0.0  # seconds events are kept (0: forever); SSE resumes within it
+    # -- the HTTP API (jobengine serve / up) --
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    api_max_body_bytes: int = 1_048_576  # larger request bodies get 413
+    api_key_cache_seconds: float = 5.0  # a key revoked in another process is refused within this time
+    idempotency_ttl: float = 86400.0  # how long an Idempotency-Key's first answer is replayed
+    sse_keepalive: float = 15.0  # seconds between keep-alive comments on an idle stream
+    sse_buffer: int = 1000  # events buffered per stream; a client that stops reading is dropped past it
+    sse_poll_interval: float = 1.0  # an idle stream looks for other processes' events this often
+    claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
+    # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
+    queue: QueueConfig = field(default_factory=QueueConfig)
+
+    def __post_init__(self) -> None:
+        positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be a positive number of seconds")
+        if self.postgres_pool_size < 1:
+            raise ConfigError("postgres_pool_size: must be at least 1")
+        if self.worker_concurrency < 1:
+            raise ConfigError("worker_concurrency: must be at least 1")
+        if self.grace_period < 0:
+            raise ConfigError("grace_period: must be >= 0 seconds")
+        if self.delete_after < self.stale_after:
+            raise ConfigError("delete_after: must be >= stale_after")
+        if self.heartbeat_interval and self.heartbeat_interval >= self.lease_seconds:
+            raise ConfigError("heartbeat_interval: must be shorter than lease_seconds")
+        if self.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigError("sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA")
+        if self.sqlite_worker_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigError("sqlite_worker_synchronous: one of OFF, NORMAL, FULL, EXTRA")
+        scheduler = ("scheduler_poll_interval", "scheduler_lease_seconds", "scheduler_reconcile_interval")
+        for name in scheduler:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be a positive number of seconds")
+        if self.scheduler_misfire_grace <= self.scheduler_lease_seconds + self.scheduler_poll_interval:
+            raise ConfigError(
+                "scheduler_misfire_grace: must be longer than scheduler_lease_seconds + scheduler_poll_interval "
+                "(else a leader fail-over would count on-time ticks as missed)"
+            )
+        if self.signature_cache_seconds < 0:
+            raise ConfigError("signature_cache_seconds: must be >= 0 seconds")
+        more_positive = ("sse_keepalive", "sse_poll_interval", "idempotency_ttl", "claim_max_wait")
+        for name in more_positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be a positive number of seconds")
+        if self.event_retention < 0 or self.api_key_cache_seconds < 0:
+            raise ConfigError("event_retention: must be >= 0 seconds" if self.event_retention < 0
+                              else "api_key_cache_seconds: must be >= 0 seconds")  # fmt: skip
+        if not 0 <= self.api_port < 65536:
+            raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
+        if self.api_max_body_bytes < 1024:
+            raise ConfigError("api_max_body_bytes: must be at least 1024")
+        if self.sse_buffer < 1:
+            raise ConfigError("sse_buffer: must be at least 1")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease_seconds / 3
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+        """YAML file (if given or ``./jobengine.yaml`` exists), then ``JOBENGINE_*`` overrides."""
+        values: dict[str, Any] = {}
+        candidate = Path(path) if path else Path("jobengine.yaml")
+        if path and not candidate.exists():
+            raise ConfigError(f"config: {candidate} does not exist")
+        if candidate.exists():
+            try:
+                loaded = yaml.safe_load(candidate.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"config: {candidate} is not valid YAML: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"config: {candidate} must hold a mapping")
+            values.update(loaded)
+        return cls.from_mapping(values, env if env is not None else os.environ)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+        known = {f.name: f for f in fields(cls)}
+        merged: dict[str, Any] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"{key}: unknown setting (known: {', '.join(sorted(known))})")
+            merged[key] = value
+        for name in known:
+            raw = (env or {}).get("JOBENGINE_" + name.upper())
+            if raw is not None:
+                merged[name] = raw
+        base = cls()
+        coerced: dict[str, Any] = {}
+        if "queue" in merged or any(k.startswith("JOBENGINE_QUEUE_") for k in env or {}):
+            coerced["queue"] = QueueConfig.load(merged.pop("queue", None), env)
+        for key, value in merged.items():
+            default = getattr(base, key)
+            try:
+                if isinstance(default, tuple):
+                    items = value.split(",") if isinstance(value, str) else value
+                    coerced[key] = tuple(str(v).strip() for v in items if str(v).strip())
+                elif isinstance(default, float):
+                    coerced[key] = float(value)
+                elif isinstance(default, int):
+                    coerced[key] = int(value)
+                else:
+                    coerced[key] = str(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
+        return replace(base, **coerced)

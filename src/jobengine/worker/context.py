@@ -1,0 +1,102 @@
+"""The context a task receives: its job, its phase, progress, checkpoints and cancellation.
+
+Async tasks get a :class:`JobContext`; sync tasks, which run in threads, get a :class:`SyncJobContext`
+whose ``save_checkpoint`` blocks until the checkpoint is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from jobengine.core.models import Job, Json, Phase, PhaseState
+from jobengine.errors import Cancelled
+
+
+class _Shared:
+    """State shared by a job's context and the runtime that drives it."""
+
+    def __init__(self, job: Job, persist: Callable[[_Shared, str | None], Awaitable[None]]) -> None:
+        self.job = job
+        self.phases: list[Phase] = list(job.phases)
+        self.index = 0
+        self.results: dict[str, Json] = {}
+        self.dirty = False
+        self.cancel = threading.Event()
+        self.persist = persist
+
+
+class JobContext:
+    def __init__(self, shared: _Shared) -> None:
+        self._s = shared
+
+    @property
+    def job(self) -> Job:
+        return self._s.job
+
+    @property
+    def job_id(self) -> str:
+        return self._s.job.id
+
+    @property
+    def payload(self) -> Any:
+        return self._s.job.payload
+
+    @property
+    def attempt(self) -> int:
+        return self._s.job.attempt
+
+    @property
+    def phase(self) -> str:
+        """The name of the phase running now."""
+        return self._s.phases[self._s.index].name if self._s.phases else "run"
+
+    @property
+    def results(self) -> Mapping[str, Json]:
+        """Results of the phases that already succeeded (in this attempt or an earlier one)."""
+        return self._s.results
+
+    @property
+    def checkpoint(self) -> Json:
+        """The checkpoint this phase saved before the process running it died (None if none)."""
+        return self._s.phases[self._s.index].checkpoint if self._s.phases else None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._s.cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._s.cancel.is_set():
+            raise Cancelled(f"job {self.job_id} was cancelled")
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report progress of the current phase (0..1). Stored with the next heartbeat, not at once."""
+        self._ensure_phase()
+        p = self._s.phases[self._s.index]
+        self._s.phases[self._s.index] = replace(p, progress=max(0.0, min(1.0, float(fraction))), message=message)
+        self._s.dirty = True
+
+    async def save_checkpoint(self, data: Json) -> None:
+        """Store ``data`` now; if the process dies in this phase, the next attempt finds it in
+        ``ctx.checkpoint``."""
+        self._ensure_phase()
+        p = self._s.phases[self._s.index]
+        self._s.phases[self._s.index] = replace(p, checkpoint=data)
+        await self._s.persist(self._s, None)
+
+    def _ensure_phase(self) -> None:
+        if not self._s.phases:  # a plain task: its implicit phase is created on first use
+            self._s.phases.append(Phase(name="run", state=PhaseState.RUNNING))
+
+
+class SyncJobContext(JobContext):
+    def __init__(self, shared: _Shared, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(shared)
+        self._loop = loop
+
+    def save_checkpoint(self, data: Json) -> None:  # type: ignore[override]
+        fut = asyncio.run_coroutine_threadsafe(JobContext.save_checkpoint(self, data), self._loop)
+        fut.result()

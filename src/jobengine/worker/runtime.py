@@ -1,0 +1,458 @@
+"""The worker: a pump claims runnable jobs into a concurrency-limited pool, heartbeats extend their leases,
+outcomes are batched to the store, and a rescuer returns the jobs of dead workers.
+
+Failure policy:
+- an exception in a task is a failed attempt: retried with the task's backoff until ``max_attempts``,
+  then ``dead``; ``NonRetryable`` goes to ``dead`` at once; a timeout is a failed attempt;
+- a lost lease (another worker owns the job now) stops the task and reports nothing;
+- a cancel request sets ``ctx.cancelled`` (and cancels an async task at its next ``await``);
+- stop(): stop claiming, let in-flight jobs finish within the grace period, then release the rest back to
+  ``queued`` without spending an attempt; a second stop() releases at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from jobengine.core.ids import JobId, LeaseToken, WorkerId
+from jobengine.core.models import (
+    AttemptError,
+    Completion,
+    FailOutcome,
+    Failure,
+    Job,
+    Json,
+    Lease,
+    Phase,
+    PhaseState,
+    PhaseUpdate,
+    overall_progress,
+)
+from jobengine.errors import Cancelled, NonRetryable, TaskTimeout, UnknownTask
+from jobengine.tasks import PhaseSpec, TaskSpec
+from jobengine.worker.context import JobContext, SyncJobContext, _Shared
+from jobengine.worker.source import WorkerSource
+
+log = logging.getLogger("jobengine.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    queues: tuple[str, ...] = ()  # empty: every queue the registered tasks use, plus "default"
+    concurrency: int = 10
+    lease_seconds: float = 30.0
+    heartbeat_every: float = 10.0
+    progress_every: float = 0.5
+    poll_interval: float = 1.0
+    rescue_interval: float = 5.0
+    grace_period: float = 30.0
+    fetch_batch: int = 0  # 0: as many as there are free slots
+    worker_id: str | None = None
+
+
+class _LeaseLost(Exception):
+    pass
+
+
+class _Running:
+    __slots__ = ("in_thread", "lease", "shared", "stop_reason", "task")
+
+    def __init__(self, job: Job, shared: _Shared) -> None:
+        assert job.lease_token is not None
+        self.lease = Lease(job.id, job.lease_token)
+        self.shared = shared
+        self.task: asyncio.Task[None] | None = None
+        self.stop_reason: str | None = None  # lease_lost | cancel | shutdown
+        self.in_thread = False
+
+
+def _error(
+    job: Job, exc: BaseException, worker: str, type_: str | None = None, message: str | None = None
+) -> AttemptError:
+    return AttemptError(
+        attempt=job.attempt,
+        at=0.0,
+        type=type_ or type(exc).__name__,
+        message=(message or str(exc) or type(exc).__name__)[:2000],
+        traceback="".join(traceback.format_exception(exc))[-8000:],
+        worker=worker,
+    )
+
+
+class Worker:
+    def __init__(self, source: WorkerSource, options: WorkerOptions | None = None) -> None:
+        self.source = source
+        self.options = opts = options or WorkerOptions()
+        self.id = WorkerId(opts.worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}")
+        self.queues: tuple[str, ...] = opts.queues or tuple(source.tasks.queues())
+        self._inflight: dict[JobId, _Running] = {}
+        self._completions: list[Completion] = []
+        self._failures: list[Failure] = []
+        self._releases: list[Lease] = []
+        self._executor = ThreadPoolExecutor(opts.concurrency, thread_name_prefix="jobengine-task")
+        self._stop_requests = 0
+        self._stop: asyncio.Event | None = None
+        self._hard: asyncio.Event | None = None
+        self._slot_free: asyncio.Event | None = None
+        self._flush_wanted: asyncio.Event | None = None
+        self._closing = False  # run() is ending: the flusher finishes its batch and returns
+        self.processed = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """First call: graceful (finish within the grace period, release the rest); second: release now."""
+        self._stop_requests += 1
+        if self._stop is not None:
+            self._stop.set()
+            if self._stop_requests > 1 and self._hard is not None:
+                self._hard.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; returns when every claimed job finished or was released."""
+        self._stop, self._hard = asyncio.Event(), asyncio.Event()
+        self._slot_free, self._flush_wanted = asyncio.Event(), asyncio.Event()
+        if self._stop_requests:
+            self._stop.set()
+        log.info("worker %s started on queues %s", self.id, ",".join(self.queues))
+        pump = asyncio.create_task(self._pump(), name="jobengine-pump")
+        helpers = [
+            asyncio.create_task(self._heartbeat_loop(), name="jobengine-heartbeat"),
+            asyncio.create_task(self._progress_loop(), name="jobengine-progress"),
+            asyncio.create_task(self._rescue_loop(), name="jobengine-rescuer"),
+            asyncio.create_task(self._flush_loop(), name="jobengine-flusher"),
+        ]
+        try:
+            await self._stop.wait()
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            await self._drain()
+        finally:
+            pump.cancel()
+            *others, flusher = helpers
+            for t in others:
+                t.cancel()
+            # The flusher is not cancelled but told to finish: cancelled while a report is in the store's
+            # hands, the report may still be applied while its events never reach the bus.
+            self._closing = True
+            self._flush_wanted.set()
+            await asyncio.gather(pump, *others, return_exceptions=True)
+            await asyncio.gather(flusher, return_exceptions=True)
+            await self._flush(final=True)  # whatever is left, if the flusher gave up
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped", self.id)
+
+    async def _drain(self) -> None:
+        assert self._hard is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.grace_period
+        hard = asyncio.create_task(self._hard.wait())
+        try:
+            while not hard.done():
+                running = {r.task for r in self._inflight.values() if r.task is not None and not r.task.done()}
+                remaining = deadline - loop.time()
+                if not running or remaining <= 0:
+                    break
+                log.info("waiting up to %.0fs for %d jobs in flight", remaining, len(running))
+                await asyncio.wait([*running, hard], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hard.cancel()
+        for run in list(self._inflight.values()):
+            run.stop_reason = "shutdown"
+            run.shared.cancel.set()
+            if run.task is not None:
+                run.task.cancel()
+        await asyncio.gather(*(r.task for r in list(self._inflight.values()) if r.task), return_exceptions=True)
+
+    # -- the pump -----------------------------------------------------------------------------------
+    async def _pump(self) -> None:
+        assert self._slot_free is not None
+        notifier = self.source.notifier()
+        opts = self.options
+        failures = 0
+        while True:
+            free = opts.concurrency - len(self._inflight)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            limit = min(free, opts.fetch_batch) if opts.fetch_batch else free
+            try:
+                jobs = await self._fetch(limit)
+                failures = 0
+            except Exception:
+                failures += 1
+                log.exception("fetching jobs failed; retrying")
+                await asyncio.sleep(min(5.0, 0.05 * 2**failures))
+                continue
+            for job in jobs:
+                self._start(job)
+            if len(jobs) < limit:
+                timeout = opts.poll_interval
+                if not jobs:
+                    nxt = await self.source.next_run_at(self.queues)
+                    if nxt is not None:
+                        timeout = max(0.0, min(timeout, nxt - self.source.clock.now()))
+                if timeout > 0:
+                    try:
+                        await notifier.wait(timeout)
+                    except Exception:  # a notifier must not raise; if one does, the pump polls on
+                        log.exception("waiting for work failed; polling")
+                        await asyncio.sleep(min(timeout, 0.5))
+
+    async def _fetch(self, limit: int) -> list[Job]:
+        """Claim jobs. Stopping cancels the pump, maybe while a claim is in the store's hands, and a store
+        may still apply a claim whose caller went away (SQLite's does): those jobs would stay running with
+        no worker until their lease expired, each losing an attempt. So the claim is awaited to its end
+        and what it claimed is released (no attempt spent) before the cancellation goes on."""
+        claim = asyncio.ensure_future(self.source.fetch_jobs(self.queues, limit, self.id, self.options.lease_seconds))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                self._releases.extend(leases_of(await claim))
+            raise
+
+    def _start(self, job: Job) -> None:
+        shared = _Shared(job, self._persist)
+        run = _Running(job, shared)
+        self._inflight[job.id] = run
+        run.task = asyncio.create_task(self._execute(run), name=f"jobengine-job-{job.id}")
+
+    # -- running one job ----------------------------------------------------------------------------
+    async def _execute(self, run: _Running) -> None:
+        job = run.shared.job
+        spec = self.source.tasks.get(job.task)
+        try:
+            if spec is None:
+                raise UnknownTask(job.task)
+            timeout = job.timeout or spec.timeout
+            try:
+                async with asyncio.timeout(timeout) as cm:
+                    result = await self._run_phases(spec, run)
+            except TimeoutError as exc:
+                if cm.expired():
+                    run.shared.cancel.set()
+                    raise TaskTimeout(f"timed out after {timeout:g}s") from exc
+                raise
+            if run.stop_reason != "lease_lost":
+                self._completions.append(Completion(job.id, run.lease.token, result))
+        except asyncio.CancelledError:
+            if run.stop_reason == "cancel":
+                self._failures.append(self._failure(run, spec, Cancelled("cancelled"), FailOutcome.CANCELLED))
+            elif run.stop_reason != "lease_lost":
+                self._releases.append(run.lease)
+        except _LeaseLost:
+            pass
+        except Cancelled as exc:
+            self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
+        except NonRetryable as exc:
+            self._failures.append(self._failure(run, spec, exc, FailOutcome.DEAD))
+        except Exception as exc:
+            if run.stop_reason == "lease_lost":
+                pass
+            elif run.stop_reason == "cancel":
+                self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
+            else:
+                retry = job.attempt < job.max_attempts
+                self._failures.append(self._failure(run, spec, exc, FailOutcome.RETRY if retry else FailOutcome.DEAD))
+        finally:
+            self._inflight.pop(job.id, None)
+            self.processed += 1
+            assert self._slot_free is not None and self._flush_wanted is not None
+            self._slot_free.set()
+            self._flush_wanted.set()
+
+    def _failure(self, run: _Running, spec: TaskSpec | None, exc: BaseException, outcome: FailOutcome) -> Failure:
+        job = run.shared.job
+        now = self.source.clock.now()
+        err = replace(_error(job, exc, self.id), at=now)
+        retry_at = None
+        if outcome is FailOutcome.RETRY:
+            delay = spec.retry.delay(job.attempt) if spec is not None else 1.0
+            retry_at = now + delay
+        return Failure(job.id, run.lease.token, err, outcome, retry_at)
+
+    async def _run_phases(self, spec: TaskSpec, run: _Running) -> Json:
+        s = run.shared
+        if not spec.explicit_phases:
+            if s.phases:  # an earlier attempt reported progress or saved a checkpoint
+                s.phases[0] = replace(s.phases[0], state=PhaseState.RUNNING)
+            return await self._call(spec.phases[0], run)
+        stored = {p.name: p for p in s.phases}
+        s.phases = [stored.get(ps.name) or Phase(ps.name) for ps in spec.phases]
+        for i, ps in enumerate(spec.phases):
+            rec = s.phases[i]
+            if rec.state is PhaseState.SUCCEEDED:
+                s.results[ps.name] = rec.result
+                continue
+            s.index = i
+            now = self.source.clock.now()
+            s.phases[i] = replace(rec, state=PhaseState.RUNNING, started_at=now, finished_at=None, message=None)
+            await self._persist(s, "started")
+            try:
+                result = await self._call(ps, run)
+            except Exception as exc:
+                s.phases[i] = replace(
+                    s.phases[i], state=PhaseState.FAILED, message=str(exc)[:500], finished_at=self.source.clock.now()
+                )
+                if run.stop_reason is None:
+                    with contextlib.suppress(Exception):
+                        await self._persist(s, "failed")
+                raise
+            s.phases[i] = replace(
+                s.phases[i], state=PhaseState.SUCCEEDED, result=result, progress=1.0,
+                finished_at=self.source.clock.now(), message=None,
+            )  # fmt: skip
+            s.results[ps.name] = result
+            await self._persist(s, "succeeded")
+        return dict(s.results)
+
+    async def _call(self, ps: PhaseSpec, run: _Running) -> Any:
+        if ps.is_async:
+            run.in_thread = False
+            return await ps.fn(JobContext(run.shared))
+        run.in_thread = True
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, ps.fn, SyncJobContext(run.shared, loop))
+
+    async def _persist(self, s: _Shared, event: str | None) -> None:
+        """Store the phase records now (fenced); raise _LeaseLost if the job is no longer ours."""
+        job = s.job
+        assert job.lease_token is not None
+        name = s.phases[s.index].name if s.phases else "run"
+        update = PhaseUpdate(
+            job.id,
+            LeaseToken(job.lease_token),
+            tuple(s.phases),
+            event=event and f"phase.{event}",
+            event_data={"phase": name, "index": s.index, "job_progress": overall_progress(s.phases)} if event else None,
+        )
+        s.dirty = False
+        changed = await self.source.save_phases([update])
+        if not changed.jobs:
+            run = self._inflight.get(job.id)
+            if run is not None:
+                run.stop_reason = "lease_lost"
+            raise _LeaseLost(job.id)
+
+    # -- helpers running beside the pump ------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat_every)
+            try:
+                await self._heartbeat()
+            except Exception:
+                log.exception("heartbeat failed; will retry")
+
+    async def _progress_loop(self) -> None:
+        """Save reported progress every ``progress_every`` seconds, batched, with a ``phase.progress``
+        event, so watchers (live view, SSE, dashboard) see it move without a write per report."""
+        while True:
+            await asyncio.sleep(self.options.progress_every)
+            try:
+                await self._save_progress()
+            except Exception:
+                log.exception("saving progress failed; will retry")
+
+    async def _save_progress(self) -> None:
+        updates = []
+        for r in list(self._inflight.values()):
+            s = r.shared
+            if not s.dirty or not s.phases:
+                continue
+            s.dirty = False
+            current = s.phases[s.index]
+            data = {"phase": current.name, "index": s.index, "progress": current.progress,
+                    "job_progress": overall_progress(s.phases), "message": current.message}  # fmt: skip
+            updates.append(PhaseUpdate(r.lease.job_id, r.lease.token, tuple(s.phases), "phase.progress", data))
+        if updates:
+            await self.source.save_phases(updates)
+
+    async def _heartbeat(self) -> None:
+        runs = list(self._inflight.values())
+        if not runs:
+            return
+        hb = await self.source.heartbeat_jobs([r.lease for r in runs], self.options.lease_seconds)
+        for r in runs:
+            if r.task is None or r.task.done() or self._inflight.get(r.lease.job_id) is not r:
+                continue
+            if r.lease.job_id not in hb.held:
+                log.warning("lease of job %s lost; stopping it", r.lease.job_id)
+                r.stop_reason = "lease_lost"
+                r.shared.cancel.set()
+                r.task.cancel()
+            elif r.lease.job_id in hb.cancel_requested and r.stop_reason is None:
+                r.stop_reason = "cancel"
+                r.shared.cancel.set()
+                if not r.in_thread:
+                    r.task.cancel()
+
+    async def _rescue_loop(self) -> None:
+        while True:
+            try:
+                changed = await self.source.rescue_jobs()
+                if changed.jobs:
+                    log.warning("rescued %d jobs whose lease expired", len(changed.jobs))
+            except Exception:
+                log.exception("rescue failed; will retry")
+            await asyncio.sleep(self.options.rescue_interval)
+
+    async def _flush_loop(self) -> None:
+        assert self._flush_wanted is not None
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            await asyncio.sleep(0)  # let jobs finishing in this same loop turn join the batch
+            await self._flush()
+            if self._closing:
+                return
+
+    async def _flush(self, final: bool = False) -> None:
+        tries = 0
+        while self._completions or self._failures or self._releases:
+            completions, self._completions = self._completions, []
+            failures, self._failures = self._failures, []
+            releases, self._releases = self._releases, []
+            try:
+                if completions:
+                    await self.source.complete_jobs(completions)
+                if failures:
+                    await self.source.fail_jobs(failures)
+                if releases:
+                    await self.source.release_jobs(releases)
+            except asyncio.CancelledError:
+                # Cancelled (run() itself was) while this batch was on its way to the store: keep it for the
+                # final flush. Sending a report again is safe, as every report is fenced by its lease token
+                # (one the store already applied changes nothing the second time).
+                self._completions[:0], self._failures[:0], self._releases[:0] = completions, failures, releases
+                raise
+            except Exception:
+                # Keep them: the lease protects the jobs meanwhile, and a late report is fenced.
+                self._completions[:0], self._failures[:0], self._releases[:0] = completions, failures, releases
+                tries += 1
+                log.exception("reporting outcomes failed (try %d)", tries)
+                if (final or self._closing) and tries >= 5:  # shutting down: do not retry forever
+                    return
+                await asyncio.sleep(min(2.0, 0.05 * 2**tries))
+
+
+class _Timeout(Exception):
+    pass
+
+
+def leases_of(jobs: Sequence[Job]) -> list[Lease]:
+    return [Lease(j.id, j.lease_token) for j in jobs if j.lease_token is not None]

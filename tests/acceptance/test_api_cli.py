@@ -1,0 +1,67 @@
+"""``jobengine keys``, ``jobengine serve`` and the API of ``jobengine up``, as real processes."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import httpx
+
+from .test_cli import Cli, assert_one_error_line, cli, wait_for
+
+__all__ = ["cli"]  # the fixture, shared with test_cli.py
+
+
+def test_keys_create_list_and_revoke(cli: Cli) -> None:
+    created = cli.json("keys", "create", "--tenant", "acme", "--scope", "jobs:read", "--scope", "worker",
+                       "--name", "ci")  # fmt: skip
+    assert created["key"].startswith(f"je_{created['id']}_")
+    assert (created["tenant"], created["scopes"], created["revoked_at"]) == ("acme", ["jobs:read", "worker"], None)
+    plain = cli("keys", "create").stdout  # tenant default, scope admin; the key is on the first line
+    assert re.match(r"^je_[0-9a-f]{12}_\S+\n", plain)
+    listed = cli.json("keys", "list")
+    assert [k["tenant"] for k in listed] == ["acme", "default"] and all("key" not in k for k in listed)
+    assert created["key"] not in cli("keys", "list").stdout
+    assert [k["id"] for k in cli.json("keys", "list", "--tenant", "acme")] == [created["id"]]
+    assert "revoked" in cli("keys", "revoke", created["id"]).stdout
+    assert cli.json("keys", "list", "--tenant", "acme")[0]["revoked_at"] is not None
+    assert_one_error_line(cli("keys", "revoke", "000000000000", expect=1), "api key", "not found")
+    assert_one_error_line(cli("keys", "create", "--scope", "root", expect=2), "scopes", "root")
+
+
+def test_serve_refuses_a_public_address_without_keys(cli: Cli) -> None:
+    refused = cli("serve", "--host", "0.0.0.0", "--port", "0", expect=2)
+    assert_one_error_line(refused, "api_host", "no API key")
+
+
+def test_serve_answers_and_stops_on_sigterm(cli: Cli) -> None:
+    key = cli.json("keys", "create", "--tenant", "acme")["key"]
+    server = cli.spawn("serve", "--port", "0")
+    url = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", cli.output(server)), 30, "the server").group(0)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
+        assert api.get("/healthz").json()["status"] == "ok"
+        assert api.get("/readyz").status_code == 200
+        assert api.post("/api/v1/jobs", json={"task": "hello"}).status_code == 201
+        assert api.get("/openapi.json").json()["info"]["title"] == "jobengine"
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=20) == 0, cli.output(server)
+    assert "Traceback" not in cli.output(server)
+
+
+def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
+    (cli.cwd / "jobengine.yaml").write_text("api_port: 0\npoll_interval: 0.2\n")
+    first = cli.spawn("up")
+    pattern = r"API on (http://127\.0\.0\.1:\d+) .*dev key (je_\S+)"
+    found = wait_for(lambda: re.search(pattern, cli.output(first)), 60, "the API of `up`")
+    url, key = found.group(1), found.group(2)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
+        jobs = wait_for(lambda: api.get("/api/v1/jobs").json()["items"], 30, "the demo jobs")
+        assert {j["tenant"] for j in jobs} == {"default"}
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=30) == 0, cli.output(first)
+    again = cli.spawn("up")
+    second = wait_for(lambda: re.search(pattern, cli.output(again)), 60, "the second start")
+    assert second.group(2) == key  # the same dev key: kept beside the database, readable by its owner only
+    assert (cli.cwd / "jobengine.db.devkey").stat().st_mode & 0o077 == 0
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=30) == 0, cli.output(again)

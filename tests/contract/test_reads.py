@@ -1,0 +1,96 @@
+"""get_jobs, list_jobs, count_jobs, next_run_at: what the API and dashboard read."""
+
+from __future__ import annotations
+
+from jobengine.core.ids import JobId
+from jobengine.core.models import JobFilter, NewJob
+from jobengine.core.states import JobState
+from jobengine.ports.store import Store
+
+from .helpers import T0, claim, completion, enqueue
+
+MISSING = JobId("0190f2c4-0000-7000-8000-000000000000")
+
+
+async def test_get_jobs_returns_them_in_the_order_asked_without_unknown_ones(store: Store) -> None:
+    a, _, c = await enqueue(store, NewJob(task="a"), NewJob(task="b"), NewJob(task="c"))
+    assert [j.id for j in await store.get_jobs([c.id, MISSING, a.id])] == [c.id, a.id]
+    assert await store.get_jobs([]) == []
+
+
+async def test_get_jobs_is_scoped_to_the_tenant(store: Store) -> None:
+    mine, theirs = await enqueue(store, NewJob(task="t", tenant="me"), NewJob(task="t", tenant="them"))
+    assert [j.id for j in await store.get_jobs([mine.id, theirs.id], tenant="me")] == [mine.id]
+    assert await store.get_jobs([theirs.id], tenant="me") == []
+    assert len(await store.get_jobs([mine.id, theirs.id])) == 2
+
+
+async def test_list_jobs_is_newest_first_and_pages_with_before_id(store: Store) -> None:
+    jobs = await enqueue(store, *[NewJob(task="t") for _ in range(7)])
+    newest_first = [j.id for j in reversed(jobs)]
+    page1 = await store.list_jobs(JobFilter(limit=3))
+    page2 = await store.list_jobs(JobFilter(limit=3, before_id=page1[-1].id))
+    page3 = await store.list_jobs(JobFilter(limit=3, before_id=page2[-1].id))
+    assert [j.id for j in page1 + page2 + page3] == newest_first
+    assert await store.list_jobs(JobFilter(before_id=page3[-1].id)) == []
+    assert page1[0] == jobs[-1]
+
+
+async def test_list_jobs_filters(store: Store) -> None:
+    jobs = await enqueue(
+        store,
+        NewJob(task="mail", queue="q1", tenant="a"),
+        NewJob(task="mail", queue="q2", tenant="a"),
+        NewJob(task="sms", queue="q1", tenant="b"),
+        NewJob(task="sms", queue="q1", tenant="a", run_at=T0 + 100),
+    )
+    (running,) = await claim(store, T0, queues=["q2"])
+
+    async def ids(**kw: object) -> list[JobId]:
+        return [j.id for j in await store.list_jobs(JobFilter(**kw))]  # type: ignore[arg-type]
+
+    assert await ids(tenant="a") == [jobs[3].id, jobs[1].id, jobs[0].id]
+    assert await ids(queue="q1") == [jobs[3].id, jobs[2].id, jobs[0].id]
+    assert await ids(task="sms") == [jobs[3].id, jobs[2].id]
+    assert await ids(states=(JobState.RUNNING,)) == [running.id]
+    assert await ids(states=(JobState.QUEUED, JobState.SCHEDULED), tenant="a") == [jobs[3].id, jobs[0].id]
+    assert await ids(tenant="a", queue="q1", task="mail", states=(JobState.QUEUED,)) == [jobs[0].id]
+    assert await ids(tenant="nobody") == []
+
+
+async def test_count_jobs_by_queue_and_state(store: Store) -> None:
+    await enqueue(
+        store,
+        NewJob(task="t", queue="q1", tenant="a"),
+        NewJob(task="t", queue="q1", tenant="a"),
+        NewJob(task="t", queue="q1", tenant="b", run_at=T0 + 5),
+        NewJob(task="t", queue="q2", tenant="b"),
+    )
+    (running,) = await claim(store, T0, queues=["q2"])
+    await store.complete_jobs([completion(running)], T0 + 1)
+    assert await store.count_jobs() == {
+        ("q1", JobState.QUEUED): 2,
+        ("q1", JobState.SCHEDULED): 1,
+        ("q2", JobState.SUCCEEDED): 1,
+    }
+    assert await store.count_jobs(tenant="b") == {("q1", JobState.SCHEDULED): 1, ("q2", JobState.SUCCEEDED): 1}
+    assert await store.count_jobs(tenant="nobody") == {}
+
+
+async def test_next_run_at_is_the_earliest_runnable_run_at(store: Store) -> None:
+    assert await store.next_run_at(["default"]) is None
+    parent = NewJob(task="p", queue="busy")
+    await enqueue(
+        store,
+        parent,
+        NewJob(task="t", run_at=T0 + 30),
+        NewJob(task="t", run_at=T0 + 20),
+        NewJob(task="t", queue="other", run_at=T0 + 5),
+        NewJob(task="blocked", run_at=T0 + 1, depends_on=(parent.id,)),
+    )
+    assert await store.next_run_at(["default"]) == T0 + 20
+    assert await store.next_run_at(["default", "other"]) == T0 + 5
+    assert await store.next_run_at(["busy"]) == T0
+    await claim(store, T0, queues=["busy"])  # running jobs are not runnable
+    assert await store.next_run_at(["busy"]) is None
+    assert await store.next_run_at([]) is None

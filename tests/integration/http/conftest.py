@@ -1,0 +1,75 @@
+"""The HTTP API in-process: an engine on a SQLite file of the test's own, the app over httpx's ASGI
+transport, and keys of two tenants (``acme`` and ``globex``) with every scope."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from jobengine.engine import Engine
+from jobengine.http import create_app
+from jobengine.settings import Settings
+
+ALL = ["admin"]
+
+
+@dataclass
+class Api:
+    engine: Engine
+    app: FastAPI
+    keys: dict[str, str]  # tenant -> key text (admin)
+
+    def client(self, key: str | None = None, tenant: str = "acme") -> httpx.AsyncClient:
+        text = key if key is not None else self.keys[tenant]
+        headers = {"Authorization": f"Bearer {text}"} if text else {}
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://api", headers=headers)
+
+    async def key(self, tenant: str, *scopes: str) -> str:
+        return (await self.engine.create_api_key(tenant, list(scopes)))[1]
+
+
+def settings_for(tmp_path: Path, **overrides: object) -> Settings:
+    base = Settings(database=str(tmp_path / "api.db"), claim_max_wait=2.0, sse_poll_interval=0.2)
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+MakeApi = Callable[..., AbstractAsyncContextManager[Api]]
+
+
+@pytest.fixture
+def make_api(tmp_path: Path) -> MakeApi:
+    """``async with make_api(**settings) as api``: an engine (started) and its app, with other settings."""
+
+    @asynccontextmanager
+    async def make(**overrides: object) -> AsyncIterator[Api]:
+        settings = settings_for(tmp_path, **overrides)
+        engine = Engine.from_settings(settings)
+        async with engine:
+            keys = {t: (await engine.create_api_key(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
+            yield Api(engine, create_app(engine, settings), keys)
+
+    return make
+
+
+@pytest.fixture
+async def api(make_api: MakeApi) -> AsyncIterator[Api]:
+    async with make_api() as a:
+        yield a
+
+
+@pytest.fixture
+async def acme(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    async with api.client(tenant="acme") as c:
+        yield c
+
+
+@pytest.fixture
+async def globex(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    async with api.client(tenant="globex") as c:
+        yield c

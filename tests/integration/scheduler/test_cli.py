@@ -1,0 +1,120 @@
+"""``jobengine schedules | runs | signatures`` in process (``cli.main.main``), on a SQLite file of the test's
+own: every command and option, the JSON shapes, the one-line errors and their exit codes. The same commands
+run in subprocesses in ``tests/acceptance/test_scheduler_cli.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobengine.cli.main import main
+from jobengine.core.runs import RunFilter
+from jobengine.engine import Engine
+from jobengine.settings import Settings
+
+
+@dataclass
+class Result:
+    stdout: str
+    stderr: str
+
+
+class InProcessCli:
+    """``jobengine`` commands run by ``main()`` in this process, on ``./jobengine.db`` of a temp dir."""
+
+    def __init__(self, cwd: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.capsys = capsys
+        monkeypatch.chdir(cwd)
+        for name in [n for n in os.environ if n.startswith("JOBENGINE_")]:
+            monkeypatch.delenv(name)
+
+    def __call__(self, *args: str, expect: int = 0) -> Result:
+        self.capsys.readouterr()
+        code = main(list(args))
+        out = self.capsys.readouterr()
+        assert code == expect, f"`jobengine {' '.join(args)}` exited {code}\n{out.out}\n{out.err}"
+        return Result(out.out, out.err)
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> InProcessCli:
+    return InProcessCli(tmp_path, capsys, monkeypatch)
+
+
+@pytest.mark.timeout(60)
+def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> None:
+    cli("migrate")
+    created = cli.json(
+        "schedules", "create", "nightly", "--task", "report", "--cron", "30 2 * * *", "--tz", "Europe/Paris",
+        "--items", '["eu", "us", "ap"]', "--segment-size", "2", "--overlap", "skip", "--misfire", "catch_up",
+        "--catch-up", "3", "--jitter", "1m", "--actor", "alice",
+    )  # fmt: skip
+    assert (created["name"], created["cron"], created["timezone"], created["overlap"]) == (
+        "nightly", "30 2 * * *", "Europe/Paris", "skip")  # fmt: skip
+    assert (created["misfire"], created["catch_up"], created["jitter"], created["created_by"]) == (
+        "catch_up", 3, 60.0, "alice")  # fmt: skip
+    assert created["template"]["items"] == ["eu", "us", "ap"] and created["next_fire_at"].endswith(":30:00.000+00:00")
+
+    # What is wrong is said in one line, exit 2.
+    bad = cli("schedules", "create", "x", "--task", "t", "--cron", "61 * * * *", expect=2)
+    assert bad.stderr.strip() == "error: cron: '61 * * * *': bad minute field '61' (allowed: 0-59, with , - / and *)"
+    bad = cli("schedules", "create", "x", "--task", "t", "--every", "1h", "--tz", "Europe/Pariss", expect=2)
+    assert "timezone: unknown IANA time zone 'Europe/Pariss'" in bad.stderr
+    assert "already exists" in cli("schedules", "create", "nightly", "--task", "t", "--every", "1h", expect=2).stderr
+
+    simulated = cli.json("schedules", "simulate", "nightly", "--count", "3")
+    assert len(simulated["fire_times"]) == 3
+    assert [len(r["jobs"]) for r in simulated["runs"]] == [2, 2, 2]
+    assert simulated["runs"][0]["jobs"][0]["payload"] == {"items": ["eu", "us"], "segment": 0, "segments": 2}
+    # A proposed schedule needs no database: none is created.
+    proposal = cli("schedules", "simulate", "--task", "t", "--every", "15m", "--count", "2", "--db", "none.db")
+    assert "FIRES AT" in proposal.stdout and not (tmp_path / "none.db").exists()
+
+    updated = cli.json(
+        "schedules", "update", "nightly", "--every", "1h", "--payload", '{"full": true}', "--actor", "bob"
+    )
+    assert (updated["cron"], updated["every"], updated["version"], updated["updated_by"]) == (None, 3600.0, 2, "bob")
+    assert updated["template"]["payload"] == {"full": True} and updated["template"]["items"] == ["eu", "us", "ap"]
+
+    triggered = cli.json("schedules", "trigger", "nightly", "--reason", "backfill", "--actor", "carol")
+    assert (triggered["trigger"], triggered["actor"], triggered["summary"]["total"]) == ("manual", "carol", 2)
+    listed = cli.json("runs", "list", "--schedule", "nightly", "--trigger", "manual")
+    assert [r["id"] for r in listed] == [triggered["id"]]
+    shown = cli.json("runs", "show", triggered["id"])
+    assert [j["payload"]["items"] for j in shown["jobs"]] == [["eu", "us"], ["ap"]]
+    assert [s["items"] for s in shown["segments"]] == [2, 1]
+    cancelled = cli.json("runs", "cancel", triggered["id"], "--actor", "dave")
+    assert cancelled["state"] == "cancelled" and cancelled["summary"]["cancelled"] == 2
+    retried = cli.json("runs", "retry", triggered["id"])
+    assert (retried["trigger"], retried["parent_id"], retried["summary"]["total"]) == ("retry", triggered["id"], 2)
+    assert "cancelled" in cli("runs", "list", "--state", "cancelled").stdout
+
+    assert cli.json("schedules", "pause", "nightly")["enabled"] is False
+    assert cli.json("schedules", "resume", "nightly")["enabled"] is True
+    table = cli("schedules", "list").stdout
+    assert "nightly" in table and "every 3600s" in table
+    cli("schedules", "delete", "nightly")
+    assert "not found" in cli("schedules", "show", "nightly", expect=1).stderr
+
+    async def audit() -> list[tuple[str, str]]:
+        async with Engine.from_settings(Settings(database=str(tmp_path / "jobengine.db"))) as engine:
+            assert len(await engine.list_runs(RunFilter())) == 2  # runs stay after their schedule is deleted
+            events = await engine.events(limit=10_000)
+            return [(e.type, str(e.data.get("actor"))) for e in events if not e.type.startswith("job.")]
+
+    trail = asyncio.run(audit())
+    for entry in [("schedule.created", "alice"), ("schedule.updated", "bob"), ("run.created", "carol"),
+                  ("run.cancelled", "dave")]:  # fmt: skip
+        assert entry in trail
+    assert [t for t, _ in trail if t.startswith("schedule.")][-3:] == [
+        "schedule.paused", "schedule.resumed", "schedule.deleted"]  # fmt: skip
+    assert json.loads(cli("signatures", "list", "--json").stdout) == []

@@ -1,0 +1,1 @@
+"""Test helpers shared by every tier (imported by ``tests/conftest.py`` and any deeper conftest)."""

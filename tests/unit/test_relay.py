@@ -1,0 +1,104 @@
+"""The outbox relay on the in-memory store, with a recording transport (no broker needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from jobengine.backends.memory import MemoryStore
+from jobengine.core.clock import ManualClock
+from jobengine.core.models import NewJob
+from jobengine.delivery.relay import OutboxRelay
+from jobengine.errors import TransportUnavailable
+from jobengine.ports.transport import Message
+
+T0 = 1_700_000_000.0
+
+
+class Recording:
+    """Just enough of a Transport for the relay: records publishes, de-duplicates keys, can fail."""
+
+    def __init__(self) -> None:
+        self.published: list[Message] = []
+        self.keys: set[str] = set()
+        self.fail = 0
+
+    async def publish(self, messages: Sequence[Message]) -> list[bool]:
+        if self.fail:
+            self.fail -= 1
+            raise TransportUnavailable("down")
+        out = []
+        for m in messages:
+            new = m.dedupe_key not in self.keys
+            self.keys.add(m.dedupe_key)
+            if new:
+                self.published.append(m)
+            out.append(new)
+        return out
+
+
+@pytest.fixture
+async def store() -> MemoryStore:
+    return MemoryStore()
+
+
+async def test_due_rows_are_published_once_and_deleted(store: MemoryStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock)
+    jobs = [NewJob("t"), NewJob("t", run_at=T0 + 60)]
+    out = await store.insert_jobs_outboxed(jobs, T0, [(), ()], headers={jobs[0].id: {"run_id": "r1"}})
+    assert [r.job_id for r in out.rows] == [j.id for j in jobs]
+    assert await relay.run_once() == 1  # the scheduled one is not due
+    assert [(m.id, m.run_id) for m in transport.published] == [(jobs[0].id, "r1")]
+    assert await relay.run_once() == 0
+    await relay.flush()  # the published rows are deleted in batches, later
+    clock.advance(61)
+    assert await relay.run_once() == 1
+    assert [m.id for m in transport.published] == [j.id for j in jobs]
+    await relay.flush()
+    assert await store.outbox_due(clock.now() + 3600) == (False, None)
+
+
+async def test_offered_rows_are_published_without_a_claim(store: MemoryStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock)
+    out = await store.insert_jobs_outboxed([NewJob("t")], T0, [()], hold=30.0)
+    assert await store.claim_outbox(T0, 10, 1.0) == []  # born held by the relay that will publish it
+    relay.offer(out.rows)
+    assert await relay.run_once() == 1
+    await relay.flush()
+    assert await store.claim_outbox(T0 + 3600, 10, 1.0) == []  # deleted, never claimed
+
+
+async def test_a_failed_publish_keeps_the_rows_and_a_crash_republishes_harmlessly(store: MemoryStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, hold=30.0)
+    job = NewJob("t")
+    await store.insert_jobs_outboxed([job], T0, [()])
+    transport.fail = 1
+    with pytest.raises(TransportUnavailable):
+        await relay.run_once()
+    assert await relay.run_once() == 1  # the rows it held, published on the next attempt
+    await relay.flush()
+    # A relay that published and died before deleting: after the hold another one publishes again.
+    await store.insert_jobs_outboxed([NewJob("t")], T0, [()])
+    rows = await store.claim_outbox(clock.now(), 10, 30.0)
+    await transport.publish([Message(r.job_id, r.queue, key=r.job_id) for r in rows])
+    clock.advance(31)
+    assert await OutboxRelay(store, transport, clock).run_once() == 1
+    assert len(transport.published) == 2  # the copy was swallowed by the key
+
+
+async def test_the_sweep_publishes_overdue_runnable_jobs_again(store: MemoryStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, sweep_after=60.0)
+    late = await store.insert_jobs([NewJob("t")], T0, [()])  # no outbox row: its message was "lost"
+    assert await relay.sweep() == 0
+    clock.advance(61)
+    assert await relay.sweep() == 1
+    assert [m.id for m in transport.published] == [late.jobs[0].id]

@@ -1,0 +1,329 @@
+"""The worker runtime on the in-memory store: retries, phases, cancellation, leases, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from jobengine.backends.memory import MemoryStore
+from jobengine.core.clock import ManualClock
+from jobengine.core.models import PhaseState
+from jobengine.core.retry import RetryPolicy
+from jobengine.core.states import JobState
+from jobengine.engine import Engine
+from jobengine.errors import IllegalState, NonRetryable
+from jobengine.worker import JobContext, SyncJobContext, Worker
+
+FAST = RetryPolicy(base=0.01, cap=0.02)
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[Engine]:
+    e = Engine(MemoryStore())
+    async with e:
+        yield e
+
+
+async def start(engine: Engine, **options: object) -> tuple[Worker, asyncio.Task[None]]:
+    opts = {"concurrency": 4, "heartbeat_every": 0.05, "lease_seconds": 5.0, "poll_interval": 0.05}
+    opts.update(options)
+    worker = engine.worker(**opts)
+    return worker, asyncio.create_task(worker.run())
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait for a condition on in-process state that no event announces."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 - the runtime has no event for these counters
+            await asyncio.sleep(0.01)
+
+
+async def stop(worker: Worker, task: asyncio.Task[None]) -> None:
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+
+
+async def test_retries_with_backoff_then_dead_keeping_every_error(engine: Engine) -> None:
+    @engine.task(max_attempts=3, retry=FAST)
+    async def broken(ctx: JobContext) -> None:
+        raise ValueError(f"attempt {ctx.attempt}")
+
+    worker, task = await start(engine)
+    job = await engine.wait_for((await engine.enqueue("broken")).id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.DEAD
+    assert job.attempt == 3
+    assert [e.message for e in job.errors] == ["attempt 1", "attempt 2", "attempt 3"]
+    assert all(e.type == "ValueError" and e.traceback for e in job.errors)
+    types = [e.type for e in await engine.events(job_id=job.id)]
+    assert types.count("job.failed") == 2 and types[-1] == "job.dead"
+
+
+async def test_non_retryable_goes_dead_at_once(engine: Engine) -> None:
+    @engine.task(max_attempts=5)
+    async def hopeless(ctx: JobContext) -> None:
+        raise NonRetryable("bad input")
+
+    worker, task = await start(engine)
+    job = await engine.wait_for((await engine.enqueue("hopeless")).id, timeout=5)
+    await stop(worker, task)
+    assert (job.state, job.attempt, job.reason) == (JobState.DEAD, 1, "bad input")
+
+
+async def test_timeout_is_a_failed_attempt(engine: Engine) -> None:
+    @engine.task(max_attempts=1, timeout=0.05)
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(5)
+
+    worker, task = await start(engine)
+    job = await engine.wait_for((await engine.enqueue("slow")).id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.DEAD
+    assert job.errors[0].type == "TaskTimeout"
+
+
+async def test_sync_task_runs_in_a_thread_and_saves_a_checkpoint(engine: Engine) -> None:
+    threads: list[str] = []
+
+    @engine.task()
+    def blocking(ctx: SyncJobContext) -> int:
+        threads.append(threading.current_thread().name)
+        ctx.save_checkpoint({"done": 3})
+        return int(ctx.payload["n"]) * 2
+
+    worker, task = await start(engine)
+    job = await engine.wait_for((await engine.enqueue("blocking", {"n": 21})).id, timeout=5)
+    await stop(worker, task)
+    assert job.result == 42
+    assert threads and threads[0].startswith("jobengine-task")
+
+
+async def test_phase_retry_resumes_at_the_failed_phase_with_earlier_results(engine: Engine) -> None:
+    runs: list[str] = []
+
+    async def fetch(ctx: JobContext) -> dict[str, int]:
+        runs.append("fetch")
+        return {"rows": 7}
+
+    async def render(ctx: JobContext) -> int:
+        runs.append("render")
+        ctx.progress(0.5)
+        if ctx.attempt == 1:
+            raise RuntimeError("renderer crashed")
+        return int(ctx.results["fetch"]["rows"]) * 10
+
+    async def publish(ctx: JobContext) -> str:
+        runs.append("publish")
+        return f"published {ctx.results['render']}"
+
+    engine.add_task("report", phases=[fetch, render, publish], retry=FAST)
+    worker, task = await start(engine)
+    job = await engine.wait_for((await engine.enqueue("report")).id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.SUCCEEDED
+    assert runs == ["fetch", "render", "render", "publish"]
+    assert job.result == {"fetch": {"rows": 7}, "render": 70, "publish": "published 70"}
+    assert [p.state for p in job.phases] == [PhaseState.SUCCEEDED] * 3
+    assert job.progress == 1.0
+    phase_events = [e.data for e in await engine.events(job_id=job.id, limit=100) if e.type == "job.phase"]
+    assert {"phase_event": "phase.failed", "phase": "render"}.items() <= phase_events[3].items()
+
+
+async def test_dependent_of_a_dead_job_is_cancelled_and_never_runs(engine: Engine) -> None:
+    published: list[str] = []
+
+    @engine.task(max_attempts=1)
+    async def verify(ctx: JobContext) -> None:
+        raise ValueError("checksum mismatch")
+
+    @engine.task()
+    async def publish(ctx: JobContext) -> None:
+        published.append(ctx.job_id)
+
+    v = await engine.enqueue("verify")
+    p = await engine.enqueue("publish", depends_on=[v.id])
+    assert p.state is JobState.BLOCKED
+    worker, task = await start(engine)
+    await engine.wait_for(v.id, timeout=5)
+    p = await engine.wait_for(p.id, timeout=5)
+    await asyncio.sleep(0.1)
+    await stop(worker, task)
+    assert p.state is JobState.CANCELLED
+    assert p.reason is not None and v.id in p.reason and "dead" in p.reason
+    assert published == []
+
+
+async def test_dependent_runs_after_its_dependency_succeeded(engine: Engine) -> None:
+    order: list[str] = []
+
+    @engine.task()
+    async def step(ctx: JobContext) -> None:
+        await asyncio.sleep(0.02)
+        order.append(ctx.payload)
+
+    first = await engine.enqueue("step", "first")
+    second = await engine.enqueue("step", "second", depends_on=[first.id], priority=10)
+    worker, task = await start(engine)
+    await engine.wait_for(second.id, timeout=5)
+    await stop(worker, task)
+    assert order == ["first", "second"]
+
+
+async def test_cancel_a_running_async_job(engine: Engine) -> None:
+    started = asyncio.Event()
+
+    @engine.task()
+    async def forever(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    worker, task = await start(engine)
+    job = await engine.enqueue("forever")
+    await asyncio.wait_for(started.wait(), 5)
+    requested = await engine.cancel(job.id, reason="user asked")
+    assert requested.state is JobState.RUNNING and requested.cancel_requested
+    job = await engine.wait_for(job.id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.CANCELLED
+    with pytest.raises(IllegalState):
+        await engine.cancel(job.id)
+
+
+async def test_cancel_a_running_sync_job_cooperatively(engine: Engine) -> None:
+    started = threading.Event()
+
+    @engine.task()
+    def loop(ctx: SyncJobContext) -> None:
+        started.set()
+        for _ in range(500):
+            ctx.raise_if_cancelled()
+            threading.Event().wait(0.01)
+
+    worker, task = await start(engine)
+    job = await engine.enqueue("loop")
+    await asyncio.to_thread(started.wait, 5)
+    await engine.cancel(job.id)
+    job = await engine.wait_for(job.id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.CANCELLED
+
+
+async def test_cancel_a_queued_job_and_retry_it(engine: Engine) -> None:
+    job = await engine.enqueue("nothing-registered", delay=60)
+    assert job.state is JobState.SCHEDULED
+    job = await engine.cancel(job.id)
+    assert job.state is JobState.CANCELLED
+    job = await engine.retry(job.id)
+    assert (job.state, job.attempt) == (JobState.QUEUED, 0)
+
+
+async def test_graceful_stop_lets_short_jobs_finish_and_releases_long_ones() -> None:
+    engine = Engine(MemoryStore())
+    async with engine:
+
+        @engine.task()
+        async def short(ctx: JobContext) -> str:
+            await asyncio.sleep(0.2)
+            return "done"
+
+        @engine.task()
+        async def long(ctx: JobContext) -> str:
+            await asyncio.sleep(30)
+            return "never"
+
+        worker, task = await start(engine, grace_period=1.0)
+        s = await engine.enqueue("short")
+        l_ = await engine.enqueue("long")
+        await until(lambda: worker.in_flight == 2)
+        await stop(worker, task)
+        s, l_ = await engine.get_job(s.id), await engine.get_job(l_.id)
+        assert s.state is JobState.SUCCEEDED
+        assert (l_.state, l_.attempt, l_.lease_token) == (JobState.QUEUED, 0, None)
+
+
+async def test_second_stop_releases_at_once(engine: Engine) -> None:
+    @engine.task()
+    async def long(ctx: JobContext) -> None:
+        await asyncio.sleep(30)
+
+    worker, task = await start(engine, grace_period=60.0)
+    job = await engine.enqueue("long")
+    await until(lambda: worker.in_flight == 1)
+    worker.stop()
+    await asyncio.sleep(0.05)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert (await engine.get_job(job.id)).state is JobState.QUEUED
+
+
+async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() -> None:
+    clock = ManualClock(start=1_000_000.0)
+    engine = Engine(MemoryStore(), clock=clock)
+    async with engine:
+        proceed = asyncio.Event()
+        runs: list[int] = []
+
+        @engine.task(max_attempts=3)
+        async def slow(ctx: JobContext) -> int:
+            runs.append(ctx.attempt)
+            if ctx.attempt == 1:
+                await proceed.wait()
+            return ctx.attempt
+
+        job = await engine.enqueue("slow")
+        first, t1 = await start(engine, lease_seconds=10.0, heartbeat_every=0.05)
+        await until(lambda: bool(runs))
+        first.stop()  # keep the job stuck in flight: stop() lets it finish within the grace period
+        clock.advance(60)  # the lease expires; a rescuer elsewhere hands the job on
+        rescued = await engine.rescue_jobs()
+        assert [j.id for j in rescued.jobs] == [job.id]
+        second, t2 = await start(engine)
+        done = await engine.wait_for(job.id, timeout=5)
+        assert done.result == 2
+        proceed.set()  # the first worker's attempt now finishes, too late
+        await asyncio.wait_for(t1, 5)
+        await stop(second, t2)
+        final = await engine.get_job(job.id)
+        assert (final.state, final.result, final.attempt) == (JobState.SUCCEEDED, 2, 2)
+        succeeded = [e for e in await engine.events(job_id=job.id, limit=100) if e.type == "job.succeeded"]
+        assert len(succeeded) == 1
+
+
+async def test_unknown_task_is_a_failed_attempt(engine: Engine) -> None:
+    worker, task = await start(engine)
+    job = await engine.enqueue("nobody-runs-this", max_attempts=1)
+    job = await engine.wait_for(job.id, timeout=5)
+    await stop(worker, task)
+    assert job.state is JobState.DEAD and job.errors[0].type == "UnknownTask"
+
+
+async def test_enqueue_sync_from_a_thread(engine: Engine) -> None:
+    job = await asyncio.to_thread(engine.enqueue_sync, "anything", {"a": 1})
+    assert (await engine.get_job(job.id)).payload == {"a": 1}
+
+
+async def test_progress_is_saved_and_announced_while_the_job_runs(engine: Engine) -> None:
+    halfway = asyncio.Event()
+
+    @engine.task()
+    async def crunch(ctx: JobContext) -> None:
+        ctx.progress(0.5, "half")
+        await halfway.wait()
+
+    sub = engine.bus.subscribe()
+    worker, task = await start(engine, progress_every=0.05)
+    job = await engine.enqueue("crunch")
+    async with asyncio.timeout(5):
+        while (event := await sub.get()).type != "job.phase":
+            pass
+    assert event.data["phase_event"] == "phase.progress"
+    assert (event.data["progress"], event.data["message"]) == (0.5, "half")
+    running = await engine.get_job(job.id)
+    assert running.state is JobState.RUNNING and running.progress == 0.5
+    halfway.set()
+    await engine.wait_for(job.id, timeout=5)
+    await stop(worker, task)
+    sub.close()
