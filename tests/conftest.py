@@ -41,6 +41,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, service in _SERVICE_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.service(service))
+    # The multi-process acceptance tests (up to a minute each, mostly waiting) go first, so that under
+    # pytest-xdist they overlap the thousand quick ones instead of running alone at the end. Stable sort:
+    # the order within each group stays the collection order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
