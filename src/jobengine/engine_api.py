@@ -25,7 +25,7 @@ from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, Un
 from jobengine.feed import EventFeed
 from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
 from jobengine.ports.deadletter import DeadLetterStore
-from jobengine.ports.eventlog import EventLogStore, EventPruneStore
+from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
 from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
 
 if TYPE_CHECKING:
@@ -331,9 +331,18 @@ class ApiFacade:
             return await self.events(after, limit, job_id, tenant)
 
         bounds = self.store.event_bounds if isinstance(self.store, EventLogStore) else None
+        settled = None
+        if isinstance(self.store, SettlingEventLog):
+            log, grace = self.store, self.settings.event_settle_grace
+
+            async def settled_after(after: int) -> tuple[int, int]:
+                return await log.settled_event_id(after, self.clock.now(), grace)
+
+            settled = settled_after
         return EventFeed(
             read,
             self.bus,
+            settled=settled,
             after_id=after_id,
             tenant=tenant,
             job_id=job_id,

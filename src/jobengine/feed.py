@@ -16,9 +16,12 @@ So a follower that reconnects with the last id it received (SSE ``Last-Event-ID`
 duplicate. If events after that id were already pruned (``EventLogStore.prune_events``), the feed says so
 first with a :class:`Reset` instead of silently skipping them.
 
-Known limit: on PostgreSQL, event ids are assigned at insert and may commit out of order, so a read can pass
-an id whose transaction commits a moment later (see ``docs/architecture.md``). SQLite and the memory store
-number events under their single writer, in commit order.
+On PostgreSQL, event ids are taken at insert and may commit out of order: a read could see id 102 while 101,
+taken by a transaction still open, commits a moment later. With a ``settled`` function (the store's
+:class:`~jobengine.ports.eventlog.SettlingEventLog`), a store read never moves the cursor past the first
+hole in the id sequence that may still fill; what lies beyond it is read again shortly (every
+``settle_poll``), until the hole fills or ages into a rollback. SQLite and the memory store number events
+under their single writer, in commit order, and need none of this.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from jobengine.core.models import Event
 
 #: Reads the log: events with id > after_id, oldest first, at most limit, already tenant / job filtered.
 Reader = Callable[[int, int], Awaitable[list[Event]]]
+#: (settled, newest seen) after a cursor: see :meth:`jobengine.ports.eventlog.SettlingEventLog.settled_event_id`.
+Settled = Callable[[int], Awaitable[tuple[int, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +76,13 @@ class EventFeed:
         buffer: int = 1000,
         poll_interval: float = 1.0,
         batch: int = 500,
+        settled: Settled | None = None,
+        settle_poll: float = 0.05,
     ) -> None:
         self._read = read
+        self._settled = settled
+        self._settle_poll = settle_poll
+        self._unsettled = False  # the last store read stopped at a hole that may still fill
         self._bounds = bounds
         self._tenant = tenant
         self._job_id = job_id
@@ -130,15 +140,23 @@ class EventFeed:
 
     async def _read_store(self) -> list[Event]:
         horizon = max((e.id for e in self._held), default=0)
+        settled = newest = None
+        if self._settled is not None:
+            # First the settled bound, then the read: all it covers was committed before the read began.
+            settled, newest = await self._settled(self.cursor)
         events = await self._read(self.cursor, self._batch)
         self.reads += 1
+        complete = len(events) < self._batch
+        if settled is not None:
+            events = [e for e in events if e.id <= settled]
         if events:
             self.cursor = max(self.cursor, events[-1].id)
-        complete = len(events) < self._batch
         if complete:
-            # Every buffered bus event was committed before this read began, so the read covered it.
-            self.cursor = max(self.cursor, horizon)
-        self._need_read = not complete
+            # Every buffered bus event was committed before this read began, so the read covered it; with
+            # a settled bound, only up to that bound (the rest waits for its hole to fill).
+            self.cursor = max(self.cursor, horizon if settled is None else settled)
+        self._unsettled = settled is not None and newest is not None and settled < max(newest, horizon)
+        self._need_read = not complete or self._unsettled
         self._held = [e for e in self._held if e.id > self.cursor]
         return [e for e in events if self._match is None or self._match(e)]
 
@@ -172,6 +190,12 @@ class EventFeed:
             out = await self._read_store() if self._need_read else self._fast_path()
             if out:
                 return out
+            if self._unsettled:  # a hole that may still fill: look again shortly, not at once
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return []
+                await asyncio.sleep(min(self._settle_poll, remaining))
+                continue
             if self._need_read:
                 continue
             now = loop.time()

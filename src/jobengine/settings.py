@@ -58,6 +58,9 @@ class Settings:
     sse_keepalive: float = 15.0  # seconds between keep-alive comments on an idle stream
     sse_buffer: int = 1000  # events buffered per stream; a client that stops reading is dropped past it
     sse_poll_interval: float = 1.0  # an idle stream looks for other processes' events this often
+    # PostgreSQL: a hole in the event ids younger than this may be a transaction still open; followers wait
+    # for it to fill, and after this take it for a rollback (see jobengine.feed).
+    event_settle_grace: float = 5.0
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
@@ -92,7 +95,13 @@ class Settings:
             )
         if self.signature_cache_seconds < 0:
             raise ConfigError("signature_cache_seconds: must be >= 0 seconds")
-        more_positive = ("sse_keepalive", "sse_poll_interval", "idempotency_ttl", "claim_max_wait")
+        more_positive = (
+            "sse_keepalive",
+            "sse_poll_interval",
+            "event_settle_grace",
+            "idempotency_ttl",
+            "claim_max_wait",
+        )
         for name in more_positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be a positive number of seconds")

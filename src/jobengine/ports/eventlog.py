@@ -24,3 +24,19 @@ class EventPruneStore(Protocol):
     async def prune_events(self, before: float, limit: int) -> int:
         """Delete up to ``limit`` of the oldest events recorded before ``before``; return how many."""
         ...
+
+
+@runtime_checkable
+class SettlingEventLog(Protocol):
+    """A log whose ids can commit out of order (PostgreSQL: an identity value is taken at insert, and two
+    transactions may commit in the other order). A follower must not move its cursor past an id that is
+    taken but not yet committed, or it would never see that event. Stores that number events in commit
+    order (SQLite and memory, under their one writer) do not implement this."""
+
+    async def settled_event_id(self, after_id: int, now: float, grace: float) -> tuple[int, int]:
+        """``(settled, newest_seen)``: every event with an id in ``(after_id, settled]`` that will ever
+        exist is committed and visible now; ``newest_seen`` is the newest id in the log. An id missing
+        from the sequence is a transaction still open (or rolled back): the ids after it are unsettled
+        until it fills, or until the event after it is ``grace`` seconds old (``now`` on the engine's
+        clock), when the hole is taken for a rollback."""
+        ...
