@@ -331,18 +331,10 @@ class ApiFacade:
             return await self.events(after, limit, job_id, tenant)
 
         bounds = self.store.event_bounds if isinstance(self.store, EventLogStore) else None
-        settled = None
-        if isinstance(self.store, SettlingEventLog):
-            log, grace = self.store, self.settings.event_settle_grace
-
-            async def settled_after(after: int) -> tuple[int, int]:
-                return await log.settled_event_id(after, self.clock.now(), grace)
-
-            settled = settled_after
         return EventFeed(
             read,
             self.bus,
-            settled=settled,
+            settled=self.settled_event_id if isinstance(self.store, SettlingEventLog) else None,
             after_id=after_id,
             tenant=tenant,
             job_id=job_id,
@@ -351,6 +343,15 @@ class ApiFacade:
             buffer=buffer if buffer is not None else self.settings.sse_buffer,
             poll_interval=poll_interval if poll_interval is not None else self.settings.sse_poll_interval,
         )
+
+    async def settled_event_id(self, after_id: int) -> tuple[int, int]:
+        """``(settled, newest)`` past ``after_id`` (see :class:`~jobengine.ports.eventlog.SettlingEventLog`):
+        a follower of the log reads no further than ``settled``. A store that numbers its events in commit
+        order has every id settled: ``(newest, newest)``."""
+        if isinstance(self.store, SettlingEventLog):
+            return await self.store.settled_event_id(after_id, self.clock.now(), self.settings.event_settle_grace)
+        newest = await self.newest_event_id()
+        return newest, newest
 
     async def prune_events(self, limit: int = 10_000) -> int:
         """Delete events older than ``settings.event_retention`` seconds (0: keep them all)."""
