@@ -53,6 +53,17 @@ def _duration(job: Job) -> float | None:
 
 
 class RunFacade(SchedulingBase):
+    # -- retention ----------------------------------------------------------------------------------
+    async def prune_runs(self, limit: int = 10_000) -> int:
+        """Delete runs that ended more than ``settings.run_retention`` seconds ago (and their segment rows),
+        and tick records as old (0: keep them all). Their jobs are untouched (job retention has its own
+        settings). Returns how many rows went; 0 for a store without schedules."""
+        keep = self.settings.run_retention
+        store = self._scheduling_or_none()
+        if keep <= 0 or store is None:
+            return 0
+        return await store.prune_runs(self.clock.now() - keep, limit)
+
     # -- reads --------------------------------------------------------------------------------------
     async def get_run(self, run_id: str, tenant: str | None = None) -> Run:
         runs = await self._scheduling().get_runs([RunId(run_id)], tenant)

@@ -42,7 +42,8 @@ class Service(Protocol):
 
 
 class RetentionService:
-    """Calls ``engine.prune()`` every ``interval`` seconds (default: ``settings.retention_interval``).
+    """Calls ``engine.prune()`` and ``engine.prune_runs()`` every ``interval`` seconds (default:
+    ``settings.retention_interval``).
 
     Terminal jobs older than ``stale_after`` become ``stale``, stale jobs older than ``delete_after`` are
     deleted; running and waiting jobs are never touched (the store guarantees it). The first pass runs at
@@ -73,9 +74,16 @@ class RetentionService:
             events.extend(pruned.events)
             if pruned.staled + pruned.deleted < self.batch:
                 break
+        runs = 0
+        while (n := await self.engine.prune_runs(self.batch)) > 0:
+            runs += n
+            if n < self.batch:
+                break
         self.passes += 1
         if staled or deleted:
             log.info("retention: %d jobs became stale, %d were deleted", staled, deleted)
+        if runs:
+            log.info("retention: %d ended runs and tick records were deleted", runs)
         return Pruned(staled, deleted, events)
 
     async def start(self) -> None:

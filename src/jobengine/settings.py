@@ -49,6 +49,7 @@ class Settings:
     scheduler_reconcile_interval: float = 10.0  # how often runs are checked against their jobs
     signature_cache_seconds: float = 2.0  # a signature marked non-retryable elsewhere applies within this
     event_retention: float = 0.0  # seconds events are kept (0: forever); SSE resumes within it
+    run_retention: float = 30 * 86400.0  # seconds ended runs and tick records are kept (0: forever)
     # -- the HTTP API (jobengine serve / up) --
     api_host: str = "127.0.0.1"
     api_port: int = 8080
@@ -105,6 +106,8 @@ class Settings:
         for name in more_positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be a positive number of seconds")
+        if self.run_retention < 0:
+            raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
         if self.event_retention < 0 or self.api_key_cache_seconds < 0:
             raise ConfigError("event_retention: must be >= 0 seconds" if self.event_retention < 0
                               else "api_key_cache_seconds: must be >= 0 seconds")  # fmt: skip

@@ -295,3 +295,29 @@ async def test_jobs_carry_run_and_schedule_through_every_transition(sched: Sched
     failed = await store.fail_jobs([failure(jobs[1], T0 + 62)], T0 + 62)
     assert done.jobs[0].run_id == failed.jobs[0].run_id == p.run.id
     assert (await get(store, jobs[1].id)).schedule_id == s.id
+
+
+# -- retention ----------------------------------------------------------------------------------------
+async def test_prune_runs_deletes_ended_runs_and_old_tick_records_only(sched: SchedulingStore) -> None:
+    s = schedule()
+    await sched.insert_schedule(s, event(s))
+    runs = []
+    for k in (1, 2, 3):  # ticks at T0+60, +120, +180, each fired (recorded) at its own time
+        current = (await sched.get_schedules([s.id]))[0]
+        p = planned(current, T0 + 60 * k, jobs=2)
+        assert await sched.fire_ticks(tick_claim(current, p), T0 + 60 * k)
+        runs.append(p.run.id)
+    first, second, third = runs
+    await sched.cancel_run(first, None, "old", "bob", T0 + 200)
+    await sched.cancel_run(second, None, "newer", "bob", T0 + 400)  # ended after the cut-off: kept
+
+    assert await sched.prune_runs(T0 + 300, 1) == 2  # the limit holds: one run, one tick record
+    assert await sched.get_runs([first]) == [] and await sched.run_segments(first) == []
+    assert await sched.prune_runs(T0 + 300, 100) == 2  # the two other tick records older than the cut-off
+    assert await sched.prune_runs(T0 + 300, 100) == 0
+    kept = {r.id: r for r in await sched.get_runs([second, third])}
+    assert set(kept) == {second, third} and kept[third].state is RunState.QUEUED  # a run still going stays
+    assert len(await sched.run_segments(third)) == 2
+    # The schedule's cursor still guards its old ticks: a claim made before them is refused.
+    stale = TickClaim(s.id, s.version, s.cursor, T0 + 60, T0 + 120, OverlapPolicy.ALLOW, (planned(s, T0 + 60),))
+    assert await sched.fire_ticks(stale, T0 + 500) is None

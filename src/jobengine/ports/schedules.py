@@ -151,6 +151,13 @@ class ScheduleStore(Protocol):
         """Queued and running runs in id order, after ``after_id`` (to page through them)."""
         ...
 
+    async def prune_runs(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` runs that ended before ``before`` (with their segment rows), and up to
+        ``limit`` tick records fired before it; return how many rows went. Runs still going are never
+        touched; a tick record below its schedule's cursor is history only (the cursor's compare-and-set
+        keeps a tick from firing twice), so jobs of a deleted run keep running and nothing fires again."""
+        ...
+
 
 class SchedulingStore(ScheduleStore, SignatureStore, Protocol):
     """Both ports, as one backend object offers them."""

@@ -11,8 +11,10 @@ CREATE INDEX jobs_retention ON jobs (state, finished_at) WHERE finished_at IS NO
 CREATE INDEX outbox_due ON outbox (available_at);
 CREATE INDEX run_jobs_run ON run_jobs (run_id, segment);
 CREATE INDEX runs_active ON runs (schedule_id, state) WHERE state = 'planning' OR state = 'queued' OR state = 'running';
+CREATE INDEX runs_finished ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule ON runs (schedule_id, id);
 CREATE INDEX runs_tenant ON runs (tenant, id);
+CREATE INDEX schedule_ticks_fired ON schedule_ticks (fired_at);
 CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE next_fire_at IS NOT NULL;
 CREATE TABLE api_keys ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, scopes TEXT NOT NULL, secret_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL );
 CREATE TABLE events ( id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, type TEXT NOT NULL, tenant TEXT NOT NULL, job_id TEXT, queue TEXT, task TEXT, data TEXT NOT NULL );

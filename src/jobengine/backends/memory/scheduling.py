@@ -28,6 +28,7 @@ class MemoryScheduling:
         self._store = store
         self._schedules: dict[ScheduleId, Schedule] = {}
         self._ticks: dict[tuple[ScheduleId, int], RunId | None] = {}
+        self._tick_times: dict[tuple[ScheduleId, int], float] = {}  # when each tick was fired (retention)
         self._runs: dict[RunId, Run] = {}
         self._segments: dict[JobId, Segment] = {}
         self._by_run: dict[RunId, list[JobId]] = {}
@@ -135,6 +136,7 @@ class MemoryScheduling:
                 if key in self._ticks:
                     continue  # fired already: never twice
                 action = firing.overlap_action(claim.overlap, self._active(claim.schedule_id))
+                self._tick_times[key] = now
                 if action is firing.TickAction.SKIP:
                     self._ticks[key] = None
                     out.skipped.append(planned.run.tick)
@@ -245,6 +247,24 @@ class MemoryScheduling:
             key=lambda r: r.id,
         )
         return runs[:limit]
+
+    async def prune_runs(self, before: float, limit: int) -> int:
+        async with self._store._lock:
+            return self._prune_runs(before, limit)
+
+    def _prune_runs(self, before: float, limit: int) -> int:
+        ended = sorted(
+            (r for r in self._runs.values() if r.ended and r.finished_at is not None and r.finished_at < before),
+            key=lambda r: r.finished_at or 0.0,
+        )[:limit]
+        for run in ended:
+            del self._runs[run.id]
+            for job_id in self._by_run.pop(run.id, []):
+                self._segments.pop(job_id, None)
+        old = [key for key, fired_at in self._tick_times.items() if fired_at < before][:limit]
+        for key in old:
+            del self._ticks[key], self._tick_times[key]
+        return len(ended) + len(old)
 
     # -- signatures ---------------------------------------------------------------------------------
     async def record_signatures(self, hits: Sequence[SignatureHit], now: float) -> None:

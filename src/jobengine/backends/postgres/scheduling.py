@@ -361,6 +361,14 @@ class PostgresScheduling(PostgresSignatures):
         )  # fmt: skip
         return await self._runs(where, params)
 
+    async def prune_runs(self, before: float, limit: int) -> int:
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(self._q(_PRUNE_RUNS), {"before": before, "limit": limit})
+            row = await cur.fetchone()
+            return int(row[0]) + int(row[1]) if row else 0
+
+        return await self._write(fn)
+
     async def run_segments(self, run_id: RunId) -> list[Segment]:
         rows = await self._read(
             f"SELECT {SEGMENT_COLUMNS} FROM {{s}}run_jobs WHERE run_id = %s ORDER BY segment", (run_id,)
@@ -369,6 +377,23 @@ class PostgresScheduling(PostgresSignatures):
 
     async def active_runs(self, limit: int, after_id: RunId | None = None) -> list[Run]:
         return await self._runs(f"{_BUSY} AND id > %s ORDER BY id LIMIT %s", (after_id or "", limit))
+
+
+# Ended runs (oldest first) with their segment rows, and tick records, fired before %(before)s.
+_PRUNE_RUNS = """WITH old AS (
+    SELECT id FROM {s}runs WHERE finished_at < %(before)s AND state IN ('completed', 'cancelled', 'error')
+    ORDER BY finished_at LIMIT %(limit)s
+), segments AS (
+    DELETE FROM {s}run_jobs WHERE run_id IN (SELECT id FROM old)
+), runs AS (
+    DELETE FROM {s}runs WHERE id IN (SELECT id FROM old) RETURNING 1
+), ticks AS (
+    DELETE FROM {s}schedule_ticks WHERE (schedule_id, tick_ms) IN (
+        SELECT schedule_id, tick_ms FROM {s}schedule_ticks WHERE fired_at < %(before)s ORDER BY fired_at
+        LIMIT %(limit)s
+    ) RETURNING 1
+)
+SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM ticks)"""
 
 
 def _schedule_params(s: Schedule) -> tuple[Any, ...]:

@@ -256,6 +256,25 @@ def _waiting_runs(conn: sqlite3.Connection, limit: int) -> list[Run]:
     )
 
 
+def _prune_runs(conn: sqlite3.Connection, before: float, limit: int) -> int:
+    ids = json_list(
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM runs WHERE finished_at < ? AND state IN ('completed', 'cancelled', 'error') "
+            "ORDER BY finished_at LIMIT ?",
+            (before, limit),
+        )
+    )
+    conn.execute("DELETE FROM run_jobs WHERE run_id IN (SELECT value FROM json_each(?))", (ids,))
+    runs = conn.execute("DELETE FROM runs WHERE id IN (SELECT value FROM json_each(?))", (ids,)).rowcount
+    ticks = conn.execute(
+        "DELETE FROM schedule_ticks WHERE (schedule_id, tick_ms) IN "
+        "(SELECT schedule_id, tick_ms FROM schedule_ticks WHERE fired_at < ? ORDER BY fired_at LIMIT ?)",
+        (before, limit),
+    ).rowcount
+    return runs + ticks
+
+
 class SqliteScheduling(SqliteSignatures):
     """Both scheduling ports on a :class:`SqliteStore` (its thread, connection and event log)."""
 
@@ -293,6 +312,9 @@ class SqliteScheduling(SqliteSignatures):
     async def due_schedules(self, now: float, limit: int) -> list[Schedule]:
         where = "next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at, id LIMIT ?"
         return await self._store._read(lambda c: sr.select_schedules(c, where, (now, limit)))
+
+    async def prune_runs(self, before: float, limit: int) -> int:
+        return await self._store._write(lambda c: _prune_runs(c, before, limit))
 
     async def next_fire_at(self) -> float | None:
         def read(c: sqlite3.Connection) -> float | None:
