@@ -7,13 +7,28 @@ whose ``save_checkpoint`` blocks until the checkpoint is stored.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from jobengine.core.models import Job, Json, Phase, PhaseState
 from jobengine.errors import Cancelled
+
+
+class _Flag:
+    """Set once, read from the job's thread or task: a plain attribute does (its reads and writes are
+    atomic), and costs nothing next to a threading.Event, which builds a Condition and a Lock per job."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 class _Shared:
@@ -25,7 +40,7 @@ class _Shared:
         self.index = 0
         self.results: dict[str, Json] = {}
         self.dirty = False
-        self.cancel = threading.Event()
+        self.cancel = _Flag()
         self.persist = persist
 
 
