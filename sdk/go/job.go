@@ -174,9 +174,9 @@ func (steps phased) Handle(ctx context.Context, job *Job) (any, error) {
 			job.mu.Unlock()
 			continue
 		}
-		now := time.Now().UTC()
+		started := time.Now().UTC()
 		job.index = i
-		rec.State, rec.StartedAt, rec.FinishedAt, rec.Message = PhaseRunning, &now, nil, nil
+		rec.State, rec.StartedAt, rec.FinishedAt, rec.Message = PhaseRunning, &started, nil, nil
 		job.mu.Unlock()
 		if err := job.persist(ctx, job, "phase.started"); err != nil {
 			return nil, err
@@ -188,18 +188,18 @@ func (steps phased) Handle(ctx context.Context, job *Job) (any, error) {
 				err = Permanent(fmt.Errorf("phase %s: its result is not JSON: %w", s.Name, err))
 			}
 		}
-		now = time.Now().UTC()
+		finished := time.Now().UTC() // a new variable: a snapshot being sent may point at started
 		job.mu.Lock()
 		rec = &job.phases[i]
 		if err != nil {
-			rec.State, rec.FinishedAt, rec.Message = PhaseFailed, &now, optional(truncate(err.Error(), 500))
+			rec.State, rec.FinishedAt, rec.Message = PhaseFailed, &finished, optional(truncate(err.Error(), 500))
 			job.mu.Unlock()
 			if job.Err() == nil {
 				_ = job.persist(ctx, job, "phase.failed")
 			}
 			return nil, err
 		}
-		rec.State, rec.Result, rec.Progress, rec.FinishedAt, rec.Message = PhaseSucceeded, raw, 1, &now, nil
+		rec.State, rec.Result, rec.Progress, rec.FinishedAt, rec.Message = PhaseSucceeded, raw, 1, &finished, nil
 		job.results[s.Name] = raw
 		job.mu.Unlock()
 		if err := job.persist(ctx, job, "phase.succeeded"); err != nil {

@@ -283,9 +283,11 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 	if h == nil {
 		err = Permanent(fmt.Errorf("no handler for task %q", job.Task))
 	} else {
+		job.mu.Lock()
 		if len(job.phases) > 0 { // an earlier attempt reported progress or saved a checkpoint
 			job.phases[0].State = PhaseRunning
 		}
+		job.mu.Unlock()
 		result, err = callSafely(ctx, h.Handle, job)
 	}
 	if stopTimer != nil {

@@ -173,6 +173,10 @@ func TestPhasesProgressAndResults(t *testing.T) {
 				t.Fatalf("phase %+v", p)
 			}
 		}
+		// "count" sleeps 120 ms: its record spans that (start and finish are two times, not one).
+		if took := job.Phases[0].FinishedAt.Sub(*job.Phases[0].StartedAt); took < 100*time.Millisecond {
+			t.Fatalf("phase count ran from %s to %s", job.Phases[0].StartedAt, job.Phases[0].FinishedAt)
+		}
 		var checkpoint map[string]int
 		decode(t, job.Phases[0].Checkpoint, &checkpoint)
 		if checkpoint["seen"] != i+1 || job.Progress != 1 {
