@@ -175,7 +175,7 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
     ledger_path = tmp_path / "ledger.txt"
     env = {**os.environ, "LEDGER": str(ledger_path), "JOBENGINE_API_KEY": server.key}
     argv = [str(binary), "-url", server.url, "-queues", "xlang", "-concurrency", str(CONCURRENCY), "-lease",
-            f"{LEASE:g}s", "-long-poll", "1s", "-grace", "10s"]  # fmt: skip
+            f"{LEASE:g}s", "-long-poll", "1s", "-grace", "1s"]  # fmt: skip
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.key}"}, timeout=30) as api:
         batch = [{"task": "hello", "queue": "xlang", "payload": {"name": f"n{i}"}, "max_attempts": 5}
                  for i in range(JOBS)]  # fmt: skip
@@ -252,10 +252,29 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
     assert f":{survivor.pid}:" in error["worker"] and "goroutine" in error["traceback"]
     assert "handler panicked" in server.output("worker-b")
 
-    # SIGTERM: a graceful stop, exit 0.
-    survivor.send_signal(signal.SIGTERM)
-    assert survivor.wait(timeout=30) == 0, server.output("worker-b")
-    assert "stopped" in server.output("worker-b")
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.key}"}, timeout=30) as api:
+        sigterm_releases_a_long_job(server, api, survivor, ledger_path)
     print(f"\n{JOBS} jobs, 2 Go workers, one SIGKILLed after {len(finished_by_doomed)} jobs with {len(in_flight)} in "
           f"flight: all succeeded {all_done_after:.1f}s after the kill (lease {LEASE:g}s); "
           f"{len(unreported)} ran twice because the killed worker's report never left")  # fmt: skip
+
+
+def sigterm_releases_a_long_job(
+    server: Server, api: httpx.Client, worker: subprocess.Popen[bytes], ledger_path: Path
+) -> None:
+    """SIGTERM with a long ``etl`` job in flight: the worker stops claiming, waits its grace period (1 s),
+    releases the job (queued again, its attempt not spent, the progress it reported kept) and exits 0."""
+    etl = api.post("/api/v1/jobs", json={"task": "etl", "queue": "xlang", "payload": {"rows": 100_000}}).json()
+
+    def reported_progress() -> bool:
+        job = api.get(f"/api/v1/jobs/{etl['id']}").json()
+        return bool(job["phases"]) and job["phases"][0]["progress"] > 0
+
+    wait_for(reported_progress, 30, "the etl job's progress")
+    assert ("start", etl["id"], 1, worker.pid) in ledger(ledger_path)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, server.output("worker-b")
+    assert "releasing 1 jobs" in server.output("worker-b") and "stopped" in server.output("worker-b")
+    job = api.get(f"/api/v1/jobs/{etl['id']}").json()
+    assert job["state"] == "queued" and job["errors"] == [], job
+    assert job["phases"][0]["name"] == "extract" and job["phases"][0]["progress"] > 0, job["phases"]
