@@ -27,8 +27,10 @@ type RetryPolicy struct {
 	MaxElapsed time.Duration
 }
 
-// DefaultRetryPolicy is the policy of a Client made without one.
-var DefaultRetryPolicy = RetryPolicy{Base: 100 * time.Millisecond, Cap: 5 * time.Second, MaxElapsed: 60 * time.Second}
+// DefaultRetryPolicy is the policy of a Client made without one: base 100 ms, cap 5 s, 60 s in all.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{Base: 100 * time.Millisecond, Cap: 5 * time.Second, MaxElapsed: 60 * time.Second}
+}
 
 // ClientOption configures a Client.
 type ClientOption func(*Client)
@@ -36,7 +38,8 @@ type ClientOption func(*Client)
 // WithHTTPClient makes the Client send its requests with hc (default: a new http.Client).
 func WithHTTPClient(hc *http.Client) ClientOption { return func(c *Client) { c.http = hc } }
 
-// WithRetryPolicy sets the retry policy (default DefaultRetryPolicy).
+// WithRetryPolicy sets the retry policy (default DefaultRetryPolicy()); a zero Base or Cap takes the
+// default's, a zero MaxElapsed means one try and no retries.
 func WithRetryPolicy(p RetryPolicy) ClientOption { return func(c *Client) { c.retry = p } }
 
 // WithRequestTimeout bounds each try of a request (default 30 s; a claim adds its long-poll to it).
@@ -65,11 +68,24 @@ func NewClient(baseURL, key string, opts ...ClientOption) (*Client, error) {
 		return nil, fmt.Errorf("jobengine: base URL: expected http(s)://host[:port], got %q", baseURL)
 	}
 	c := &Client{
-		base: u, key: key, http: &http.Client{}, retry: DefaultRetryPolicy, timeout: 30 * time.Second,
+		base: u, key: key, http: &http.Client{}, retry: DefaultRetryPolicy(), timeout: 30 * time.Second,
 		rnd: mathrand.New(mathrand.NewSource(time.Now().UnixNano())),
 	}
 	for _, opt := range opts {
 		opt(c)
+	}
+	def := DefaultRetryPolicy()
+	if c.retry.Base <= 0 {
+		c.retry.Base = def.Base
+	}
+	if c.retry.Cap <= 0 {
+		c.retry.Cap = def.Cap
+	}
+	if c.retry.MaxElapsed < 0 {
+		c.retry.MaxElapsed = 0 // one try, no retries
+	}
+	if c.timeout <= 0 {
+		c.timeout = 30 * time.Second
 	}
 	return c, nil
 }
