@@ -284,7 +284,9 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 		err = Permanent(fmt.Errorf("no handler for task %q", job.Task))
 	} else {
 		job.mu.Lock()
-		if len(job.phases) > 0 { // an earlier attempt reported progress or saved a checkpoint
+		// The implicit phase of a plain handler, from an earlier attempt that reported progress or saved a
+		// checkpoint, runs again (a phased handler sets its phases' states itself, keeping succeeded ones).
+		if len(job.phases) == 1 && job.phases[0].Name == "run" && job.phases[0].State != PhaseSucceeded {
 			job.phases[0].State = PhaseRunning
 		}
 		job.mu.Unlock()

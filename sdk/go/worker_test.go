@@ -185,6 +185,88 @@ func TestPhasesProgressAndResults(t *testing.T) {
 	}
 }
 
+func TestALaterAttemptSkipsSucceededPhasesAndResumesFromTheCheckpoint(t *testing.T) {
+	c := server(t)
+	q := queue(t)
+	w := jobengine.NewWorker(c, options(q, nil))
+	var firstRuns int32
+	var mu sync.Mutex
+	w.Handle("go_resume", jobengine.Phases(
+		jobengine.Step{Name: "one", Run: func(ctx context.Context, job *jobengine.Job) (any, error) {
+			mu.Lock()
+			firstRuns++
+			mu.Unlock()
+			return "one done", nil
+		}},
+		jobengine.Step{Name: "two", Run: func(ctx context.Context, job *jobengine.Job) (any, error) {
+			var at int
+			found, err := job.Checkpoint(&at)
+			if err != nil {
+				return nil, err
+			}
+			if job.Attempt == 1 {
+				if err := job.SaveCheckpoint(ctx, 3); err != nil {
+					return nil, err
+				}
+				return nil, jobengine.RetryAfter(errors.New("died half-way"), 0)
+			}
+			var one string
+			if err := json.Unmarshal(job.Results()["one"], &one); err != nil {
+				return nil, err
+			}
+			return map[string]any{"resumed_at": at, "found": found, "one": one}, nil
+		}},
+	))
+	start(t, w)
+	job := enqueue(t, c, jobengine.NewJob{Task: "go_resume", Queue: q, MaxAttempts: 3})
+	final := await(t, c, job.ID, "succeeded", "dead")
+	var result struct {
+		One string `json:"one"`
+		Two struct {
+			ResumedAt int    `json:"resumed_at"`
+			Found     bool   `json:"found"`
+			One       string `json:"one"`
+		} `json:"two"`
+	}
+	decode(t, final.Result, &result)
+	mu.Lock()
+	defer mu.Unlock()
+	if final.State != "succeeded" || final.Attempt != 2 || firstRuns != 1 || result.One != "one done" ||
+		result.Two.ResumedAt != 3 || !result.Two.Found || result.Two.One != "one done" {
+		t.Fatalf("%s after %d attempts, phase one ran %d times, result %s", final.State, final.Attempt, firstRuns,
+			final.Result)
+	}
+}
+
+func TestAPlainHandlerResumesFromItsCheckpoint(t *testing.T) {
+	c := server(t)
+	q := queue(t)
+	w := jobengine.NewWorker(c, options(q, nil))
+	w.HandleFunc("go_plain_resume", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		var position int
+		if _, err := job.Checkpoint(&position); err != nil {
+			return nil, err
+		}
+		if job.Attempt == 1 {
+			job.Progress(0.25, "a quarter")
+			if err := job.SaveCheckpoint(ctx, 25); err != nil {
+				return nil, err
+			}
+			return nil, jobengine.RetryAfter(errors.New("died a quarter of the way"), 0)
+		}
+		return map[string]any{"resumed_at": position, "phase": job.Phase()}, nil
+	})
+	start(t, w)
+	job := enqueue(t, c, jobengine.NewJob{Task: "go_plain_resume", Queue: q, MaxAttempts: 3})
+	final := await(t, c, job.ID, "succeeded", "dead")
+	if final.State != "succeeded" || final.Attempt != 2 || string(final.Result) != `{"phase":"run","resumed_at":25}` {
+		t.Fatalf("%s after %d attempts, result %s", final.State, final.Attempt, final.Result)
+	}
+	if len(final.Phases) != 1 || final.Phases[0].Name != "run" || string(final.Phases[0].Checkpoint) != "25" {
+		t.Fatalf("phases %+v", final.Phases)
+	}
+}
+
 func TestRetryableAndPermanentErrors(t *testing.T) {
 	c := server(t)
 	q := queue(t)

@@ -40,6 +40,8 @@ JOBS = 500
 CONCURRENCY = 8
 GO_TESTS = [
     "TestPhasesProgressAndResults",
+    "TestAPlainHandlerResumesFromItsCheckpoint",
+    "TestALaterAttemptSkipsSucceededPhasesAndResumesFromTheCheckpoint",
     "TestRetryableAndPermanentErrors",
     "TestAPanicFailsOnlyItsJobAndTheWorkerKeepsGoing",
     "TestALostLeaseCancelsTheHandlerAndNothingIsReported",

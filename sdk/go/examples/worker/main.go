@@ -99,8 +99,8 @@ func object(job *jobengine.Job, v any) error {
 // hello: {"name": "Ada"} -> "hello Ada"; a scheduled segment {"items": ["Ada", "Grace"]} greets each.
 func hello(ctx context.Context, job *jobengine.Job) (any, error) {
 	var in struct {
-		Name  *string `json:"name"`
-		Items []any   `json:"items"`
+		Name  any   `json:"name"`
+		Items []any `json:"items"`
 	}
 	if err := object(job, &in); err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func hello(ctx context.Context, job *jobengine.Job) (any, error) {
 			names = append(names, fmt.Sprint(item))
 		}
 	} else if in.Name != nil {
-		names = []string{*in.Name}
+		names = []string{fmt.Sprint(in.Name)}
 	}
 	if err := pause(ctx, 50*time.Millisecond); err != nil {
 		return nil, err
@@ -214,10 +214,18 @@ func flaky(ctx context.Context, job *jobengine.Job) (any, error) {
 	}
 	mayFail := in.MaxFailures == nil || job.Attempt <= *in.MaxFailures
 	if mayFail && rand.Float64() < in.FailRate {
-		return nil, fmt.Errorf("upstream unavailable (attempt %d)", job.Attempt)
+		return nil, upstreamError{attempt: job.Attempt}
 	}
 	return map[string]any{"ok": true, "attempts": job.Attempt}, nil
 }
+
+// upstreamError names its type in the job's error record as the Python example's does (ConnectionError).
+type upstreamError struct{ attempt int }
+
+func (e upstreamError) Error() string {
+	return fmt.Sprintf("upstream unavailable (attempt %d)", e.attempt)
+}
+func (e upstreamError) ErrorType() string { return "ConnectionError" }
 
 // crash panics with {"message": "..."}: the panic fails this job only (its message is the job's error).
 func crash(ctx context.Context, job *jobengine.Job) (any, error) {
