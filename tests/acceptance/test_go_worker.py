@@ -245,7 +245,7 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
         assert done[job_id][-1] == (job["attempt"], survivor.pid)
     finished_by_doomed = {i for i in started_by_doomed if (jobs[i]["attempt"], doomed.pid) in done[i]}
     assert all(jobs[i]["errors"] == [] and jobs[i]["attempt"] == 1 for i in finished_by_doomed)
-    assert len(finished_by_doomed) >= 100
+    assert len(finished_by_doomed) + len(unreported) >= 100  # its 100 "done" lines
 
     # The panic failed its job alone, recorded with its message; the survivor went on with the rest.
     assert dead["state"] == "dead", dead
