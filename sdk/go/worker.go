@@ -37,7 +37,7 @@ type Options struct {
 	WorkerID string
 	// Queues to claim from (default ["default"]).
 	Queues []string
-	// Concurrency is the most jobs run at once (default 10).
+	// Concurrency is the most jobs run at once (default 10, at most 1000).
 	Concurrency int
 	// ClaimBatch caps the jobs one claim asks for (default: the free slots; at most 100).
 	ClaimBatch int
@@ -107,6 +107,9 @@ func NewWorker(client *Client, opts Options) *Worker {
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 10
+	}
+	if opts.Concurrency > maxReport { // one heartbeat or progress call carries every lease held
+		opts.Concurrency = maxReport
 	}
 	if opts.ClaimBatch <= 0 || opts.ClaimBatch > 100 {
 		opts.ClaimBatch = 100
