@@ -28,6 +28,8 @@ up: venv
 	$(BIN)/jobengine up
 
 test: venv
+	@# The Go worker SDK's tests (tests/acceptance/test_go_worker.py) need a Go toolchain: the system's.
+	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: venv

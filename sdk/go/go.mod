@@ -1,0 +1,3 @@
+module github.com/jobengine/jobengine/sdk/go
+
+go 1.19
