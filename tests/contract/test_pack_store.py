@@ -50,9 +50,7 @@ async def test_insert_once_then_existing(store: Store) -> None:
 async def test_concurrent_inserts_of_one_version_exactly_one_wins(store: Store) -> None:
     packs = _packs(store)
     contents = [f"content {i}".encode() for i in range(6)]
-    results = await asyncio.gather(
-        *(packs.insert_pack_version(_version(content=c), c, _event()) for c in contents)
-    )
+    results = await asyncio.gather(*(packs.insert_pack_version(_version(content=c), c, _event()) for c in contents))
     winners = [v for v, created in results if created]
     assert len(winners) == 1
     assert all(v.sha256 == winners[0].sha256 for v, _ in results)
@@ -89,9 +87,7 @@ async def test_listing_search_and_digest_lookup(store: Store) -> None:
     packs = _packs(store)
     await packs.insert_pack_version(_version("hello", "1.0.0", b"a"), b"a", _event())
     await packs.insert_pack_version(_version("hello", "1.10.0", b"b", uploaded_at=T0 + 5), b"b", _event())
-    await packs.insert_pack_version(
-        _version("etl", "0.1.0", b"c", description="Moves DATA around"), b"c", _event()
-    )
+    await packs.insert_pack_version(_version("etl", "0.1.0", b"c", description="Moves DATA around"), b"c", _event())
     names = [(v.name, v.version) for v in await packs.list_pack_versions()]
     assert names == [("etl", "0.1.0"), ("hello", "1.0.0"), ("hello", "1.10.0")]
     assert [v.version for v in await packs.list_pack_versions("hello")] == ["1.0.0", "1.10.0"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobengine.packs.archive import build
 
-HELLO_CODE = '''
+HELLO_CODE = """
 import asyncio
 
 
@@ -21,7 +21,7 @@ async def greet(ctx):
 
 def shout(ctx):
     return ctx.payload["who"].upper()
-'''
+"""
 
 HELLO_MANIFEST = """name: {name}
 version: {version}

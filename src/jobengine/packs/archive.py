@@ -8,12 +8,13 @@ is an error (its target would not travel with the pack).
 
 **Extraction** (:func:`extract`) trusts nothing in the archive: members are read as a stream (``r|``), only
 regular files and directories are accepted (links, symlinks, devices and FIFOs are refused), a name that is
-absolute, contains ``..``, a backslash or a NUL, or resolves outside the target is refused, as are
-duplicates. The limits (:class:`Limits`: compressed bytes, expanded bytes, member count, expansion ratio)
-are counted on the bytes actually read and decompressed, never taken from the tar or gzip headers, so a
-bomb is stopped after at most one buffer past the limit, and memory stays at a few buffers whatever the
-archive holds. Files are written into a fresh temporary directory beside the target, which is renamed into
-place only when the whole archive passed: a refused archive leaves nothing behind.
+absolute, contains ``..``, a backslash or a NUL, or resolves outside the target is refused, as are duplicates;
+a seekable input is read twice, a first pass checking everything and writing nothing. The limits
+(:class:`Limits`: compressed bytes, expanded bytes, member count, expansion ratio) are counted on the bytes
+actually read and decompressed, never taken from the tar or gzip headers, so a bomb is stopped after at most
+one buffer past the limit, and memory stays at a few buffers whatever the archive holds. Files are written
+into a fresh temporary directory beside the target, which is renamed into place only when the whole archive
+passed: a refused archive leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -185,7 +186,13 @@ def extract(data: BinaryIO, target: str | Path, limits: Limits | None = None) ->
     tmp = dest.parent / f".{dest.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
     try:
-        names = _extract_into(data, tmp, limits or Limits())
+        if data.seekable():
+            # A first pass that writes nothing: a hostile archive is refused before a single file exists
+            # (creating files is what costs: ~1 ms each on a slow disk, for 10,000 members).
+            start = data.tell()
+            _extract_into(data, tmp, limits or Limits(), write=False)
+            data.seek(start)
+        names = _extract_into(data, tmp, limits or Limits(), write=True)
         try:
             os.rename(tmp, dest)
         except OSError:
@@ -198,7 +205,7 @@ def extract(data: BinaryIO, target: str | Path, limits: Limits | None = None) ->
         raise
 
 
-def _extract_into(data: BinaryIO, root: Path, limits: Limits) -> list[str]:
+def _extract_into(data: BinaryIO, root: Path, limits: Limits, *, write: bool) -> list[str]:
     budget = _Budget(limits)
     root_real = os.path.realpath(root)
     names: list[str] = []
@@ -219,18 +226,23 @@ def _extract_into(data: BinaryIO, root: Path, limits: Limits) -> list[str]:
                 if os.path.commonpath([root_real, path]) != root_real:
                     raise UnsafeArchive(f"member {member.name!r} resolves outside the extraction directory")
                 if member.isdir():
-                    os.makedirs(path, exist_ok=True)
+                    if write:
+                        os.makedirs(path, exist_ok=True)
                     continue
                 if not member.isreg():
                     kind = "a link" if member.issym() or member.islnk() else "not a regular file (device, FIFO?)"
                     raise UnsafeArchive(f"member {member.name!r} is {kind}; only regular files are allowed")
-                os.makedirs(os.path.dirname(path), exist_ok=True)
                 source = tar.extractfile(member)
                 assert source is not None
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-                with os.fdopen(fd, "wb") as out:
-                    while chunk := source.read(_CHUNK):
-                        out.write(chunk)
+                if write:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                    with os.fdopen(os.open(path, flags, 0o644), "wb") as out:
+                        while chunk := source.read(_CHUNK):
+                            out.write(chunk)
+                else:
+                    while source.read(_CHUNK):  # counted by the budget like the writing pass
+                        pass
                 names.append(rel)
             # Read to the end, so trailing garbage or a bomb after the last member is counted too.
             while expanded.read(_CHUNK):

@@ -47,6 +47,12 @@ def _event_params(name: str, version: str, e: NewPackEvent) -> dict[str, Any]:
     return {"name": name, "version": version, "type": e.type, "actor": e.actor, "reason": e.reason, "at": e.at}
 
 
+def _rollback(tx: psycopg.AsyncTransaction) -> None:
+    """Roll the transaction block back (psycopg's Rollback exception, swallowed by the block). Typed as
+    returning, because the block swallows it: mypy would otherwise take the code after the block as dead."""
+    raise psycopg.Rollback(tx)
+
+
 class PostgresPackMixin:
     async def insert_pack_version(
         self: _Runs, version: PackVersion, content: bytes, event: NewPackEvent
@@ -65,12 +71,16 @@ class PostgresPackMixin:
         ev = _q(self, _EVENT)
 
         async def op(conn: Conn) -> tuple[PackVersion, bool]:
-            async with conn.transaction():
+            created = False
+            async with conn.transaction() as tx:
                 await conn.execute(blob, params)
                 cur = await conn.execute(row, params)
-                if await cur.fetchone() is None:
-                    raise psycopg.Rollback()  # the version exists: keep nothing of this upload (its content)
-                await conn.execute(ev, _event_params(v.name, v.version, event))
+                created = await cur.fetchone() is not None
+                if created:
+                    await conn.execute(ev, _event_params(v.name, v.version, event))
+                else:
+                    _rollback(tx)  # the version exists: keep nothing of this upload (its content)
+            if created:
                 return v, True
             # Lost the race (or the version existed): read the winner's row, committed by now.
             found = await (await conn.execute(get, params)).fetchone()
