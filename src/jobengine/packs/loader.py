@@ -84,19 +84,26 @@ class HttpFetcher:
         self.client = client
 
     async def resolve(self, name: str, ref: str) -> Resolved:
-        r = await self.client.get(f"/api/v1/packs/{name}/versions/{ref}")
-        if r.status_code == 404:
-            raise NotFound("pack version", f"{name}@{ref}")
-        r.raise_for_status()
-        body = r.json()
+        body = _checked(await self.client.get(f"/api/v1/packs/{name}/versions/{ref}"), f"{name}@{ref}").json()
         if body["status"] not in ("approved", "deprecated"):
             raise ConfigError(f"packs: {name}@{body['version']} is {body['status']}: only approved versions run")
         return Resolved(body["name"], body["version"], body["sha256"])
 
     async def fetch(self, sha256: str) -> bytes:
-        r = await self.client.get(f"/api/v1/packs/blobs/{sha256}")
-        r.raise_for_status()
+        r = _checked(await self.client.get(f"/api/v1/packs/-/blobs/{sha256}"), f"content {sha256}")
         return bytes(r.content)
+
+
+def _checked(r: Any, what: str) -> Any:
+    if r.status_code == 404:
+        raise NotFound("pack", what)
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail")
+        except ValueError:
+            detail = None
+        raise ConfigError(f"packs: {what}: the server answered {r.status_code}: {detail or r.reason_phrase}")
+    return r
 
 
 def parse_refs(refs: Sequence[str] | str) -> list[tuple[str, str]]:
