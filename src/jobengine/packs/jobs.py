@@ -16,11 +16,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from jobengine.core.models import NewJob
-from jobengine.errors import InvalidJob, NotFound
+from jobengine.core.schedules import ScheduleSpec
+from jobengine.errors import InvalidJob, InvalidSchedule, NotFound
 from jobengine.packs.manifest import payload_errors
 from jobengine.packs.registry import SHA256, PackRegistry
 from jobengine.ports.packs import PackStatus, PackVersion
@@ -51,36 +53,55 @@ def task_name(pack: str, sha256: str, task: str) -> str:
     return f"{pack}@{sha256}:{task}"
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    task: str  # <pack>@<sha256>:<task>
+    version: PackVersion
+    spec: Mapping[str, Any]  # the task's entry in the manifest
+
+
+async def resolve_task(
+    registry: PackRegistry, task: str, cache: dict[tuple[str, str], PackVersion] | None = None, field: str = "task"
+) -> Resolved | None:
+    """The approved version a pack task name resolves to (None for an ordinary task). Raises InvalidJob
+    naming ``field`` for an unknown or unapproved version or an unknown task."""
+    ref = parse_task(task)
+    if ref is None:
+        return None
+    key = (ref.pack, ref.ref)
+    cache = cache if cache is not None else {}
+    if key not in cache:
+        cache[key] = await _version(registry, ref, field)
+    version = cache[key]
+    label = f"{version.name}@{version.version}"
+    if version.status is PackStatus.DEPRECATED:
+        log.warning("pack %s is deprecated (%s); new jobs should use another version", label,
+                    version.status_reason or "no reason given")  # fmt: skip
+    elif version.status is not PackStatus.APPROVED:
+        raise InvalidJob(field, f"pack {label} is {version.status.value}: only approved versions run")
+    spec = version.manifest.get("tasks", {}).get(ref.task)
+    if spec is None:
+        known = ", ".join(sorted(version.manifest.get("tasks", {})))
+        raise InvalidJob(field, f"pack {label} has no task {ref.task!r} (it has: {known})")
+    return Resolved(task_name(version.name, version.sha256, ref.task), version, spec)
+
+
 async def resolve_jobs(registry: PackRegistry, jobs: Sequence[NewJob]) -> list[NewJob]:
     out = []
     cache: dict[tuple[str, str], PackVersion] = {}
     for job in jobs:
-        ref = parse_task(job.task)
-        if ref is None:
+        found = await resolve_task(registry, job.task, cache)
+        if found is None:
             out.append(job)
             continue
-        key = (ref.pack, ref.ref)
-        if key not in cache:
-            cache[key] = await _version(registry, ref)
-        version = cache[key]
-        label = f"{version.name}@{version.version}"
-        if version.status is PackStatus.DEPRECATED:
-            log.warning("pack %s is deprecated (%s); new jobs should use another version", label,
-                        version.status_reason or "no reason given")  # fmt: skip
-        elif version.status is not PackStatus.APPROVED:
-            raise InvalidJob("task", f"pack {label} is {version.status.value}: only approved versions run")
-        spec = version.manifest.get("tasks", {}).get(ref.task)
-        if spec is None:
-            known = ", ".join(sorted(version.manifest.get("tasks", {})))
-            raise InvalidJob("task", f"pack {label} has no task {ref.task!r} (it has: {known})")
+        spec = found.spec
         schema = spec.get("payload_schema")
         if schema is not None:
             problems = payload_errors(schema, job.payload)
             if problems:
-                raise InvalidJob(
-                    "payload", f"does not match {label}:{ref.task}'s payload_schema: {'; '.join(problems)}"
-                )
-        changes: dict[str, object] = {"task": task_name(version.name, version.sha256, ref.task)}
+                label = f"{found.version.name}@{found.version.version}:{job.task.rpartition(':')[2]}"
+                raise InvalidJob("payload", f"does not match {label}'s payload_schema: {'; '.join(problems)}")
+        changes: dict[str, object] = {"task": found.task}
         if job.queue == "default":
             changes["queue"] = spec.get("queue", "default")
         if job.max_attempts == 3:
@@ -91,7 +112,23 @@ async def resolve_jobs(registry: PackRegistry, jobs: Sequence[NewJob]) -> list[N
     return out
 
 
-async def _version(registry: PackRegistry, ref: TaskRef) -> PackVersion:
+async def resolve_schedule(registry: PackRegistry, spec: ScheduleSpec) -> ScheduleSpec:
+    """Pin a schedule's template that names a pack task to the approved version's digest (a channel is
+    resolved once, here: the schedule keeps that digest until its template changes). InvalidSchedule
+    naming ``template.task`` otherwise; the template's queue follows the manifest when left at default."""
+    try:
+        found = await resolve_task(registry, spec.template.task, field="template.task")
+    except InvalidJob as exc:
+        raise InvalidSchedule(exc.field, exc.message) from None
+    if found is None:
+        return spec
+    template = dataclasses.replace(spec.template, task=found.task)
+    if template.queue in (None, "default"):
+        template = dataclasses.replace(template, queue=found.spec.get("queue", "default"))
+    return dataclasses.replace(spec, template=template)
+
+
+async def _version(registry: PackRegistry, ref: TaskRef, field: str) -> PackVersion:
     try:
         if SHA256.match(ref.ref):
             found = [v for v in await registry.store.pack_versions_by_digest(ref.ref) if v.name == ref.pack]
@@ -100,4 +137,4 @@ async def _version(registry: PackRegistry, ref: TaskRef) -> PackVersion:
             return found[0]
         return await registry.resolve(ref.pack, ref.ref)
     except NotFound:
-        raise InvalidJob("task", f"no pack version {ref.pack}@{ref.ref}") from None
+        raise InvalidJob(field, f"no pack version {ref.pack}@{ref.ref}") from None
