@@ -167,3 +167,22 @@ async def test_schedules_naming_a_pack_need_an_approved_version(engine: Engine, 
     assert created.spec.template.queue == "packs"
     with pytest.raises(InvalidSchedule):
         await engine.update_schedule("nightly", template={"task": "hello@9.9.9:greet"})
+
+
+async def test_the_worker_checks_the_bytes_it_receives(engine: Engine, tmp_path: Path) -> None:
+    from jobengine.packs.registry import PackIntegrityError
+
+    await _publish(engine, write_pack(tmp_path / "src"))
+
+    class Tampered(RegistryFetcher):
+        """A registry whose bytes are altered in transit (a proxy, a bad disk under the server)."""
+
+        async def fetch(self, sha256: str) -> bytes:
+            data = bytearray(await super().fetch(sha256))
+            data[-10] ^= 0xFF
+            return bytes(data)
+
+    cache = tmp_path / "cache"
+    with pytest.raises(PackIntegrityError, match="refusing to run it"):
+        await load_packs(engine.tasks, Tampered(engine.packs), "hello@1.0.0", cache)
+    assert not cache.exists() and engine.tasks.names() == []
