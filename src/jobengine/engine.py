@@ -61,6 +61,7 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 
 if TYPE_CHECKING:
     from jobengine.delivery.transports import Transports
+    from jobengine.packs.registry import PackRegistry
 
 T = TypeVar("T")
 F = TypeVar("F", bound=TaskFn)
@@ -124,6 +125,7 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._portal: _Portal | None = None
         self._workers: list[Worker] = []
         self._transports: Transports | None = None
+        self._packs: PackRegistry | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -164,6 +166,15 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
             self._transports = Transports(self)
         return self._transports
+
+    @property
+    def packs(self) -> PackRegistry:
+        """The task pack registry (:mod:`jobengine.packs`); ConfigError if the store keeps no packs."""
+        if self._packs is None:
+            from jobengine.packs.registry import registry_for
+
+            self._packs = registry_for(self.store, self.settings, self.clock)
+        return self._packs
 
     def notifier(self) -> Notifier:
         if self._notifier is None:
@@ -292,6 +303,10 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         """
         if not jobs:
             return []
+        if any("@" in j.task for j in jobs):  # a pack's task: resolved to an approved version's digest
+            from jobengine.packs.jobs import resolve_jobs
+
+            jobs = await resolve_jobs(self.packs, jobs)
         phases = [self._phase_names(j.task) for j in jobs]
         now = self.clock.now()
         store = self.store

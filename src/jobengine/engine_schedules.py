@@ -41,6 +41,7 @@ class ScheduleFacade(SchedulingBase):
     async def create_schedule(self, spec: ScheduleSpec, *, actor: str = "system") -> Schedule:
         """Store a new schedule; it first fires at its first tick after now."""
         sc.check_actor(actor)
+        spec = await self._pack_template(spec)
         now = self.clock.now()
         schedule = Schedule(
             id=new_schedule_id(), spec=spec, version=1, cursor=now, next_fire_at=sc.first_fire(spec, now),
@@ -96,11 +97,22 @@ class ScheduleFacade(SchedulingBase):
         self._published(events)
         self._changed()
 
+    async def _pack_template(self, spec: ScheduleSpec) -> ScheduleSpec:
+        """A template naming a pack's task (``hello@1.2.0:greet``) must name an approved version; it is pinned
+        to that version's digest (:mod:`jobengine.packs.jobs`)."""
+        if "@" not in spec.template.task:
+            return spec
+        from jobengine.packs.jobs import resolve_schedule
+
+        return await resolve_schedule(self.packs, spec)
+
     async def _change(
         self, ref: str, tenant: str | None, actor: str, changes: Mapping[str, Any], event_type: str
     ) -> Schedule:
         current = await self.get_schedule(ref, tenant)
         spec = _changed_spec(current.spec, changes)
+        if "template" in changes:
+            spec = await self._pack_template(spec)
         now = self.clock.now()
         schedule = replace(current, spec=spec, version=current.version + 1, updated_at=now, updated_by=actor)
         if _CADENCE & set(changes):

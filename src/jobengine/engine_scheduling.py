@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock
     from jobengine.delivery.transports import Transports
+    from jobengine.packs.registry import PackRegistry
     from jobengine.ports.notifier import Notifier
     from jobengine.ports.store import Store
     from jobengine.settings import Settings
@@ -67,6 +68,9 @@ class SchedulingBase:
 
         @property
         def transports(self) -> Transports: ...
+
+        @property
+        def packs(self) -> PackRegistry: ...
 
     def _sched(self) -> _SchedulingState:
         if self._scheduling_state is None:

@@ -63,6 +63,11 @@ class Settings:
     # for it to fill, and after this take it for a rollback (see jobengine.feed).
     event_settle_grace: float = 5.0
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
+    # -- task packs (issue 8, jobengine.packs) --
+    packs_four_eyes: str = "auto"  # on | off | auto: on unless api_host is a loopback address
+    packs_max_bytes: int = 16 * 1024 * 1024  # largest pack archive accepted (compressed)
+    worker_packs: tuple[str, ...] = ()  # name@version (or @stable) of approved packs a worker loads
+    packs_cache_dir: str = ""  # where workers unpack packs, by digest ("": ~/.cache/jobengine/packs)
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -115,6 +120,10 @@ class Settings:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
         if self.api_max_body_bytes < 1024:
             raise ConfigError("api_max_body_bytes: must be at least 1024")
+        if self.packs_four_eyes not in ("on", "off", "auto"):
+            raise ConfigError("packs_four_eyes: one of on, off, auto")
+        if self.packs_max_bytes < 1024:
+            raise ConfigError("packs_max_bytes: must be at least 1024")
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
 

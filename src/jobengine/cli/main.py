@@ -21,6 +21,7 @@ from rich.markup import escape
 from jobengine.cli import health, jobs, output, run, scheduler, serve
 from jobengine.cli.common import ConfigOption, DbOption, load_settings
 from jobengine.cli.keys import keys_app
+from jobengine.cli.packs import pack_app
 from jobengine.cli.runs import runs_app, signatures_app
 from jobengine.cli.schedules import schedules_app
 from jobengine.engine import Engine
@@ -75,6 +76,7 @@ def build_app() -> typer.Typer:
     app.add_typer(signatures_app)
     app.command()(serve.serve)
     app.add_typer(keys_app)
+    app.add_typer(pack_app)
     app.command()(jobs.enqueue)
     app.add_typer(jobs.jobs_app)
     app.command()(migrate)

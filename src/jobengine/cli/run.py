@@ -166,7 +166,14 @@ def parse_queues(value: str | None) -> tuple[str, ...] | None:
     return queues
 
 
-async def _worker(engine: Engine, overrides: dict[str, Any]) -> None:
+async def _worker(engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = ()) -> None:
+    if packs:  # before the worker is built: its queues default to those of the registered tasks
+        from jobengine.cli.packs import load_local
+
+        await engine.start()
+        await load_local(engine, packs)
+        if not overrides.get("queues"):
+            overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
     worker = WorkerService(engine.worker(**overrides))
     async with Supervisor(worker, output.stderr()) as supervisor, engine:
         await supervisor.serve([worker])
@@ -174,8 +181,8 @@ async def _worker(engine: Engine, overrides: dict[str, Any]) -> None:
 
 def worker(
     app: Annotated[
-        str, typer.Option("--app", help="The Engine to serve, as module:attribute (an Engine or a function).")
-    ],
+        str | None, typer.Option("--app", help="The Engine to serve, as module:attribute (an Engine or a function).")
+    ] = None,
     remote: Annotated[
         str | None, typer.Option("--remote", help="Reach this server's API over HTTP instead of the database.")
     ] = None,
@@ -187,13 +194,22 @@ def worker(
     concurrency: Annotated[int | None, typer.Option(help="Jobs run at once.", min=1)] = None,
     lease: Annotated[float | None, typer.Option(help="Lease length in seconds.", min=0.1)] = None,
     grace: Annotated[float | None, typer.Option(help="Seconds jobs may finish in after a stop.", min=0)] = None,
+    packs: Annotated[
+        str | None, typer.Option("--packs", help="Comma-separated name@version of approved task packs to run too.")
+    ] = None,
 ) -> None:
     """Run a worker (and the rescuer of expired leases) for the tasks of --app until SIGTERM / SIGINT.
-    With --remote, the worker claims and reports over the HTTP API (--app may then be an SDK TaskApp)."""
+    With --remote, the worker claims and reports over the HTTP API (--app may then be an SDK TaskApp).
+    With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`)."""
+    from jobengine.packs.loader import parse_refs
+
+    refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs)) if packs else None
+    if app is None and not refs and not load_settings(None).worker_packs:
+        raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
-        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace)
+        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs)
         return
-    engine = load_app(app)
+    engine = load_app(app) if app is not None else Engine.from_settings(load_settings(None, database=db))
     if db is not None:
         engine = rebind(engine, replace(engine.settings, database=db))
     # The flags go through Settings so they are validated together (e.g. the heartbeat against the lease).
@@ -213,12 +229,12 @@ def worker(
         "heartbeat_every": settings.heartbeat_every,
         "grace_period": settings.grace_period,
     }
-    run(_worker(engine, overrides))
+    run(_worker(engine, overrides, refs if refs is not None else settings.worker_packs))
 
 
 def _remote_worker(
-    app: str, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
-    lease: float | None, grace: float | None,
+    app: str | None, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
+    lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None,
 ) -> None:  # fmt: skip
     from jobengine.cli.remote import load_tasks, run_remote
 
@@ -229,11 +245,24 @@ def _remote_worker(
     flags = {"worker_queues": parse_queues(queues), "worker_concurrency": concurrency, "lease_seconds": lease,
              "grace_period": grace}  # fmt: skip
     settings = load_settings(None, **flags)
-    tasks = load_tasks(app)
+    from jobengine.tasks import TaskRegistry
+
+    tasks = load_tasks(app) if app is not None else TaskRegistry()
+    refs = packs if packs is not None else settings.worker_packs
     setup_logging()
     options = {
         "queues": settings.worker_queues, "concurrency": settings.worker_concurrency,
         "lease_seconds": settings.lease_seconds, "heartbeat_every": settings.heartbeat_every,
         "grace_period": settings.grace_period,
     }  # fmt: skip
-    run(run_remote(url, key, tasks, options))
+
+    async def go() -> None:
+        if refs:
+            from jobengine.cli.packs import load_remote
+
+            await load_remote(tasks, url, key, refs, settings.packs_cache_dir)
+            if not options["queues"]:
+                options["queues"] = tuple(tasks.queues())
+        await run_remote(url, key, tasks, options)
+
+    run(go())

@@ -24,6 +24,9 @@ SCOPES: Final = (
     "schedules:write",  # create / change schedules, trigger runs, change a signature's status
     "worker",  # the worker protocol: claim, heartbeat, report
     "metrics",  # /metrics (counts of every tenant: an operator's view)
+    "packs:read",  # task packs: list, show, download approved versions (workers that load packs)
+    "packs:write",  # task packs: upload
+    "packs:approve",  # task packs: approve, reject, deprecate, archive; download any version to review it
     "admin",
 )
 

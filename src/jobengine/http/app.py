@@ -29,7 +29,7 @@ from jobengine.http.context import ApiContext
 from jobengine.http.metrics import Metrics, RequestMetrics
 from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery
 from jobengine.http.openapi import build_openapi
-from jobengine.http.routes import events, health, jobs, queues, runs, schedules, worker
+from jobengine.http.routes import events, health, jobs, packs, queues, runs, schedules, worker
 from jobengine.settings import Settings
 
 DESCRIPTION = """The jobengine HTTP API: jobs, queues, dead-letter, events (also as SSE), and the worker protocol.
@@ -67,14 +67,14 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     routers = (
         jobs.router, events.router, queues.router, queues.dead_router, schedules.router, runs.router,
-        runs.signatures, worker.router, health.router,
+        runs.signatures, worker.router, health.router, packs.router,
     )  # fmt: skip
     for router in routers:
         app.include_router(router)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(Idempotency, ctx=lambda: ctx)
     app.add_middleware(SingleValuedQuery)
-    app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes, raw={"/api/v1/packs": s.packs_max_bytes + 65536})
     app.add_middleware(RequestMetrics, metrics=metrics)
 
     def openapi() -> dict[str, Any]:

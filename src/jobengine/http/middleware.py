@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -37,20 +37,23 @@ _KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, raw: Mapping[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.raw = dict(raw or {})  # path -> limit: routes that take a body of any type (pack uploads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
+        raw_limit = self.raw.get(path)
+        max_bytes = raw_limit or self.max_bytes
         headers = Headers(scope=scope)
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+        if length is not None and (not length.isdigit() or int(length) > max_bytes):
             status = 413 if length.isdigit() else 400
-            detail = f"the body is larger than {self.max_bytes} bytes" if status == 413 else "bad Content-Length"
+            detail = f"the body is larger than {max_bytes} bytes" if status == 413 else "bad Content-Length"
             await problem_response(status, detail, instance=path, field="body")(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -62,14 +65,14 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                detail = f"the body is larger than {self.max_bytes} bytes"
+            if size > max_bytes:
+                detail = f"the body is larger than {max_bytes} bytes"
                 await problem_response(413, detail, instance=path, field="body")(scope, receive, send)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        if body and not _JSON_TYPE.match(headers.get("content-type", "")):
+        if body and raw_limit is None and not _JSON_TYPE.match(headers.get("content-type", "")):
             detail = "the body must be JSON (Content-Type: application/json)"
             await problem_response(415, detail, instance=path, field="body")(scope, receive, send)
             return

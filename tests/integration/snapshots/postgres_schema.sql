@@ -80,6 +80,29 @@ COLUMN outbox.held_until double precision NOT NULL DEFAULT 0
 COLUMN outbox.id bigint NOT NULL IDENTITY
 COLUMN outbox.job_id text NOT NULL COLLATE C
 COLUMN outbox.queue text NOT NULL
+COLUMN pack_blobs.created_at double precision NOT NULL
+COLUMN pack_blobs.data bytea NOT NULL
+COLUMN pack_blobs.sha256 text NOT NULL COLLATE C
+COLUMN pack_blobs.size bigint NOT NULL
+COLUMN pack_events.actor text NOT NULL
+COLUMN pack_events.at double precision NOT NULL
+COLUMN pack_events.id bigint NOT NULL DEFAULT nextval('pack_events_id_seq'::regclass)
+COLUMN pack_events.name text NOT NULL COLLATE C
+COLUMN pack_events.reason text NULL
+COLUMN pack_events.type text NOT NULL
+COLUMN pack_events.version text NOT NULL COLLATE C
+COLUMN pack_versions.approved_by text NULL
+COLUMN pack_versions.description text NOT NULL DEFAULT ''::text
+COLUMN pack_versions.manifest jsonb NOT NULL
+COLUMN pack_versions.name text NOT NULL COLLATE C
+COLUMN pack_versions.sha256 text NOT NULL COLLATE C
+COLUMN pack_versions.size bigint NOT NULL
+COLUMN pack_versions.status text NOT NULL
+COLUMN pack_versions.status_reason text NULL
+COLUMN pack_versions.updated_at double precision NOT NULL
+COLUMN pack_versions.uploaded_at double precision NOT NULL
+COLUMN pack_versions.uploaded_by text NOT NULL
+COLUMN pack_versions.version text NOT NULL COLLATE C
 COLUMN queue_settings.concurrency integer NULL
 COLUMN queue_settings.paused boolean NOT NULL DEFAULT false
 COLUMN queue_settings.queue text NOT NULL
@@ -146,6 +169,11 @@ CONSTRAINT jobengine_migrations.jobengine_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT jobs.jobs_pkey PRIMARY KEY (id)
 CONSTRAINT jobs.jobs_state_check CHECK ((state = ANY (ARRAY['blocked'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'stale'::text])))
 CONSTRAINT outbox.outbox_pkey PRIMARY KEY (id)
+CONSTRAINT pack_blobs.pack_blobs_pkey PRIMARY KEY (sha256)
+CONSTRAINT pack_events.pack_events_pkey PRIMARY KEY (id)
+CONSTRAINT pack_versions.pack_versions_pkey PRIMARY KEY (name, version)
+CONSTRAINT pack_versions.pack_versions_sha256_fkey FOREIGN KEY (sha256) REFERENCES pack_blobs(sha256)
+CONSTRAINT pack_versions.pack_versions_status_check CHECK ((status = ANY (ARRAY['pending_approval'::text, 'approved'::text, 'rejected'::text, 'deprecated'::text, 'archived'::text, 'invalid'::text])))
 CONSTRAINT queue_settings.queue_settings_pkey PRIMARY KEY (queue)
 CONSTRAINT run_jobs.run_jobs_pkey PRIMARY KEY (job_id)
 CONSTRAINT runs.runs_pkey PRIMARY KEY (id)
@@ -165,6 +193,8 @@ INDEX CREATE INDEX jobs_runnable ON jobs USING btree (queue, priority DESC, run_
 INDEX CREATE INDEX jobs_running ON jobs USING btree (id) WHERE (state = 'running'::text)
 INDEX CREATE INDEX jobs_waiting ON jobs USING btree (queue, run_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'failed'::text]))
 INDEX CREATE INDEX outbox_due ON outbox USING btree (available_at, id)
+INDEX CREATE INDEX pack_events_version ON pack_events USING btree (name, version, id)
+INDEX CREATE INDEX pack_versions_sha256 ON pack_versions USING btree (sha256)
 INDEX CREATE INDEX run_jobs_run ON run_jobs USING btree (run_id, segment)
 INDEX CREATE INDEX runs_active ON runs USING btree (schedule_id, state) WHERE (state = ANY (ARRAY['planning'::text, 'queued'::text, 'running'::text]))
 INDEX CREATE INDEX runs_finished ON runs USING btree (finished_at) WHERE (finished_at IS NOT NULL)
@@ -182,6 +212,9 @@ INDEX CREATE UNIQUE INDEX jobengine_migrations_pkey ON jobengine_migrations USIN
 INDEX CREATE UNIQUE INDEX jobs_idempotency ON jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL)
 INDEX CREATE UNIQUE INDEX jobs_pkey ON jobs USING btree (id)
 INDEX CREATE UNIQUE INDEX outbox_pkey ON outbox USING btree (id)
+INDEX CREATE UNIQUE INDEX pack_blobs_pkey ON pack_blobs USING btree (sha256)
+INDEX CREATE UNIQUE INDEX pack_events_pkey ON pack_events USING btree (id)
+INDEX CREATE UNIQUE INDEX pack_versions_pkey ON pack_versions USING btree (name, version)
 INDEX CREATE UNIQUE INDEX queue_settings_pkey ON queue_settings USING btree (queue)
 INDEX CREATE UNIQUE INDEX run_jobs_pkey ON run_jobs USING btree (job_id)
 INDEX CREATE UNIQUE INDEX runs_pkey ON runs USING btree (id)

@@ -14,6 +14,7 @@ from jobengine.backends.memory.api import MemoryApiMixin
 from jobengine.backends.memory.leader import LocalLeader
 from jobengine.backends.memory.notifier import LocalNotifier
 from jobengine.backends.memory.outbox import MemoryOutboxMixin
+from jobengine.backends.memory.packs import MemoryPackMixin
 from jobengine.backends.memory.scheduling import MemoryScheduling
 from jobengine.core import codec
 from jobengine.core import events as ev
@@ -45,7 +46,7 @@ def _succeeded(job: Job) -> bool:
     return job.final_state is JobState.SUCCEEDED
 
 
-class MemoryStore(MemoryApiMixin, MemoryOutboxMixin):
+class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin):
     capabilities = StoreCapabilities(cross_process_notify=False, shared=False)
 
     def __init__(self) -> None:

@@ -43,6 +43,7 @@ from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
 from jobengine.backends.postgres.notifier import PgNotifier
 from jobengine.backends.postgres.outbox import PostgresOutboxMixin
+from jobengine.backends.postgres.packs import PostgresPackMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.scheduling import PostgresScheduling
@@ -101,7 +102,7 @@ def _close_in(loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]) -
     return done
 
 
-class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin):
+class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin):
     capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
 
     def __init__(

@@ -61,13 +61,14 @@ from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
+from .packs import SqlitePackMixin
 from .scheduling import SqliteScheduling
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class SqliteStore(SqliteApiMixin, SqliteOutboxMixin):
+class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin):
     """The Store port on a SQLite file.
 
     Example::

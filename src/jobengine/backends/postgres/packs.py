@@ -1,0 +1,147 @@
+"""The task pack registry on PostgreSQL (:class:`~jobengine.ports.packs.PackStore`), mixed into PostgresStore.
+
+Content is a ``bytea`` row per sha256 (``pack_blobs``) beside the metadata, so an upload is one transaction;
+the version row's primary key decides concurrent uploads of one version (``ON CONFLICT DO NOTHING``: exactly
+one insert wins, the others read the winner). Tables: migration ``0006_packs.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, Protocol, TypeVar
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from jobengine.backends.postgres import sql
+from jobengine.ports.packs import NewPackEvent, PackEvent, PackStatus, PackVersion
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+Row = tuple[Any, ...]
+
+_COLUMNS = (
+    "name, version, sha256, size, status, manifest, description, uploaded_by, uploaded_at, updated_at, "
+    "status_reason, approved_by"
+)
+_EVENT = """INSERT INTO {s}pack_events (name, version, type, actor, reason, at)
+VALUES (%(name)s, %(version)s, %(type)s, %(actor)s, %(reason)s, %(at)s)"""
+
+
+class _Runs(Protocol):
+    schema: str
+
+    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
+
+    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
+
+
+def _q(store: _Runs, text: str) -> bytes:
+    return text.replace("{s}", sql.prefix(store.schema)).encode()
+
+
+def _version(r: Row) -> PackVersion:
+    return PackVersion(r[0], r[1], r[2], int(r[3]), PackStatus(r[4]), r[5], r[6], r[7], r[8], r[9], r[10], r[11])
+
+
+def _event_params(name: str, version: str, e: NewPackEvent) -> dict[str, Any]:
+    return {"name": name, "version": version, "type": e.type, "actor": e.actor, "reason": e.reason, "at": e.at}
+
+
+def _rollback(tx: psycopg.AsyncTransaction) -> None:
+    """Roll the transaction block back (psycopg's Rollback exception, swallowed by the block). Typed as
+    returning, because the block swallows it: mypy would otherwise take the code after the block as dead."""
+    raise psycopg.Rollback(tx)
+
+
+class PostgresPackMixin:
+    async def insert_pack_version(
+        self: _Runs, version: PackVersion, content: bytes, event: NewPackEvent
+    ) -> tuple[PackVersion, bool]:
+        v = version
+        blob = _q(self, "INSERT INTO {s}pack_blobs (sha256, size, data, created_at) VALUES "
+                        "(%(sha)s, %(size)s, %(data)s, %(at)s) ON CONFLICT (sha256) DO NOTHING")  # fmt: skip
+        row = _q(self, f"INSERT INTO {{s}}pack_versions ({_COLUMNS}) VALUES (%(name)s, %(version)s, %(sha)s, "
+                       "%(size)s, %(status)s, %(manifest)s, %(description)s, %(by)s, %(at)s, %(at)s, %(reason)s, "
+                       "%(approved_by)s) ON CONFLICT (name, version) DO NOTHING RETURNING 1")  # fmt: skip
+        get = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
+        params = {"sha": v.sha256, "size": v.size, "data": content, "at": v.uploaded_at, "name": v.name,
+                  "version": v.version, "status": v.status.value, "manifest": Jsonb(dict(v.manifest)),
+                  "description": v.description, "by": v.uploaded_by, "reason": v.status_reason,
+                  "approved_by": v.approved_by}  # fmt: skip
+        ev = _q(self, _EVENT)
+
+        async def op(conn: Conn) -> tuple[PackVersion, bool]:
+            created = False
+            async with conn.transaction() as tx:
+                await conn.execute(blob, params)
+                cur = await conn.execute(row, params)
+                created = await cur.fetchone() is not None
+                if created:
+                    await conn.execute(ev, _event_params(v.name, v.version, event))
+                else:
+                    _rollback(tx)  # the version exists: keep nothing of this upload (its content)
+            if created:
+                return v, True
+            # Lost the race (or the version existed): read the winner's row, committed by now.
+            found = await (await conn.execute(get, params)).fetchone()
+            assert found is not None
+            return _version(found), False
+
+        return await self._run(op, retry=False)
+
+    async def get_pack_version(self: _Runs, name: str, version: str) -> PackVersion | None:
+        q = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
+        rows = await self._rows(q, {"name": name, "version": version})
+        return _version(rows[0]) if rows else None
+
+    async def pack_versions_by_digest(self: _Runs, sha256: str) -> list[PackVersion]:
+        q = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE sha256 = %(sha)s ORDER BY name, version")
+        return [_version(r) for r in await self._rows(q, {"sha": sha256})]
+
+    async def list_pack_versions(self: _Runs, name: str | None = None, query: str | None = None) -> list[PackVersion]:
+        q = _q(self, f"""SELECT {_COLUMNS} FROM {{s}}pack_versions
+            WHERE (%(name)s::text IS NULL OR name = %(name)s::text)
+              AND (%(q)s::text IS NULL OR strpos(lower(name), %(q)s::text) > 0
+                   OR strpos(lower(description), %(q)s::text) > 0)
+            ORDER BY name, uploaded_at, version""")  # fmt: skip
+        return [_version(r) for r in await self._rows(q, {"name": name, "q": query.lower() if query else None})]
+
+    async def set_pack_status(
+        self: _Runs,
+        name: str,
+        version: str,
+        expected: Collection[PackStatus],
+        status: PackStatus,
+        event: NewPackEvent,
+        approved_by: str | None = None,
+    ) -> PackVersion | None:
+        q = _q(self, f"""UPDATE {{s}}pack_versions SET status = %(status)s, status_reason = %(reason)s,
+                updated_at = %(at)s, approved_by = coalesce(%(approved_by)s::text, approved_by)
+            WHERE name = %(name)s AND version = %(version)s AND status = ANY(%(expected)s::text[])
+            RETURNING {_COLUMNS}""")  # fmt: skip
+        ev = _q(self, _EVENT)
+        params = {"status": status.value, "reason": event.reason, "at": event.at, "approved_by": approved_by,
+                  "name": name, "version": version, "expected": [s.value for s in expected]}  # fmt: skip
+
+        async def op(conn: Conn) -> PackVersion | None:
+            async with conn.transaction():
+                found = await (await conn.execute(q, params)).fetchone()
+                if found is None:
+                    return None
+                await conn.execute(ev, _event_params(name, version, event))
+                return _version(found)
+
+        return await self._run(op, retry=False)
+
+    async def read_pack_content(self: _Runs, sha256: str) -> bytes | None:
+        rows = await self._rows(_q(self, "SELECT data FROM {s}pack_blobs WHERE sha256 = %(sha)s"), {"sha": sha256})
+        return bytes(rows[0][0]) if rows else None
+
+    async def list_pack_events(self: _Runs, name: str, version: str | None = None) -> list[PackEvent]:
+        q = _q(
+            self,
+            """SELECT id, name, version, type, actor, at, reason FROM {s}pack_events
+            WHERE name = %(name)s AND (%(version)s::text IS NULL OR version = %(version)s::text) ORDER BY id""",
+        )
+        rows = await self._rows(q, {"name": name, "version": version})
+        return [PackEvent(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
