@@ -59,6 +59,7 @@ class Settings:
     sse_buffer: int = 1000  # events buffered per stream; a client that stops reading is dropped past it
     sse_poll_interval: float = 1.0  # an idle stream looks for other processes' events this often
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
+    dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live views re-read (progress has no event)
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -92,7 +93,8 @@ class Settings:
             )
         if self.signature_cache_seconds < 0:
             raise ConfigError("signature_cache_seconds: must be >= 0 seconds")
-        more_positive = ("sse_keepalive", "sse_poll_interval", "idempotency_ttl", "claim_max_wait")
+        more_positive = ("sse_keepalive", "sse_poll_interval", "idempotency_ttl", "claim_max_wait",
+                         "dashboard_refresh_seconds")  # fmt: skip
         for name in more_positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be a positive number of seconds")

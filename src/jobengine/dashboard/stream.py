@@ -1,0 +1,84 @@
+"""The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
+
+A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
+``overview`` for the overview) and, for the overview, the chart's series as JSON (event ``chart``). It
+re-reads and re-renders when the job has an event (the engine's event feed wakes it) and at least every
+``dashboard_refresh_seconds``, because a phase's progress is saved with the worker's heartbeat without an
+event. A frame is sent only when its HTML changed. The stream ends when the server stops (the browser
+reconnects by itself) or when the session's key stops working.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter
+from sse_starlette.event import ServerSentEvent
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobengine.dashboard import session as sess
+from jobengine.dashboard.base import HtmlRoute, engine, state
+from jobengine.dashboard.overview import overview
+from jobengine.dashboard.views_jobs import _job_id, job_values
+from jobengine.http.context import context
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+
+def _respond(frames: AsyncIterator[ServerSentEvent], request: Request) -> Response:
+    ping = context(request).settings.sse_keepalive
+    return EventSourceResponse(frames, ping=ping, sep="\n", headers={"Cache-Control": "no-store"})
+
+
+@router.get("/ui/stream/job/{job_id}")
+async def job_stream(request: Request, job_id: str) -> Response:
+    session = await sess.require(request, "jobs:read")
+    job_id = _job_id(job_id)
+    eng = engine(request)
+    await eng.get_job(job_id, session.tenant)  # an unknown or another tenant's job: 404 before streaming
+    start = await eng.newest_event_id()
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        ctx = context(request)
+        st = state(request)
+        feed = eng.event_feed(after_id=start, tenant=session.tenant, job_id=job_id)
+        last = None
+        try:
+            await feed.open()
+            while not ctx.closing:
+                values = await job_values(request, session, job_id)
+                html = st.renderer.text("_job_live.html", values)
+                if html != last:
+                    last = html
+                    yield ServerSentEvent(html, event="job")
+                wait = ctx.settings.sse_keepalive if values["job"].terminal else st.refresh
+                await feed.next(timeout=wait)
+        finally:
+            feed.close()
+
+    return _respond(frames(), request)
+
+
+@router.get("/ui/stream/overview")
+async def overview_stream(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        import anyio
+
+        ctx = context(request)
+        st = state(request)
+        last = None
+        while not ctx.closing:
+            data = await overview(engine(request), session.tenant, st.recorder)
+            html = st.renderer.text("_overview_live.html", {**data, "session": session, "csrf": session.csrf})
+            if html != last:
+                last = html
+                yield ServerSentEvent(html, event="overview")
+                yield ServerSentEvent(json.dumps(data["series"]), event="chart")
+            await anyio.sleep(st.refresh)
+
+    return _respond(frames(), request)
