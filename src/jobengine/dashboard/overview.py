@@ -8,11 +8,12 @@ leader's identity is not stored anywhere else). Both are written on the page as 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from jobengine.core.models import Job, JobFilter
+from jobengine.core.models import JobFilter
 from jobengine.core.runs import RunFilter, RunTrigger
 from jobengine.core.states import JobState
 from jobengine.dashboard.stats import Recorder
@@ -20,7 +21,7 @@ from jobengine.engine import Engine
 from jobengine.errors import JobEngineError
 
 #: Running jobs read to find the live workers (and shown, the first RUNNING_SHOWN of them).
-RUNNING_READ = 200
+RUNNING_READ = 100
 RUNNING_SHOWN = 15
 WAITING = (JobState.QUEUED, JobState.SCHEDULED, JobState.FAILED, JobState.BLOCKED)
 
@@ -35,10 +36,24 @@ class QueueRow:
     concurrency: int | None
 
 
+async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
+    try:
+        runs = await engine.list_runs(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
+    except JobEngineError:
+        return None  # a store without the scheduler's tables
+    return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None
+
+
 async def overview(engine: Engine, tenant: str, recorder: Recorder) -> dict[str, Any]:
     now = time.time()
-    counts = await engine.count_jobs(tenant)
-    settings = await engine.queue_settings()
+    # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
+    counts, settings, running, leader, health = await asyncio.gather(
+        engine.count_jobs(tenant),
+        engine.queue_settings(),
+        engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_READ)),
+        _leader(engine, tenant),
+        engine.readiness(timeout=1.0),
+    )
     totals = {s.value: 0 for s in JobState}
     for (_, s), n in counts.items():
         totals[s.value] += n
@@ -54,21 +69,10 @@ async def overview(engine: Engine, tenant: str, recorder: Recorder) -> dict[str,
         )
         for name in names
     ]
-    running: list[Job] = await engine.list_jobs(
-        JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_READ)
-    )
     workers: dict[str, int] = {}
     for job in running:
         if job.lease_worker and (job.lease_expires_at or 0) > now:
             workers[job.lease_worker] = workers.get(job.lease_worker, 0) + 1
-    leader = None
-    try:
-        runs = await engine.list_runs(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
-        if runs:
-            leader = {"fired_by": runs[0].fired_by, "at": runs[0].created_at}
-    except JobEngineError:
-        leader = None  # a store without the scheduler's tables
-    health = await engine.readiness(timeout=1.0)
     await recorder.pull()
     return {
         "now": now,
