@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from jobengine.dashboard import stream, views_jobs, views_ops
 from jobengine.dashboard.base import DashboardState
 from jobengine.dashboard.render import Renderer
-from jobengine.dashboard.stats import Recorder
+from jobengine.dashboard.stats import CountCache, Recorder
 from jobengine.http.context import ApiContext
 
 __all__ = ["install"]
@@ -29,9 +29,8 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI, ctx: ApiContext) -> None:
     """Serve the dashboard from ``app`` (pages at ``/``, files at ``/static``)."""
-    app.state.dashboard = DashboardState(
-        Renderer(), Recorder(ctx.engine), refresh=ctx.settings.dashboard_refresh_seconds
-    )
+    refresh = ctx.settings.dashboard_refresh_seconds
+    app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), CountCache(ctx.engine, refresh), refresh)
     app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
     for router in (views_jobs.router, views_ops.router, stream.router):
         app.include_router(router)

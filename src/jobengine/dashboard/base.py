@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.session import DashboardError, LoginRequired, Session
-from jobengine.dashboard.stats import Recorder
+from jobengine.dashboard.stats import CountCache, Recorder
 from jobengine.engine import Engine
 from jobengine.errors import JobEngineError
 from jobengine.http.context import context
@@ -38,6 +38,7 @@ NAV = (
 class DashboardState:
     renderer: Renderer
     recorder: Recorder
+    counts: CountCache
     #: Seconds between refreshes of a live view (progress is saved with heartbeats, without events).
     refresh: float
 

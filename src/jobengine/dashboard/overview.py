@@ -16,7 +16,7 @@ from typing import Any
 from jobengine.core.models import JobFilter
 from jobengine.core.runs import RunFilter, RunTrigger
 from jobengine.core.states import JobState
-from jobengine.dashboard.stats import Recorder
+from jobengine.dashboard.stats import CountCache, Recorder
 from jobengine.engine import Engine
 from jobengine.errors import JobEngineError
 
@@ -44,11 +44,12 @@ async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
     return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None
 
 
-async def overview(engine: Engine, tenant: str, recorder: Recorder) -> dict[str, Any]:
+async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: CountCache | None = None) -> dict[str, Any]:
+    """The overview's values; ``shared``: take the counts from that cache (the live stream) instead of counting."""
     now = time.time()
     # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
     counts, settings, running, leader, health = await asyncio.gather(
-        engine.count_jobs(tenant),
+        shared.counts(tenant) if shared is not None else engine.count_jobs(tenant),
         engine.queue_settings(),
         engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_READ)),
         _leader(engine, tenant),

@@ -73,7 +73,7 @@ async def overview_stream(request: Request) -> Response:
         st = state(request)
         last = None
         while not ctx.closing:
-            data = await overview(engine(request), session.tenant, st.recorder)
+            data = await overview(engine(request), session.tenant, st.recorder, st.counts)
             html = st.renderer.text("_overview_live.html", {**data, "session": session, "csrf": session.csrf})
             if html != last:
                 last = html
