@@ -59,7 +59,7 @@ class Settings:
     sse_buffer: int = 1000  # events buffered per stream; a client that stops reading is dropped past it
     sse_poll_interval: float = 1.0  # an idle stream looks for other processes' events this often
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
-    dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live views re-read (progress has no event)
+    dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 

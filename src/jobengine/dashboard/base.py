@@ -39,7 +39,7 @@ class DashboardState:
     renderer: Renderer
     recorder: Recorder
     counts: CountCache
-    #: Seconds between refreshes of a live view (progress is saved with heartbeats, without events).
+    #: Seconds between refreshes of the live overview.
     refresh: float
 
 

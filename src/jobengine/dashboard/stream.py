@@ -1,11 +1,12 @@
 """The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
 
 A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
-``overview`` for the overview) and, for the overview, the chart's series as JSON (event ``chart``). It
-re-reads and re-renders when the job has an event (the engine's event feed wakes it) and at least every
-``dashboard_refresh_seconds``, because a phase's progress is saved with the worker's heartbeat without an
-event. A frame is sent only when its HTML changed. The stream ends when the server stops (the browser
-reconnects by itself) or when the session's key stops working.
+``overview`` for the overview) and, for the overview, the chart's series as JSON (event ``chart``). A job's
+stream re-reads and re-renders when the job has an event — the engine's event feed wakes it: the bus in
+this process, the store for other processes' commits (every ``sse_poll_interval``); workers save progress
+with a ``phase.progress`` event every ``progress_every`` — and at least every ``sse_keepalive``. The
+overview re-renders every ``dashboard_refresh_seconds``. A frame is sent only when its HTML changed. A
+stream ends when the server stops (the browser reconnects by itself).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import anyio
 from fastapi import APIRouter
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
@@ -54,8 +56,7 @@ async def job_stream(request: Request, job_id: str) -> Response:
                 if html != last:
                     last = html
                     yield ServerSentEvent(html, event="job")
-                wait = ctx.settings.sse_keepalive if values["job"].terminal else st.refresh
-                await feed.next(timeout=wait)
+                await feed.next(timeout=ctx.settings.sse_keepalive)
         finally:
             feed.close()
 
@@ -67,8 +68,6 @@ async def overview_stream(request: Request) -> Response:
     session = await sess.require(request, "jobs:read")
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        import anyio
-
         ctx = context(request)
         st = state(request)
         last = None
