@@ -20,19 +20,42 @@ from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
 from jobengine.dashboard.views_jobs import _job_id, job_values
-from jobengine.http.context import context
+from jobengine.http.context import ApiContext, context
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
 
+class _Stream(EventSourceResponse):
+    """Ends as soon as the server is stopping (``ApiContext.closing``), like the API's streams, so an open
+    dashboard tab never holds up a shutdown; the browser reconnects by itself."""
+
+    def __init__(self, frames: AsyncIterator[ServerSentEvent], ctx: ApiContext) -> None:
+        super().__init__(frames, ping=ctx.settings.sse_keepalive, sep="\n", headers={"Cache-Control": "no-store"})
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watchdog() -> None:
+                while True:
+                    await anyio.sleep(0.1)
+                    if self.ctx.closing:
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(watchdog)
+            await super().__call__(scope, receive, send)
+            tg.cancel_scope.cancel()
+
+
 def _respond(frames: AsyncIterator[ServerSentEvent], request: Request) -> Response:
-    ping = context(request).settings.sse_keepalive
-    return EventSourceResponse(frames, ping=ping, sep="\n", headers={"Cache-Control": "no-store"})
+    return _Stream(frames, context(request))
 
 
 @router.get("/ui/stream/job/{job_id}")

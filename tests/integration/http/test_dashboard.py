@@ -5,6 +5,7 @@ input refused with the field named and nothing written, every page, paging and s
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 
@@ -15,8 +16,9 @@ from jobengine.core.models import JobFilter
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.core.states import JobState
 from jobengine.dashboard.session import COOKIE, csrf_token
+from jobengine.http.server import ApiService
 
-from .conftest import Api
+from .conftest import Api, MakeApi
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -253,3 +255,51 @@ async def test_the_api_keeps_json_only_and_the_openapi_has_no_dashboard_routes(a
         assert r.status_code == 415
         paths = (await c.get("/openapi.json")).json()["paths"]
     assert all(p.startswith(("/api/", "/healthz", "/readyz", "/metrics")) for p in paths)
+
+
+async def _frames(lines: AsyncIterator[str], count: int) -> list[tuple[str, str]]:
+    """The next ``count`` (event, data) frames of an SSE response's lines (fewer if it ends)."""
+    out, event, data = [], "", []
+    async for line in lines:
+        if line.startswith("event:"):
+            event = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data.append(line.removeprefix("data:").removeprefix(" "))
+        elif line == "" and event:
+            out.append((event, "\n".join(data)))
+            event, data = "", []
+            if len(out) >= count:
+                break
+    return out
+
+
+async def test_live_streams_send_rendered_fragments_and_end_when_the_server_stops(make_api: MakeApi) -> None:
+    async with make_api(dashboard_refresh_seconds=0.05, sse_keepalive=0.2) as api:
+        job = await api.engine.enqueue("invoice", {"n": 1}, tenant="acme")
+        service = ApiService(api.engine, api.engine.settings, host="127.0.0.1", port=0, app=api.app)
+        await service.start()
+        try:
+            cookies = {COOKIE: api.keys["acme"]}
+            async with (
+                httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=10) as c,
+                c.stream("GET", "/ui/stream/overview") as overview,
+                c.stream("GET", f"/ui/stream/job/{job.id}") as job_stream,
+            ):
+                assert overview.headers["content-type"].startswith("text/event-stream")
+                job_lines = job_stream.aiter_lines()
+                (name, html), (chart_name, chart) = await _frames(overview.aiter_lines(), 2)
+                assert (name, chart_name) == ("overview", "chart") and "Queue depths" in html
+                assert sum(json.loads(chart)["enqueued"]) == 1
+                [(name, html)] = await _frames(job_lines, 1)
+                assert name == "job" and 'aria-label="overall progress"' in html
+                await api.engine.cancel(job.id, tenant="acme")  # an event of the job: a new frame
+                [(name, html)] = await _frames(job_lines, 1)
+                assert name == "job" and "state-cancelled" in html
+                await service.stop()  # open streams end (the browser would reconnect)
+                try:
+                    rest = await _frames(job_lines, 1)
+                except httpx.RemoteProtocolError:  # cut off mid-stream, as the API's streams are
+                    rest = []
+                assert rest == []
+        finally:
+            await service.stop()
