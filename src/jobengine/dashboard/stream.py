@@ -25,7 +25,8 @@ from starlette.types import Receive, Scope, Send
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
-from jobengine.dashboard.views_jobs import _job_id, job_values
+from jobengine.dashboard.views_jobs import _job_id, job_values, newest_events
+from jobengine.errors import NotFound
 from jobengine.http.context import ApiContext, context
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
@@ -73,13 +74,20 @@ async def job_stream(request: Request, job_id: str) -> Response:
         last = None
         try:
             await feed.open()
+            # The events shown are kept here and extended with what the feed brings (no re-read of the log).
+            recent = await newest_events(request, job_id, session.tenant)
             while not ctx.closing:
-                values = await job_values(request, session, job_id)
+                try:
+                    values = await job_values(request, session, job_id, recent)
+                except NotFound:
+                    return  # deleted meanwhile (retention, purge): nothing more to show
+
                 html = st.renderer.text("_job_live.html", values)
                 if html != last:
                     last = html
                     yield ServerSentEvent(html, event="job")
-                await feed.next(timeout=ctx.settings.sse_keepalive)
+                newest = recent[-1].id if recent else 0
+                recent.extend(e for e in await feed.next(timeout=ctx.settings.sse_keepalive) if e.id > newest)
         finally:
             feed.close()
 

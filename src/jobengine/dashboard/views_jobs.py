@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter
@@ -10,7 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from jobengine.core import codec
 from jobengine.core.ids import JobId
-from jobengine.core.models import Job, JobFilter, check_name
+from jobengine.core.models import Event, Job, JobFilter, check_name
 from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, render, see_other, state
@@ -27,6 +29,7 @@ SEARCH_SCAN = 2_000
 _SCAN_BATCH = 500
 #: A job's events shown on its page (the newest).
 EVENTS_SHOWN = 100
+EVENT_PAGES = 50
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
@@ -165,11 +168,29 @@ def _job_id(job_id: str) -> str:
     return job_id
 
 
-async def job_values(request: Request, session: sess.Session, job_id: str) -> dict[str, Any]:
+async def newest_events(request: Request, job_id: str, tenant: str) -> deque[Event]:
+    """The job's newest EVENTS_SHOWN events, oldest first. The log is read forwards only, so a job with
+    many events (progress is one every half second) is paged through, at most EVENT_PAGES pages."""
     eng = engine(request)
-    job = await eng.get_job(job_id, session.tenant)
-    events = await eng.events(0, 1000, job_id=job.id, tenant=session.tenant)
-    return {"job": job, "events": list(reversed(events[-EVENTS_SHOWN:])), "session": session, "csrf": session.csrf}
+    out: deque[Event] = deque(maxlen=EVENTS_SHOWN)
+    after = 0
+    for _ in range(EVENT_PAGES):
+        page = await eng.events(after, 1000, job_id=job_id, tenant=tenant)
+        out.extend(page)
+        if len(page) < 1000:
+            break
+        after = page[-1].id
+    return out
+
+
+async def job_values(
+    request: Request, session: sess.Session, job_id: str, events: Sequence[Event] | None = None
+) -> dict[str, Any]:
+    """What a job's page shows; ``events``: its newest events when the caller keeps them (the live stream)."""
+    job = await engine(request).get_job(job_id, session.tenant)
+    if events is None:
+        events = await newest_events(request, job.id, session.tenant)
+    return {"job": job, "events": list(reversed(events)), "session": session, "csrf": session.csrf}
 
 
 @router.get("/jobs/{job_id}")

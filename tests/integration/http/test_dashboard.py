@@ -303,3 +303,17 @@ async def test_live_streams_send_rendered_fragments_and_end_when_the_server_stop
                 assert rest == []
         finally:
             await service.stop()
+
+
+async def test_a_job_page_shows_its_newest_events_past_the_first_thousand(make_api: MakeApi) -> None:
+    async with make_api(sqlite_synchronous="OFF") as api:
+        e = api.engine
+        job = await e.enqueue("invoice", tenant="acme")
+        for _ in range(520):  # 1 + 2 x 520 events, past one page of the log (1000)
+            await e.cancel(job.id, tenant="acme")
+            await e.retry(job.id, tenant="acme")
+        newest = (await e.events(0, 10_000, job_id=job.id))[-1]
+        async with browser(api, api.keys["acme"]) as c:
+            r = await c.get(f"/jobs/{job.id}")
+        rows = re.findall(r"<tr><td>(\d+)</td><td>", r.text)
+        assert len(rows) == 100 and int(rows[0]) == newest.id and int(rows[-1]) == newest.id - 99
