@@ -5,6 +5,7 @@ with confirmation)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter
@@ -62,9 +63,21 @@ async def schedule_page(request: Request, ref: str) -> Response:
     session = await sess.require(request, "schedules:read")
     eng = engine(request)
     schedule = await eng.get_schedule(_ref(ref, "schedule"), session.tenant)
-    simulation = await eng.simulate_schedule(schedule.id, count=SIMULATED, tenant=session.tenant)
+    cron = request.query_params.get("cron", "").strip()
+    timezone = request.query_params.get("timezone", "").strip() or schedule.spec.timezone
+    if cron:
+        # A proposed cadence: simulated (writes nothing); a bad expression or zone is a 422 naming the field.
+        if len(cron) > 200 or len(timezone) > 100:
+            raise DashboardError(422, "too long", "cron" if len(cron) > 200 else "timezone")
+        proposed = replace(schedule.spec, cron=cron, every=None, timezone=timezone)
+        simulation = await eng.simulate_schedule(proposed, count=SIMULATED, tenant=session.tenant)
+    else:
+        simulation = await eng.simulate_schedule(schedule.id, count=SIMULATED, tenant=session.tenant)
     runs = await eng.list_runs(RunFilter(tenant=session.tenant, schedule_id=schedule.id, limit=20))
-    values = {"schedule": schedule, "simulation": simulation, "runs": runs, "now": time.time()}
+    values = {
+        "schedule": schedule, "simulation": simulation, "runs": runs, "now": time.time(), "proposed": cron,
+        "timezone": timezone,
+    }  # fmt: skip
     return render(request, "schedule.html", session, values)
 
 

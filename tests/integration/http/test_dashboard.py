@@ -317,3 +317,19 @@ async def test_a_job_page_shows_its_newest_events_past_the_first_thousand(make_a
             r = await c.get(f"/jobs/{job.id}")
         rows = re.findall(r"<tr><td>(\d+)</td><td>", r.text)
         assert len(rows) == 100 and int(rows[0]) == newest.id and int(rows[-1]) == newest.id - 99
+
+
+async def test_simulate_another_cadence_writes_nothing_and_names_a_bad_field(
+    api: Api, acme_ui: httpx.AsyncClient
+) -> None:
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await api.engine.create_schedule(spec)
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "30 14 * * *", "timezone": "Europe/Paris"})
+    assert r.status_code == 200 and "with <code>30 14 * * *</code> Europe/Paris" in r.text
+    times = re.findall(r"<li><time>([^<]+)</time>", r.text)
+    assert len(times) == 10 and all(t.endswith(("12:30:00Z", "13:30:00Z")) for t in times)  # 14:30 in Paris
+    assert (await api.engine.get_schedule(schedule.id)).spec.cron == "0 3 * * *"
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "99 * * * *"})
+    assert r.status_code == 422 and "<strong>cron</strong>" in r.text
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "0 3 * * *", "timezone": "Mars/Base"})
+    assert r.status_code == 422 and "<strong>timezone</strong>" in r.text
