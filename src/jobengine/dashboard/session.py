@@ -72,12 +72,13 @@ async def current(request: Request) -> Session | None:
     return Session(principal, csrf_token(key))
 
 
-async def require(request: Request, scope: str) -> Session:
-    """The request's session, which must hold ``scope``: LoginRequired without one, 403 without the scope."""
+async def require(request: Request, scope: str | None) -> Session:
+    """The request's session, which must hold ``scope`` (if given): LoginRequired without one, 403 without
+    the scope."""
     session = await current(request)
     if session is None:
         raise LoginRequired()
-    if not session.allows(scope):
+    if scope is not None and not session.allows(scope):
         raise DashboardError(403, f"your API key lacks the scope {scope!r}", "scope")
     return session
 
@@ -103,7 +104,7 @@ async def read_form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items()}
 
 
-async def action(request: Request, scope: str) -> tuple[Session, dict[str, str]]:
+async def action(request: Request, scope: str | None) -> tuple[Session, dict[str, str]]:
     """A form POST: a session with ``scope``, the same origin and the session's CSRF token. Returns the form."""
     session = await require(request, scope)
     if not same_origin(request):

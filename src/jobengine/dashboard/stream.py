@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
-from jobengine.dashboard.views_jobs import _job_id, job_values, newest_events
+from jobengine.dashboard.views_jobs import job_id_param, job_values, newest_events
 from jobengine.errors import NotFound
 from jobengine.http.context import ApiContext, context
 
@@ -62,7 +62,7 @@ def _respond(frames: AsyncIterator[ServerSentEvent], request: Request) -> Respon
 @router.get("/ui/stream/job/{job_id}")
 async def job_stream(request: Request, job_id: str) -> Response:
     session = await sess.require(request, "jobs:read")
-    job_id = _job_id(job_id)
+    job_id = job_id_param(job_id)
     eng = engine(request)
     await eng.get_job(job_id, session.tenant)  # an unknown or another tenant's job: 404 before streaming
     start = await eng.newest_event_id()

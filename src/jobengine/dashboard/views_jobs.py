@@ -51,6 +51,9 @@ async def login(request: Request) -> Response:
     if principal is None:
         error = "enter an API key" if not key else "this API key is unknown or revoked"
         return render(request, "login.html", None, {"next": target, "error": error}, 401)
+    if not principal.allows("jobs:read"):  # every page needs it: such a key would see only errors
+        error = "this API key lacks the scope jobs:read, which the dashboard needs"
+        return render(request, "login.html", None, {"next": target, "error": error}, 403)
     response = RedirectResponse(target, status_code=303)
     # Secure: browsers take it over plain HTTP from localhost only; anywhere else serve the dashboard over
     # HTTPS (a proxy in front), so the key never travels in clear.
@@ -60,7 +63,7 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    await sess.action(request, "jobs:read")
+    await sess.action(request, None)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(sess.COOKIE, path="/", secure=True, httponly=True, samesite="strict")
     return response
@@ -162,7 +165,7 @@ async def jobs_page(request: Request) -> Response:
     return render(request, "jobs.html", session, values)
 
 
-def _job_id(job_id: str) -> str:
+def job_id_param(job_id: str) -> str:
     if not 1 <= len(job_id) <= 100 or not set(job_id) <= _ID_CHARS:
         raise DashboardError(404, f"no job {job_id!r}", "job_id")
     return job_id
@@ -196,14 +199,14 @@ async def job_values(
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, job_id: str) -> Response:
     session = await sess.require(request, "jobs:read")
-    values = await job_values(request, session, _job_id(job_id))
+    values = await job_values(request, session, job_id_param(job_id))
     return render(request, "job.html", session, values)
 
 
 @router.post("/jobs/{job_id}/{verb}")
 async def job_action(request: Request, job_id: str, verb: str) -> Response:
     session, form = await sess.action(request, "jobs:write")
-    job_id = _job_id(job_id)
+    job_id = job_id_param(job_id)
     eng = engine(request)
     if verb == "cancel":
         reason = form.get("reason", "").strip() or "cancelled from the dashboard"

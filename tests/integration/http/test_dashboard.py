@@ -333,3 +333,16 @@ async def test_simulate_another_cadence_writes_nothing_and_names_a_bad_field(
     assert r.status_code == 422 and "<strong>cron</strong>" in r.text
     r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "0 3 * * *", "timezone": "Mars/Base"})
     assert r.status_code == 422 and "<strong>timezone</strong>" in r.text
+
+
+async def test_a_key_without_jobs_read_cannot_log_in_and_logout_ends_the_session(api: Api) -> None:
+    worker_key = await api.key("acme", "worker")
+    async with browser(api) as c:
+        r = await c.post("/login", data={"key": worker_key})
+        assert r.status_code == 403 and "key: this API key lacks the scope jobs:read" in r.text
+        assert COOKIE not in r.headers.get("set-cookie", "")
+    async with browser(api, api.keys["acme"]) as c:
+        assert (await c.post("/logout", data={"csrf": "wrong"})).status_code == 403
+        r = await c.post("/logout", data=form(api))
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        assert f'{COOKIE}=""' in r.headers["set-cookie"] and "Max-Age=0" in r.headers["set-cookie"]
