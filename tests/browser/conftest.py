@@ -184,6 +184,10 @@ def page(browser: Any, server: Server, output_dir: Path) -> Iterator[Any]:
     context = browser.new_context(base_url=server.url, viewport={"width": 1100, "height": 900})
     context.set_default_timeout(8000)
     p = context.new_page()
+    errors: list[str] = []
+    p.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    p.console_errors = errors  # type: ignore[attr-defined]
     try:
         yield p
     finally:
