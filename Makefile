@@ -12,7 +12,7 @@ PIP      := $(BIN)/python -m pip --disable-pip-version-check --no-input
 # 7m20s, 0.5 load average). `make test PYTEST_ARGS=` runs them one at a time.
 PYTEST_ARGS ?= -n 4 --durations=15
 
-.PHONY: venv up test lint bench clean
+.PHONY: venv browser up test lint bench clean
 
 venv: $(STAMP)
 
@@ -27,7 +27,11 @@ $(STAMP): pyproject.toml
 up: venv
 	$(BIN)/jobengine up
 
-test: venv
+# The dashboard's browser tests drive Debian's chromium package (never a browser Playwright downloads).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+test: venv browser
 	@# The Go worker SDK's tests (tests/acceptance/test_go_worker.py) need a Go toolchain: the system's.
 	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go)
 	$(BIN)/pytest $(PYTEST_ARGS)

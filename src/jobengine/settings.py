@@ -68,6 +68,7 @@ class Settings:
     packs_max_bytes: int = 16 * 1024 * 1024  # largest pack archive accepted (compressed)
     worker_packs: tuple[str, ...] = ()  # name@version (or @stable) of approved packs a worker loads
     packs_cache_dir: str = ""  # where workers unpack packs, by digest ("": ~/.cache/jobengine/packs)
+    dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -107,6 +108,7 @@ class Settings:
             "event_settle_grace",
             "idempotency_ttl",
             "claim_max_wait",
+            "dashboard_refresh_seconds",
         )
         for name in more_positive:
             if getattr(self, name) <= 0:

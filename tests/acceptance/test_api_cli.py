@@ -57,6 +57,9 @@ def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
         jobs = wait_for(lambda: api.get("/api/v1/jobs").json()["items"], 30, "the demo jobs")
         assert {j["tenant"] for j in jobs} == {"default"}
+        # The dashboard is served at / (issue 9): without a session, its login page.
+        page = api.get("/", follow_redirects=True)
+        assert page.status_code == 200 and 'name="key"' in page.text and str(page.url).endswith("/login?next=%2F")
     first.send_signal(signal.SIGINT)
     assert first.wait(timeout=30) == 0, cli.output(first)
     again = cli.spawn("up")

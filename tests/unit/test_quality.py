@@ -109,6 +109,13 @@ def test_wheel_and_sdist_carry_sql_and_py_typed(tmp_path: Path) -> None:
     expected = {"jobengine/py.typed"} | {
         f"jobengine/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.sql")
     }
+    # The dashboard's templates and static files (issue 9).
+    expected |= {
+        f"jobengine/{p.relative_to(PACKAGE).as_posix()}"
+        for folder in ("dashboard/templates", "dashboard/static")
+        for p in (PACKAGE / folder).iterdir()
+        if p.is_file()
+    }
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     with zipfile.ZipFile(wheel) as zf:

@@ -126,7 +126,10 @@ async def _up(settings: Settings) -> None:
 
         async def ready() -> None:
             key = await dev_key(engine, settings)
-            console.print(f"API on [cyan]{api.url}[/cyan] (docs {api.url}/docs) · dev key [bold]{escape(key)}[/bold]")
+            console.print(
+                f"API on [cyan]{api.url}[/cyan] (dashboard {api.url}/, docs {api.url}/docs) · "
+                f"dev key [bold]{escape(key)}[/bold]"
+            )
             if first_start:
                 demo = await enqueue_demo(engine)
                 console.print(f"a new database: enqueued {len(demo)} demo jobs; watch them run below")

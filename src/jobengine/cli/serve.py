@@ -58,7 +58,7 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
         services: list[Service] = [ApiMaintenance(engine), api]
 
         async def ready() -> None:
-            console.print(f"[bold]jobengine serve[/bold] · {api.url} (docs {api.url}/docs) · database "
+            console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "
                           f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
             if not await engine.has_active_api_keys():
                 console.print("[yellow]no API key exists yet: every request gets 401; create one with "

@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from jobengine import __version__
+from jobengine import __version__, dashboard
 from jobengine.engine import Engine
 from jobengine.http import problems
 from jobengine.http.auth import Authenticator
@@ -71,6 +71,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     )  # fmt: skip
     for router in routers:
         app.include_router(router)
+    dashboard.install(app, ctx)  # the web UI at / (its own package; calls the engine facade too)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(Idempotency, ctx=lambda: ctx)
     app.add_middleware(SingleValuedQuery)

@@ -72,7 +72,14 @@ class BodyLimit:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        if body and raw_limit is None and not _JSON_TYPE.match(headers.get("content-type", "")):
+        # The API takes JSON only (a pack upload takes raw bytes); the dashboard's forms (outside /api/) post
+        # urlencoded bodies.
+        if (
+            body
+            and raw_limit is None
+            and path.startswith("/api/")
+            and not _JSON_TYPE.match(headers.get("content-type", ""))
+        ):
             detail = "the body must be JSON (Content-Type: application/json)"
             await problem_response(415, detail, instance=path, field="body")(scope, receive, send)
             return

@@ -1,0 +1,36 @@
+"""The web dashboard: server-rendered pages (Jinja2) made live with htmx and Server-Sent Events, served by
+the same app as the HTTP API (``jobengine serve`` / ``jobengine up``) at ``/``.
+
+No JavaScript build step: htmx, its SSE extension and uPlot (charts) are vendored minified files in
+``static/`` (versions and licences in ``static/VENDORED.txt``), plus one small hand-written
+``dashboard.js``. Like ``http/routes``, the pages call only the engine facade, scoped to the tenant of the
+API key the user logged in with (``session.py``). Usage::
+
+    app = create_app(engine, settings)      # http/app.py installs the dashboard
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.staticfiles import StaticFiles
+
+from jobengine.dashboard import stream, views_jobs, views_ops
+from jobengine.dashboard.base import DashboardState
+from jobengine.dashboard.render import Renderer
+from jobengine.dashboard.stats import CountCache, Recorder
+from jobengine.http.context import ApiContext
+
+__all__ = ["install"]
+
+STATIC = Path(__file__).parent / "static"
+
+
+def install(app: FastAPI, ctx: ApiContext) -> None:
+    """Serve the dashboard from ``app`` (pages at ``/``, files at ``/static``)."""
+    refresh = ctx.settings.dashboard_refresh_seconds
+    app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), CountCache(ctx.engine, refresh), refresh)
+    app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
+    for router in (views_jobs.router, views_ops.router, stream.router):
+        app.include_router(router)

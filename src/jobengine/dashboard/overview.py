@@ -1,0 +1,88 @@
+"""The overview's figures, read through the engine facade for one tenant (the page and its SSE stream).
+
+*Workers alive* are the workers holding an unexpired lease on one of the tenant's running jobs (there is no
+worker registry; an idle worker is not seen, and another tenant's workers are none of this tenant's
+business). *Scheduler leader* is the scheduler instance that fired the tenant's latest scheduled run (the
+leader's identity is not stored anywhere else). Both are written on the page as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from jobengine.core.models import JobFilter
+from jobengine.core.runs import RunFilter, RunTrigger
+from jobengine.core.states import JobState
+from jobengine.dashboard.stats import CountCache, Recorder
+from jobengine.engine import Engine
+from jobengine.errors import JobEngineError
+
+#: Running jobs read to find the live workers (and shown, the first RUNNING_SHOWN of them).
+RUNNING_READ = 100
+RUNNING_SHOWN = 15
+WAITING = (JobState.QUEUED, JobState.SCHEDULED, JobState.FAILED, JobState.BLOCKED)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    waiting: int
+    running: int
+    dead: int
+    paused: bool
+    concurrency: int | None
+
+
+async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
+    try:
+        runs = await engine.list_runs(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
+    except JobEngineError:
+        return None  # a store without the scheduler's tables
+    return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None
+
+
+async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: CountCache | None = None) -> dict[str, Any]:
+    """The overview's values; ``shared``: take the counts from that cache (the live stream) instead of counting."""
+    now = time.time()
+    # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
+    counts, settings, running, leader, health = await asyncio.gather(
+        shared.counts(tenant) if shared is not None else engine.count_jobs(tenant),
+        engine.queue_settings(),
+        engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_READ)),
+        _leader(engine, tenant),
+        engine.readiness(timeout=1.0),
+    )
+    totals = {s.value: 0 for s in JobState}
+    for (_, s), n in counts.items():
+        totals[s.value] += n
+    names = sorted({q for q, _ in counts} | set(settings))
+    queues = [
+        QueueRow(
+            name,
+            sum(counts.get((name, s), 0) for s in WAITING),
+            counts.get((name, JobState.RUNNING), 0),
+            counts.get((name, JobState.DEAD), 0),
+            settings[name].paused if name in settings else False,
+            settings[name].concurrency if name in settings else None,
+        )
+        for name in names
+    ]
+    workers: dict[str, int] = {}
+    for job in running:
+        if job.lease_worker and (job.lease_expires_at or 0) > now:
+            workers[job.lease_worker] = workers.get(job.lease_worker, 0) + 1
+    await recorder.pull()
+    return {
+        "now": now,
+        "totals": totals,
+        "queues": queues,
+        "running": running[:RUNNING_SHOWN],
+        "running_total": totals[JobState.RUNNING.value],
+        "workers": sorted(workers.items()),
+        "leader": leader,
+        "health": health,
+        "series": recorder.series(tenant),
+    }

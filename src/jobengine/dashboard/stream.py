@@ -1,0 +1,114 @@
+"""The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
+
+A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
+``overview`` for the overview) and, for the overview, the chart's series as JSON (event ``chart``). A job's
+stream re-reads and re-renders when the job has an event — the engine's event feed wakes it: the bus in
+this process, the store for other processes' commits (every ``sse_poll_interval``); workers save progress
+with a ``phase.progress`` event every ``progress_every`` — and at least every ``sse_keepalive``. The
+overview re-renders every ``dashboard_refresh_seconds``. A frame is sent only when its HTML changed. A
+stream ends when the server stops (the browser reconnects by itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter
+from sse_starlette.event import ServerSentEvent
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from jobengine.dashboard import session as sess
+from jobengine.dashboard.base import HtmlRoute, engine, state
+from jobengine.dashboard.overview import overview
+from jobengine.dashboard.views_jobs import job_id_param, job_values, newest_events
+from jobengine.errors import NotFound
+from jobengine.http.context import ApiContext, context
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+
+class _Stream(EventSourceResponse):
+    """Ends as soon as the server is stopping (``ApiContext.closing``), like the API's streams, so an open
+    dashboard tab never holds up a shutdown; the browser reconnects by itself."""
+
+    def __init__(self, frames: AsyncIterator[ServerSentEvent], ctx: ApiContext) -> None:
+        super().__init__(frames, ping=ctx.settings.sse_keepalive, sep="\n", headers={"Cache-Control": "no-store"})
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watchdog() -> None:
+                while True:
+                    await anyio.sleep(0.1)
+                    if self.ctx.closing:
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(watchdog)
+            await super().__call__(scope, receive, send)
+            tg.cancel_scope.cancel()
+
+
+def _respond(frames: AsyncIterator[ServerSentEvent], request: Request) -> Response:
+    return _Stream(frames, context(request))
+
+
+@router.get("/ui/stream/job/{job_id}")
+async def job_stream(request: Request, job_id: str) -> Response:
+    session = await sess.require(request, "jobs:read")
+    job_id = job_id_param(job_id)
+    eng = engine(request)
+    await eng.get_job(job_id, session.tenant)  # an unknown or another tenant's job: 404 before streaming
+    start = await eng.newest_event_id()
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        ctx = context(request)
+        st = state(request)
+        feed = eng.event_feed(after_id=start, tenant=session.tenant, job_id=job_id)
+        last = None
+        try:
+            await feed.open()
+            # The events shown are kept here and extended with what the feed brings (no re-read of the log).
+            recent = await newest_events(request, job_id, session.tenant)
+            while not ctx.closing:
+                try:
+                    values = await job_values(request, session, job_id, recent)
+                except NotFound:
+                    return  # deleted meanwhile (retention, purge): nothing more to show
+
+                html = st.renderer.text("_job_live.html", values)
+                if html != last:
+                    last = html
+                    yield ServerSentEvent(html, event="job")
+                newest = recent[-1].id if recent else 0
+                recent.extend(e for e in await feed.next(timeout=ctx.settings.sse_keepalive) if e.id > newest)
+        finally:
+            feed.close()
+
+    return _respond(frames(), request)
+
+
+@router.get("/ui/stream/overview")
+async def overview_stream(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        ctx = context(request)
+        st = state(request)
+        last = None
+        while not ctx.closing:
+            data = await overview(engine(request), session.tenant, st.recorder, st.counts)
+            html = st.renderer.text("_overview_live.html", {**data, "session": session, "csrf": session.csrf})
+            if html != last:
+                last = html
+                yield ServerSentEvent(html, event="overview")
+                yield ServerSentEvent(json.dumps(data["series"]), event="chart")
+            await anyio.sleep(st.refresh)
+
+    return _respond(frames(), request)

@@ -1,0 +1,233 @@
+"""Schedules (pause / resume, trigger now, simulate), runs (history with delta summaries, a run's page with
+its segments), failure signatures (resolve / suppress / non-retryable) and the dead-letter (replay, purge
+with confirmation)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobengine.core.ids import JobId, RunId, ScheduleId
+from jobengine.core.models import Job, JobFilter
+from jobengine.core.runs import RunFilter
+from jobengine.core.schedules import ScheduleFilter
+from jobengine.core.signatures import SignatureFilter
+from jobengine.core.states import JobState
+from jobengine.dashboard import session as sess
+from jobengine.dashboard.base import HtmlRoute, engine, render, see_other
+from jobengine.dashboard.session import DashboardError, Session
+
+router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+
+PAGE = 50
+SIMULATED = 10
+SPARK_BUCKETS = 12
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+_REF_CHARS = _ID_CHARS | frozenset("@/")
+
+
+def _ref(value: str, field: str) -> str:
+    if not 1 <= len(value) <= 200 or not set(value) <= _REF_CHARS:
+        raise DashboardError(404, f"no {field} {value!r}", field)
+    return value
+
+
+def _actor(session: Session) -> str:
+    return f"dashboard:{session.principal.key_id}"
+
+
+def _cursor(request: Request) -> str | None:
+    value = request.query_params.get("cursor", "").strip()
+    if not value:
+        return None
+    if len(value) > 100 or not set(value) <= _ID_CHARS:
+        raise DashboardError(422, "not a cursor of this page", "cursor")
+    return value
+
+
+# -- schedules --------------------------------------------------------------------------------------
+@router.get("/schedules")
+async def schedules_page(request: Request) -> Response:
+    session = await sess.require(request, "schedules:read")
+    schedules = await engine(request).list_schedules(ScheduleFilter(tenant=session.tenant, limit=500))
+    return render(request, "schedules.html", session, {"schedules": schedules, "now": time.time()})
+
+
+@router.get("/schedules/{ref}")
+async def schedule_page(request: Request, ref: str) -> Response:
+    session = await sess.require(request, "schedules:read")
+    eng = engine(request)
+    schedule = await eng.get_schedule(_ref(ref, "schedule"), session.tenant)
+    cron = request.query_params.get("cron", "").strip()
+    timezone = request.query_params.get("timezone", "").strip() or schedule.spec.timezone
+    if cron:
+        # A proposed cadence: simulated (writes nothing); a bad expression or zone is a 422 naming the field.
+        if len(cron) > 200 or len(timezone) > 100:
+            raise DashboardError(422, "too long", "cron" if len(cron) > 200 else "timezone")
+        proposed = replace(schedule.spec, cron=cron, every=None, timezone=timezone)
+        simulation = await eng.simulate_schedule(proposed, count=SIMULATED, tenant=session.tenant)
+    else:
+        simulation = await eng.simulate_schedule(schedule.id, count=SIMULATED, tenant=session.tenant)
+    runs = await eng.list_runs(RunFilter(tenant=session.tenant, schedule_id=schedule.id, limit=20))
+    values = {
+        "schedule": schedule, "simulation": simulation, "runs": runs, "now": time.time(), "proposed": cron,
+        "timezone": timezone,
+    }  # fmt: skip
+    return render(request, "schedule.html", session, values)
+
+
+@router.post("/schedules/{ref}/{verb}")
+async def schedule_action(request: Request, ref: str, verb: str) -> Response:
+    session, form = await sess.action(request, "schedules:write")
+    eng = engine(request)
+    ref = _ref(ref, "schedule")
+    actor = _actor(session)
+    if verb == "pause":
+        schedule = await eng.pause_schedule(ref, tenant=session.tenant, actor=actor)
+        done = f"schedule {schedule.name} paused"
+    elif verb == "resume":
+        schedule = await eng.resume_schedule(ref, tenant=session.tenant, actor=actor)
+        done = f"schedule {schedule.name} resumed"
+    elif verb == "trigger":
+        reason = form.get("reason", "").strip()
+        if not 1 <= len(reason) <= 1000:
+            raise DashboardError(422, "say why you trigger it now, in 1-1000 characters", "reason")
+        run = await eng.trigger_schedule(ref, reason=reason, tenant=session.tenant, actor=actor)
+        return see_other(f"/runs/{run.id}", "run triggered")
+    else:
+        raise DashboardError(404, f"no action {verb!r} (pause, resume, trigger)", "action")
+    back = form.get("back", "")
+    return see_other(back if back.startswith("/schedules") and "//" not in back else "/schedules", done)
+
+
+# -- runs -------------------------------------------------------------------------------------------
+@router.get("/runs")
+async def runs_page(request: Request) -> Response:
+    session = await sess.require(request, "schedules:read")
+    cursor = _cursor(request)
+    schedule = request.query_params.get("schedule", "").strip() or None
+    filt = RunFilter(
+        tenant=session.tenant, schedule_id=ScheduleId(_ref(schedule, "schedule")) if schedule else None,
+        limit=PAGE, before_id=RunId(cursor) if cursor else None,
+    )  # fmt: skip
+    runs = await engine(request).list_runs(filt)
+    values = {"runs": runs, "schedule": schedule or "", "next_cursor": runs[-1].id if len(runs) >= PAGE else None}
+    return render(request, "runs.html", session, values)
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, run_id: str) -> Response:
+    session = await sess.require(request, "schedules:read")
+    eng = engine(request)
+    run = await eng.get_run(_ref(run_id, "run"), session.tenant)
+    segments = await eng.run_segments(run.id, session.tenant)
+    jobs = {j.id: j for j in await eng.get_jobs([s.job_id for s in segments[:500]], session.tenant)}
+    values = {"run": run, "segments": segments[:500], "jobs": jobs, "more": max(0, len(segments) - 500)}
+    return render(request, "run.html", session, values)
+
+
+@router.post("/runs/{run_id}/{verb}")
+async def run_action(request: Request, run_id: str, verb: str) -> Response:
+    session, _ = await sess.action(request, "schedules:write")
+    eng = engine(request)
+    run_id = _ref(run_id, "run")
+    if verb == "cancel":
+        run = await eng.cancel_run(run_id, reason="cancelled from the dashboard", tenant=session.tenant,
+                                   actor=_actor(session))  # fmt: skip
+        return see_other(f"/runs/{run.id}", "run cancelled")
+    if verb == "retry":
+        run = await eng.retry_run(run_id, tenant=session.tenant, actor=_actor(session))
+        return see_other(f"/runs/{run.id}", "retry run created")
+    raise DashboardError(404, f"no action {verb!r} (cancel, retry)", "action")
+
+
+# -- failure signatures -----------------------------------------------------------------------------
+def _spark(samples: list[Job], error_type: str, first: float, now: float) -> list[int]:
+    """Occurrences of ``error_type`` among the sample jobs' attempts, in SPARK_BUCKETS slices of
+    [first seen, now]: the recent shape of a signature (samples are its latest jobs, not every one)."""
+    span = max(now - first, 1.0)
+    counts = [0] * SPARK_BUCKETS
+    for job in samples:
+        for err in job.errors:
+            if err.type == error_type and err.at >= first:
+                counts[min(SPARK_BUCKETS - 1, int((err.at - first) / span * SPARK_BUCKETS))] += 1
+    return counts
+
+
+@router.get("/failures")
+async def failures_page(request: Request) -> Response:
+    session = await sess.require(request, "schedules:read")
+    eng = engine(request)
+    signatures = await eng.list_signatures(SignatureFilter(tenant=session.tenant, limit=PAGE))
+    ids = list(dict.fromkeys(i for s in signatures for i in s.sample_job_ids))
+    jobs = {j.id: j for j in await eng.get_jobs(ids, session.tenant)}
+    now = time.time()
+    rows: list[dict[str, Any]] = []
+    for s in signatures:
+        samples = [jobs[i] for i in s.sample_job_ids if i in jobs]
+        rows.append({"sig": s, "samples": samples, "spark": _spark(samples, s.error_type, s.first_seen, now)})
+    return render(request, "failures.html", session, {"rows": rows, "now": now})
+
+
+@router.post("/failures/{key}/{verb}")
+async def failure_action(request: Request, key: str, verb: str) -> Response:
+    session, _ = await sess.action(request, "schedules:write")
+    key = _ref(key, "signature")
+    eng = engine(request)
+    actor = _actor(session)
+    table: dict[str, dict[str, Any]] = {
+        "resolve": {"status": "resolved"},
+        "suppress": {"status": "suppressed"},
+        "reopen": {"status": "active"},
+        "non-retryable": {"non_retryable": True},
+        "retryable": {"non_retryable": False},
+    }
+    changes = table.get(verb)
+    if changes is None:
+        raise DashboardError(404, f"no action {verb!r} (resolve, suppress, reopen, non-retryable, retryable)", "action")
+    await eng.update_signature(key, tenant=session.tenant, actor=actor, **changes)
+    return see_other("/failures", f"signature {key}: {verb} done")
+
+
+# -- dead-letter ------------------------------------------------------------------------------------
+@router.get("/dead")
+async def dead_page(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+    cursor = _cursor(request)
+    filt = JobFilter(tenant=session.tenant, states=(JobState.DEAD,), limit=PAGE,
+                     before_id=JobId(cursor) if cursor else None)  # fmt: skip
+    jobs = await engine(request).list_jobs(filt)
+    values = {"jobs": jobs, "next_cursor": jobs[-1].id if len(jobs) >= PAGE else None}
+    return render(request, "dead.html", session, values)
+
+
+@router.post("/dead/replay")
+async def dead_replay(request: Request) -> Response:
+    session, form = await sess.action(request, "jobs:write")
+    ids = [i for i in form.get("ids", "").split(",") if i]
+    if any(len(i) > 100 or not set(i) <= _ID_CHARS for i in ids):
+        raise DashboardError(422, "not a list of job ids", "ids")
+    replayed = await engine(request).replay_dead(session.tenant, ids=ids or None, limit=1000)
+    return see_other("/dead", f"{len(replayed)} job(s) replayed")
+
+
+@router.get("/dead/purge")
+async def purge_confirm(request: Request) -> Response:
+    session = await sess.require(request, "jobs:write")
+    count = await engine(request).count_jobs(session.tenant)
+    dead = sum(n for (_, s), n in count.items() if s is JobState.DEAD)
+    return render(request, "purge.html", session, {"dead": dead})
+
+
+@router.post("/dead/purge")
+async def purge(request: Request) -> Response:
+    session, form = await sess.action(request, "jobs:write")
+    if form.get("confirm") != "purge":
+        raise DashboardError(422, "type purge to confirm", "confirm")
+    purged = await engine(request).purge_dead(session.tenant, limit=10_000)
+    return see_other("/dead", f"{purged} dead job(s) purged")

@@ -1,0 +1,348 @@
+"""The dashboard over the real app (httpx ASGI transport, SQLite): sessions, CSRF, scopes and tenants, bad
+input refused with the field named and nothing written, every page, paging and search. The browser tests
+(tests/browser/) cover what needs a browser: live updates, clicks, cookies as a browser keeps them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from jobengine.core.models import JobFilter
+from jobengine.core.schedules import JobTemplate, ScheduleSpec
+from jobengine.core.states import JobState
+from jobengine.dashboard.session import COOKIE, csrf_token
+from jobengine.http.server import ApiService
+
+from .conftest import Api, MakeApi
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def browser(api: Api, key: str | None = None) -> httpx.AsyncClient:
+    """A client as a browser of the dashboard: the session cookie (when given) and a same-origin Origin."""
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=api.app), base_url="http://dash", headers={"Origin": "http://dash"}
+    )
+    if key is not None:
+        client.cookies.set(COOKIE, key)
+    return client
+
+
+@pytest.fixture
+async def acme_ui(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    async with browser(api, api.keys["acme"]) as c:
+        yield c
+
+
+def form(api: Api, tenant: str = "acme", **fields: str) -> dict[str, str]:
+    return {"csrf": csrf_token(api.keys[tenant]), **fields}
+
+
+async def test_login_sets_the_cookie_and_a_bad_key_is_refused_naming_the_field(api: Api) -> None:
+    async with browser(api) as c:
+        r = await c.post("/login", data={"key": "je_nope", "next": "/jobs"})
+        assert r.status_code == 401 and "key: this API key is unknown or revoked" in r.text
+        assert COOKIE not in r.headers.get("set-cookie", "")
+        r = await c.post("/login", data={"key": api.keys["acme"], "next": "/jobs"})
+        assert r.status_code == 303 and r.headers["location"] == "/jobs"
+        cookie = r.headers["set-cookie"]
+        for flag in ("HttpOnly", "Secure", "SameSite=strict", "Path=/"):
+            assert flag in cookie
+        # Only paths of this site are followed after logging in.
+        for target in ("//evil.example/x", "https://evil.example/", "/\\evil"):
+            r = await c.post("/login", data={"key": api.keys["acme"], "next": target})
+            assert r.headers["location"] == "/"
+        r = await c.get("/login", params={"next": "//evil.example"})
+        assert 'name="next" value="/"' in r.text
+        # Logging in from another site is refused.
+        r = await c.post("/login", data={"key": api.keys["acme"]}, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403 and "Origin" in r.text
+
+
+async def test_without_a_session_every_page_redirects_to_the_login_page(api: Api) -> None:
+    job = await api.engine.enqueue("invoice", {"secret": "s3cr3t"}, tenant="acme")
+    async with browser(api) as c:
+        for path in ("/", "/jobs", f"/jobs/{job.id}", "/queues", "/schedules", "/runs", "/failures", "/dead",
+                     "/dead/purge", "/ui/stream/overview", f"/ui/stream/job/{job.id}"):  # fmt: skip
+            r = await c.get(path)
+            assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), path
+        r = await c.post(f"/jobs/{job.id}/cancel", data={"csrf": "x"})
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    assert (await api.engine.get_job(job.id)).state is JobState.QUEUED
+
+
+async def test_every_page_renders_for_a_session(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    job = await e.enqueue("invoice", {"n": 1}, tenant="acme", queue="billing")
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await e.create_schedule(spec)
+    run = await e.trigger_schedule(schedule.id, reason="test", tenant="acme")
+    pages = {
+        "/": ["Jobs by state", "billing"],
+        "/jobs": [job.id],
+        f"/jobs/{job.id}": ["invoice", "job.enqueued"],
+        "/queues": ["billing", "Pause billing"],
+        "/schedules": ["nightly", "0 3 * * *"],
+        f"/schedules/{schedule.id}": ["Simulation: the next 10 fire times", run.id],
+        "/runs": [run.id],
+        f"/runs/{run.id}": ["Segments (1)"],
+        "/failures": ["No failures recorded."],
+        "/dead": ["The dead letter is empty."],
+        "/dead/purge": ["deletes <strong>0</strong> dead job(s)"],
+    }
+    for path, texts in pages.items():
+        r = await acme_ui.get(path)
+        assert r.status_code == 200, (path, r.text[-500:])
+        assert r.headers["content-type"].startswith("text/html")
+        for text in texts:
+            assert text in r.text, (path, text)
+    assert (await acme_ui.get("/static/htmx.min.js")).status_code == 200
+
+
+async def test_another_tenants_records_are_not_found(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    theirs = await api.engine.enqueue("payroll", {"salary": 1}, tenant="globex")
+    r = await acme_ui.get(f"/jobs/{theirs.id}")
+    assert r.status_code == 404 and "salary" not in r.text
+    r = await acme_ui.get("/jobs")
+    assert theirs.id not in r.text
+    r = await acme_ui.post(f"/jobs/{theirs.id}/cancel", data=form(api))
+    assert r.status_code == 404
+    assert (await api.engine.get_job(theirs.id)).state is JobState.QUEUED
+    assert (await acme_ui.get(f"/ui/stream/job/{theirs.id}")).status_code == 404
+
+
+async def test_actions_need_the_csrf_token_the_origin_and_the_scope(api: Api) -> None:
+    job = await api.engine.enqueue("invoice", tenant="acme")
+    async with browser(api, api.keys["acme"]) as c:
+        assert (await c.post(f"/jobs/{job.id}/cancel", data={})).status_code == 403
+        assert (await c.post(f"/jobs/{job.id}/cancel", data={"csrf": "0" * 64})).status_code == 403
+        r = await c.post(f"/jobs/{job.id}/cancel", data=form(api), headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403
+    assert (await api.engine.get_job(job.id)).state is JobState.QUEUED
+    reader = await api.key("acme", "jobs:read")
+    async with browser(api, reader) as c:
+        assert (await c.get(f"/jobs/{job.id}")).status_code == 200
+        r = await c.post(f"/jobs/{job.id}/cancel", data={"csrf": csrf_token(reader)})
+        assert r.status_code == 403 and "jobs:write" in r.text
+        assert (await c.get("/schedules")).status_code == 403  # schedules:read
+    assert (await api.engine.get_job(job.id)).state is JobState.QUEUED
+    async with browser(api, api.keys["acme"]) as c:
+        r = await c.post(f"/jobs/{job.id}/cancel", data=form(api, reason="not needed"))
+        assert r.status_code == 303 and r.headers["location"].startswith(f"/jobs/{job.id}?done=")
+    cancelled = await api.engine.get_job(job.id)
+    assert cancelled.state is JobState.CANCELLED and cancelled.reason == "not needed"
+
+
+async def test_bad_input_names_the_field_and_writes_nothing(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    for params, field in (({"state": "bogus"}, "state"), ({"queue": "bad queue!"}, "queue"),
+                          ({"cursor": "x" * 101}, "cursor"), ({"q": "x" * 201}, "q")):  # fmt: skip
+        r = await acme_ui.get("/jobs", params=params)
+        assert r.status_code == 422 and f"<strong>{field}</strong>" in r.text, (params, r.text[-300:])
+    r = await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="lots"))
+    assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
+    r = await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="0"))
+    assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
+    assert "billing" not in await e.queue_settings(fresh=True)
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await e.create_schedule(spec)
+    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(api, reason=" "))
+    assert r.status_code == 422 and "<strong>reason</strong>" in r.text
+    assert await e.list_runs() == []
+    dead = await e.enqueue("invoice", tenant="acme")
+    r = await acme_ui.post(f"/jobs/{dead.id}/replay", data=form(api))
+    assert r.status_code == 409 and "only a dead job can be replayed" in r.text
+    r = await acme_ui.post(f"/jobs/{dead.id}/explode", data=form(api))
+    assert r.status_code == 404 and "<strong>action</strong>" in r.text
+    r = await acme_ui.post("/dead/purge", data=form(api, confirm="yes"))
+    assert r.status_code == 422 and "<strong>confirm</strong>" in r.text
+
+
+async def test_queue_schedule_and_run_actions(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    await e.enqueue("invoice", tenant="acme", queue="billing")
+    r = await acme_ui.post("/queues/billing/pause", data=form(api))
+    assert r.status_code == 303
+    assert (await e.queue_settings(fresh=True))["billing"].paused
+    await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="4"))
+    assert (await e.queue_settings(fresh=True))["billing"].concurrency == 4
+    await acme_ui.post("/queues/billing/resume", data=form(api))
+    assert not (await e.queue_settings(fresh=True))["billing"].paused
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await e.create_schedule(spec)
+    r = await acme_ui.post(f"/schedules/{schedule.id}/pause", data=form(api))
+    assert r.status_code == 303 and not (await e.get_schedule(schedule.id)).spec.enabled
+    r = await acme_ui.post(f"/schedules/{schedule.id}/resume", data=form(api, back=f"/schedules/{schedule.id}"))
+    assert r.headers["location"].startswith(f"/schedules/{schedule.id}?")
+    assert (await e.get_schedule(schedule.id)).spec.enabled
+    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(api, reason="month end"))
+    (run,) = await e.list_runs()
+    assert r.headers["location"].startswith(f"/runs/{run.id}") and run.reason == "month end"
+    assert run.actor is not None and run.actor.startswith("dashboard:")
+    r = await acme_ui.post(f"/runs/{run.id}/cancel", data=form(api))
+    assert r.status_code == 303 and (await e.get_run(run.id)).state.value == "cancelled"
+    r = await acme_ui.post(f"/runs/{run.id}/retry", data=form(api))
+    assert r.status_code == 303
+    assert len(await e.list_runs()) == 2
+
+
+async def test_dead_letter_replay_purge_and_failure_signatures(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+
+    def broken(ctx: object) -> None:
+        raise ValueError("ledger 42 is closed")
+
+    e.add_task("broken", broken, max_attempts=1)
+    jobs = [await e.enqueue("broken", {"i": i}, tenant="acme") for i in range(3)]
+    worker = e.worker(poll_interval=0.05)
+    running = asyncio.create_task(worker.run())
+    try:
+        for job in jobs:
+            assert (await e.wait_for(job.id, timeout=10)).state is JobState.DEAD
+    finally:
+        worker.stop()
+        await running
+    r = await acme_ui.get("/failures")
+    assert "ValueError" in r.text and "ledger" in r.text and '<svg class="spark"' in r.text
+    (key,) = re.findall(r'id="sig-([0-9a-f]+)"', r.text)
+    r = await acme_ui.post(f"/failures/{key}/non-retryable", data=form(api))
+    assert r.status_code == 303
+    assert (await e.get_signature(key, tenant="acme")).non_retryable
+    await acme_ui.post(f"/failures/{key}/resolve", data=form(api))
+    assert (await e.get_signature(key, tenant="acme")).status.value == "resolved"
+    r = await acme_ui.get("/dead")
+    assert all(j.id in r.text for j in jobs) and "ValueError" in r.text
+    await acme_ui.post(f"/jobs/{jobs[0].id}/replay", data=form(api, back="/dead"))
+    assert (await e.get_job(jobs[0].id)).state is JobState.QUEUED
+    r = await acme_ui.post("/dead/purge", data=form(api, confirm="purge"))
+    assert r.status_code == 303 and "2+dead+job" in r.headers["location"]
+    assert await e.list_jobs(JobFilter(tenant="acme", states=(JobState.DEAD,))) == []
+    assert (await e.get_job(jobs[0].id)).state is JobState.QUEUED
+
+
+async def test_jobs_filters_search_and_cursor_paging(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    batch = [e.new_job("report", {"customer": f"name{i}"}, tenant="acme", queue="q1") for i in range(120)]
+    await e.enqueue_many(batch)
+    await e.enqueue("other", {"customer": "name7-special"}, tenant="acme", queue="q2")
+    ids = re.compile(r'href="/jobs/([0-9a-f-]{36})"')
+    r = await acme_ui.get("/jobs", params={"queue": "q1"})
+    first = ids.findall(r.text)
+    assert len(first) == 50 and first == [j.id for j in reversed(batch)][:50]
+    cursor = re.search(r'cursor=([0-9a-f-]{36})"', r.text)
+    assert cursor is not None
+    r = await acme_ui.get("/jobs", params={"queue": "q1", "cursor": cursor.group(1)})
+    assert ids.findall(r.text) == [j.id for j in reversed(batch)][50:100]
+    r = await acme_ui.get("/jobs", params={"task": "other"})
+    assert len(ids.findall(r.text)) == 1
+    r = await acme_ui.get("/jobs", params={"q": "name7-special"})
+    assert len(ids.findall(r.text)) == 1 and "Older" not in r.text
+    # (letters that are not hex digits: a job id never matches by chance)
+    r = await acme_ui.get("/jobs", params={"q": "name11", "state": "queued"})
+    assert len(ids.findall(r.text)) == 11  # name11, name110..name119
+
+
+async def test_the_api_keeps_json_only_and_the_openapi_has_no_dashboard_routes(api: Api) -> None:
+    async with api.client() as c:
+        r = await c.post(
+            "/api/v1/jobs", content=b"task=x", headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        assert r.status_code == 415
+        paths = (await c.get("/openapi.json")).json()["paths"]
+    assert all(p.startswith(("/api/", "/healthz", "/readyz", "/metrics")) for p in paths)
+
+
+async def _frames(lines: AsyncIterator[str], count: int) -> list[tuple[str, str]]:
+    """The next ``count`` (event, data) frames of an SSE response's lines (fewer if it ends)."""
+    out, event, data = [], "", []
+    async for line in lines:
+        if line.startswith("event:"):
+            event = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data.append(line.removeprefix("data:").removeprefix(" "))
+        elif line == "" and event:
+            out.append((event, "\n".join(data)))
+            event, data = "", []
+            if len(out) >= count:
+                break
+    return out
+
+
+async def test_live_streams_send_rendered_fragments_and_end_when_the_server_stops(make_api: MakeApi) -> None:
+    async with make_api(dashboard_refresh_seconds=0.05, sse_keepalive=0.2) as api:
+        job = await api.engine.enqueue("invoice", {"n": 1}, tenant="acme")
+        service = ApiService(api.engine, api.engine.settings, host="127.0.0.1", port=0, app=api.app)
+        await service.start()
+        try:
+            cookies = {COOKIE: api.keys["acme"]}
+            async with (
+                httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=10) as c,
+                c.stream("GET", "/ui/stream/overview") as overview,
+                c.stream("GET", f"/ui/stream/job/{job.id}") as job_stream,
+            ):
+                assert overview.headers["content-type"].startswith("text/event-stream")
+                job_lines = job_stream.aiter_lines()
+                (name, html), (chart_name, chart) = await _frames(overview.aiter_lines(), 2)
+                assert (name, chart_name) == ("overview", "chart") and "Queue depths" in html
+                assert sum(json.loads(chart)["enqueued"]) == 1
+                [(name, html)] = await _frames(job_lines, 1)
+                assert name == "job" and 'aria-label="overall progress"' in html
+                await api.engine.cancel(job.id, tenant="acme")  # an event of the job: a new frame
+                [(name, html)] = await _frames(job_lines, 1)
+                assert name == "job" and "state-cancelled" in html
+                await service.stop()  # open streams end (the browser would reconnect)
+                try:
+                    rest = await _frames(job_lines, 1)
+                except httpx.RemoteProtocolError:  # cut off mid-stream, as the API's streams are
+                    rest = []
+                assert rest == []
+        finally:
+            await service.stop()
+
+
+async def test_a_job_page_shows_its_newest_events_past_the_first_thousand(make_api: MakeApi) -> None:
+    async with make_api(sqlite_synchronous="OFF") as api:
+        e = api.engine
+        job = await e.enqueue("invoice", tenant="acme")
+        for _ in range(520):  # 1 + 2 x 520 events, past one page of the log (1000)
+            await e.cancel(job.id, tenant="acme")
+            await e.retry(job.id, tenant="acme")
+        newest = (await e.events(0, 10_000, job_id=job.id))[-1]
+        async with browser(api, api.keys["acme"]) as c:
+            r = await c.get(f"/jobs/{job.id}")
+        rows = re.findall(r"<tr><td>(\d+)</td><td>", r.text)
+        assert len(rows) == 100 and int(rows[0]) == newest.id and int(rows[-1]) == newest.id - 99
+
+
+async def test_simulate_another_cadence_writes_nothing_and_names_a_bad_field(
+    api: Api, acme_ui: httpx.AsyncClient
+) -> None:
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await api.engine.create_schedule(spec)
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "30 14 * * *", "timezone": "Europe/Paris"})
+    assert r.status_code == 200 and "with <code>30 14 * * *</code> Europe/Paris" in r.text
+    times = re.findall(r"<li><time>([^<]+)</time>", r.text)
+    assert len(times) == 10 and all(t.endswith(("12:30:00Z", "13:30:00Z")) for t in times)  # 14:30 in Paris
+    assert (await api.engine.get_schedule(schedule.id)).spec.cron == "0 3 * * *"
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "99 * * * *"})
+    assert r.status_code == 422 and "<strong>cron</strong>" in r.text
+    r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "0 3 * * *", "timezone": "Mars/Base"})
+    assert r.status_code == 422 and "<strong>timezone</strong>" in r.text
+
+
+async def test_a_key_without_jobs_read_cannot_log_in_and_logout_ends_the_session(api: Api) -> None:
+    worker_key = await api.key("acme", "worker")
+    async with browser(api) as c:
+        r = await c.post("/login", data={"key": worker_key})
+        assert r.status_code == 403 and "key: this API key lacks the scope jobs:read" in r.text
+        assert COOKIE not in r.headers.get("set-cookie", "")
+    async with browser(api, api.keys["acme"]) as c:
+        assert (await c.post("/logout", data={"csrf": "wrong"})).status_code == 403
+        r = await c.post("/logout", data=form(api))
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        assert f'{COOKIE}=""' in r.headers["set-cookie"] and "Max-Age=0" in r.headers["set-cookie"]
