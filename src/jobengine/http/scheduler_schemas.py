@@ -17,7 +17,7 @@ from jobengine.core.models import MAX_PRIORITY
 from jobengine.core.runs import RunState, RunTrigger
 from jobengine.core.schedules import MAX_CATCH_UP, MAX_ITEMS, MisfirePolicy, OverlapPolicy
 from jobengine.core.signatures import SignatureStatus
-from jobengine.http.schemas import INTEGRAL, JobOut, Name, Payload, Strict
+from jobengine.http.schemas import INTEGRAL, JobOut, Name, Payload, Strict, TaskName
 
 Duration = (
     Annotated[StrictFloat, Field(ge=0, le=366 * 86400)]
@@ -29,7 +29,7 @@ Reason = Annotated[StrictStr, Field(min_length=1, max_length=1000)]
 class TemplateIn(Strict):
     """The jobs each run creates: one job, or with ``items`` (or a ``planner``) one job per segment."""
 
-    task: Name
+    task: TaskName
     payload: Payload = None
     queue: Name | None = None
     priority: Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY), INTEGRAL] | None = None

@@ -42,6 +42,12 @@ def _integral(value: Any) -> Any:
 INTEGRAL = BeforeValidator(_integral)
 NAME_PATTERN = NAME_RE.pattern
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+# A task: a name without "@", or a task of a pack, <pack>@<version>:<task> (jobengine.packs.jobs.TASK_REF).
+TASK_PATTERN = (
+    r"^(?:[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}"
+    r"|[a-z][a-z0-9_-]{0,63}@[0-9A-Za-z.+\-]{1,64}:[A-Za-z0-9][A-Za-z0-9_-]{0,63})$"
+)
+TaskName = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=TASK_PATTERN)]
 JobIdStr = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 
 
@@ -93,7 +99,7 @@ class JobIn(Strict):
         },
     )
 
-    task: Name
+    task: TaskName
     payload: Payload = None
     queue: Name | None = None
     priority: Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY), INTEGRAL] | None = None
