@@ -16,6 +16,7 @@ import yaml
 
 from jobengine.delivery.config import QueueConfig
 from jobengine.errors import ConfigError
+from jobengine.webhooks.config import check_webhook_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,20 @@ class Settings:
     sse_buffer: int = 1000  # events buffered per stream; a client that stops reading is dropped past it
     sse_poll_interval: float = 1.0  # an idle stream looks for other processes' events this often
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
+    # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
+    webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
+    webhook_redis_url: str = ""
+    webhook_rate_limit: int = 120  # deliveries per webhook_rate_window per endpoint (an endpoint may override)
+    webhook_rate_window: float = 60.0
+    webhook_timeout: float = 10.0  # seconds per attempt (connect + answer)
+    webhook_retry_base: float = 5.0  # first retry delay; doubles per failed attempt, at most the max delay
+    webhook_retry_max_delay: float = 3600.0
+    webhook_retry_window: float = 3 * 86400.0  # a delivery is retried for this long, then given up
+    webhook_retry_jitter: float = 0.2  # each delay is multiplied by a random factor in [1 - j, 1 + j]
+    webhook_poll_interval: float = 1.0  # longest sleep of the dispatcher between passes
+    webhook_concurrency: int = 10  # deliveries in flight per process
+    webhook_secret_overlap: float = 86400.0  # after a rotation the previous secret still signs this long
+    webhook_allow_hosts: tuple[str, ...] = ()  # host names / CIDRs exempt from the SSRF checks (dev, tests)
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -105,6 +120,7 @@ class Settings:
             raise ConfigError("api_max_body_bytes: must be at least 1024")
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
+        check_webhook_settings(self)
 
     @property
     def heartbeat_every(self) -> float:

@@ -14,10 +14,14 @@ CREATE INDEX runs_active ON runs (schedule_id, state) WHERE state = 'planning' O
 CREATE INDEX runs_schedule ON runs (schedule_id, id);
 CREATE INDEX runs_tenant ON runs (tenant, id);
 CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE next_fire_at IS NOT NULL;
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at);
+CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints (tenant, created_at);
 CREATE TABLE api_keys ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, scopes TEXT NOT NULL, secret_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL );
 CREATE TABLE events ( id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, type TEXT NOT NULL, tenant TEXT NOT NULL, job_id TEXT, queue TEXT, task TEXT, data TEXT NOT NULL );
 CREATE TABLE failure_signatures ( tenant TEXT NOT NULL, key TEXT NOT NULL, error_type TEXT NOT NULL, message TEXT NOT NULL, frames TEXT NOT NULL, task TEXT NOT NULL, occurrences INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL, sample_job_ids TEXT NOT NULL, status TEXT NOT NULL CHECK (status = 'active' OR status = 'resolved' OR status = 'suppressed'), non_retryable INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL, PRIMARY KEY (tenant, key) ) WITHOUT ROWID;
 CREATE TABLE http_idempotency ( tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, locked_until REAL, status INTEGER, content_type TEXT, body BLOB, PRIMARY KEY (tenant, key) );
+CREATE TABLE inbound_hooks ( name TEXT PRIMARY KEY, tenant TEXT NOT NULL, schedule TEXT NOT NULL, secret TEXT NOT NULL, enabled INTEGER NOT NULL DEFAULT 1, created_at REAL NOT NULL );
 CREATE TABLE job_deps ( job_id TEXT NOT NULL, position INTEGER NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (job_id, position) ) WITHOUT ROWID;
 CREATE TABLE jobengine_migrations ( version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL );
 CREATE TABLE jobs ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, queue TEXT NOT NULL, task TEXT NOT NULL, payload TEXT NOT NULL, priority INTEGER NOT NULL, run_at REAL NOT NULL, state TEXT NOT NULL CHECK (state = 'blocked' OR state = 'scheduled' OR state = 'queued' OR state = 'running' OR state = 'succeeded' OR state = 'failed' OR state = 'dead' OR state = 'cancelled' OR state = 'stale'), attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, idempotency_key TEXT, timeout REAL, lease_worker TEXT, lease_token TEXT, lease_expires_at REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, reason TEXT, phases TEXT NOT NULL DEFAULT '[]', progress REAL NOT NULL DEFAULT 0, result TEXT, errors TEXT NOT NULL DEFAULT '[]', outcome TEXT, started_at REAL, finished_at REAL , run_id TEXT, schedule_id TEXT);
@@ -29,5 +33,9 @@ CREATE TABLE runs ( id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, tenant TEXT 
 CREATE TABLE schedule_ticks ( schedule_id TEXT NOT NULL, tick_ms INTEGER NOT NULL, run_id TEXT, fired_at REAL NOT NULL, fired_by TEXT, PRIMARY KEY (schedule_id, tick_ms) ) WITHOUT ROWID;
 CREATE TABLE schedules ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL, cursor REAL NOT NULL, next_fire_at REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, created_by TEXT, updated_by TEXT );
 CREATE TABLE sqlite_sequence(name,seq);
+CREATE TABLE webhook_attempts ( delivery_id TEXT NOT NULL, attempt INTEGER NOT NULL, tenant TEXT NOT NULL, at REAL NOT NULL, status INTEGER, latency_ms REAL NOT NULL, error TEXT, PRIMARY KEY (delivery_id, attempt) );
+CREATE TABLE webhook_cursors ( name TEXT PRIMARY KEY, event_id INTEGER NOT NULL );
+CREATE TABLE webhook_deliveries ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, endpoint_id TEXT NOT NULL, event_id INTEGER NOT NULL, event_type TEXT NOT NULL, body TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, series_attempts INTEGER NOT NULL DEFAULT 0, next_at REAL NOT NULL, window_start REAL NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, last_status INTEGER, last_error TEXT, lease_token TEXT, lease_until REAL, UNIQUE (endpoint_id, event_id) );
+CREATE TABLE webhook_endpoints ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL, event_types TEXT NOT NULL, queues TEXT NOT NULL, tasks TEXT NOT NULL, description TEXT NOT NULL DEFAULT '', enabled INTEGER NOT NULL DEFAULT 1, disabled_reason TEXT, rate_limit INTEGER, rate_window REAL, previous_secret TEXT, previous_until REAL, failing_since REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL );
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE UNIQUE INDEX schedules_name ON schedules (tenant, name);
