@@ -65,6 +65,9 @@ class Settings:
     webhook_redis_url: str = ""
     webhook_rate_limit: int = 120  # deliveries per webhook_rate_window per endpoint (an endpoint may override)
     webhook_rate_window: float = 60.0
+    #: The limiter counts each window this much longer, so that a receiver whose deliveries arrive with a
+    #: latency varying by less than it never sees more than the limit in one window.
+    webhook_rate_margin: float = 0.1
     webhook_timeout: float = 10.0  # seconds per attempt (connect + answer)
     webhook_retry_base: float = 5.0  # first retry delay; doubles per failed attempt, at most the max delay
     webhook_retry_max_delay: float = 3600.0

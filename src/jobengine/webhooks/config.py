@@ -28,6 +28,8 @@ def check_webhook_settings(s: Settings) -> None:
             raise ConfigError(f"{name}: must be a positive number of seconds")
     if not 0 <= s.webhook_retry_jitter < 1:
         raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
+    if not 0 <= s.webhook_rate_margin <= 10:
+        raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
     if s.webhook_secret_overlap < 0:
         raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
     try:

@@ -156,20 +156,14 @@ class WebhookDispatcher:
     async def _deliver(self, d: Delivery) -> bool:
         """One attempt of a leased delivery (or giving it back when rate limited). True if attempted."""
         store = self.webhooks.store
-        s = self.settings
         endpoint = await store.get_endpoint(d.endpoint_id)
         if endpoint is None:
             return False
         assert d.lease_token is not None
-        limit = endpoint.rate_limit or s.webhook_rate_limit
-        window = endpoint.rate_window or s.webhook_rate_window
-        wait = await self.webhooks.limiter.acquire(f"endpoint:{endpoint.id}", limit, window)
-        if wait > 0:
-            at = self.engine.clock.now() + wait
-            await store.postpone(d.id, d.lease_token, at)
-            self._note_due(at)
+        sent = await self._send(endpoint, d)
+        if sent is None:  # rate limited: given back, due when the window has room
             return False
-        status, headers, error, latency_ms = await self._send(endpoint, d)
+        status, headers, error, latency_ms = sent
         now = self.engine.clock.now()
         verdict = judge(status, headers, now)
         failures = d.series_attempts + 1
@@ -214,22 +208,48 @@ class WebhookDispatcher:
         if self._soonest is None or at < self._soonest:
             self._soonest = at
 
-    async def _send(self, endpoint: Endpoint, d: Delivery) -> tuple[int | None, dict[str, str], str | None, float]:
-        """(status or None, lower-cased headers, error, latency in ms)."""
-        assert self._client is not None
-        started = time.perf_counter()
+    async def _send(
+        self, endpoint: Endpoint, d: Delivery
+    ) -> tuple[int | None, dict[str, str], str | None, float] | None:
+        """(status or None, lower-cased headers, error, latency in ms), or None when the rate limit gave the
+        delivery back. The limiter is asked once the connection is open, right before the request is written,
+        so the time it counts is as close as can be to the time the receiver sees."""
+        assert self._client is not None and d.lease_token is not None
+        s = self.settings
         try:
             target = await check_url(endpoint.url, self.webhooks.policy, self.webhooks.resolver)
         except InvalidWebhook as exc:
             return None, {}, f"refused: {exc.message}", 0.0
+        limit = endpoint.rate_limit or s.webhook_rate_limit
+        window = (endpoint.rate_window or s.webhook_rate_window) + s.webhook_rate_margin
+        limiter = self.webhooks.limiter
+        key = f"endpoint:{endpoint.id}"
+
+        async def on_the_wire(name: str, info: Any) -> None:
+            # httpcore's trace: the connection is open and the request is about to be written. The limiter
+            # counts here, so a slow connect (a cold pool, a TLS handshake) cannot bunch deliveries up at
+            # the receiver beyond the limit.
+            if name.endswith("send_request_headers.started"):
+                wait = await limiter.acquire(key, limit, window)
+                if wait > 0:
+                    raise _RateLimited(wait)
+
         now = self.engine.clock.now()
         headers = signing.headers(d.id, int(now), d.body, endpoint.secrets_at(now))
         headers.update({"host": target.host_header, "content-type": "application/json",
                         "user-agent": "jobengine-webhooks"})  # fmt: skip
-        extensions: dict[str, Any] = {"sni_hostname": target.host} if target.scheme == "https" else {}
+        extensions: dict[str, Any] = {"trace": on_the_wire}
+        if target.scheme == "https":
+            extensions["sni_hostname"] = target.host
+        started = time.perf_counter()
         try:
             response = await self._client.post(target.connect_url, content=d.body.encode(), headers=headers,
                                                 extensions=extensions)  # fmt: skip
+        except _RateLimited as limited:  # given back, due when the window has room: it waits, it is not dropped
+            at = self.engine.clock.now() + limited.wait
+            await self.webhooks.store.postpone(d.id, d.lease_token, at)
+            self._note_due(at)
+            return None
         except httpx.TimeoutException:
             return None, {}, f"timeout after {self.settings.webhook_timeout:g}s", _ms(started)
         except httpx.HTTPError as exc:
@@ -240,6 +260,12 @@ class WebhookDispatcher:
         error = None if 200 <= status < 300 else f"HTTP {status}" + (
             f" (redirect to {answer.get('location', '?')} not followed)" if 300 <= status < 400 else "")  # fmt: skip
         return status, answer, error, latency
+
+
+class _RateLimited(Exception):
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limited for {wait:g}s")
+        self.wait = wait
 
 
 def _ms(started: float) -> float:

@@ -104,7 +104,9 @@ async def test_410_disables_the_endpoint_with_an_event_and_3xx_is_not_followed(
         async with dispatching(engine):
             await engine.enqueue("t", None, tenant="acme")
             await until(lambda: len(gone.requests) >= 1 and len(moved.requests) >= 2)
-            await asyncio.sleep(0.2)
+            async with asyncio.timeout(5):
+                while (await engine.webhooks.get_endpoint(e_gone.id, "acme")).enabled:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
         assert not (await engine.webhooks.get_endpoint(e_gone.id, "acme")).enabled
         events = [e for e in await engine.events(0, 1000) if e.type == ENDPOINT_DISABLED]
         assert [e.data["endpoint_id"] for e in events if e.data["endpoint_id"] == e_gone.id] == [e_gone.id]
@@ -127,6 +129,9 @@ async def test_retry_after_is_honoured_and_a_window_of_failures_disables(
             await until(lambda: len(rx.requests) >= 2)
             [d] = await engine.webhooks.list_deliveries("acme", endpoint.id)
             await until_state(engine, d.id, FAILED)
+            async with asyncio.timeout(5):  # the endpoint is disabled right after the delivery failed
+                while (await engine.webhooks.get_endpoint(endpoint.id, "acme")).enabled:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
         gap = rx.requests[1].at - rx.requests[0].at
         assert gap >= 0.98  # Retry-After: 1, not the 0.2 s of the schedule
         # The delivery gave up after its window; the endpoint failed for the whole window: disabled.
