@@ -138,3 +138,20 @@ async def test_retry_after_is_honoured_and_a_window_of_failures_disables(
         assert len(rx.requests) == 2
         stored = await engine.webhooks.get_endpoint(endpoint.id, "acme")
         assert not stored.enabled and "window" in (stored.disabled_reason or "")
+
+
+async def test_delivery_on_postgresql(postgres_dsn: str, receiver: Callable[[Answer], Receiver]) -> None:
+    rx = receiver(lambda n, r: (503, {}) if n == 1 else (200, {}))
+    from tests.integration.webhooks.conftest import webhook_settings
+
+    async with Engine.from_settings(webhook_settings(postgres_dsn)) as engine:
+        endpoint = await engine.webhooks.create_endpoint("acme", rx.url, filter={"types": ["job.enqueued"]})
+        async with dispatching(engine):
+            jobs = [await engine.enqueue("t", {"n": i}, tenant="acme") for i in range(2)]
+            await until(lambda: len(rx.requests) >= 3)
+            async with asyncio.timeout(5):
+                while len(await engine.webhooks.list_deliveries("acme", endpoint.id, SUCCEEDED)) < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+    wh = Webhook(endpoint.secret)
+    delivered = {wh.verify(r.body, r.headers)["data"]["job_id"] for r in rx.requests}
+    assert delivered == {j.id for j in jobs}
