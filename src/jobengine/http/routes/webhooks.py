@@ -16,7 +16,7 @@ from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.problems import ProblemError, problem_responses
 from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
-from jobengine.http.schemas import Strict
+from jobengine.http.schemas import INTEGRAL, Strict
 from jobengine.serialize import run_to_json
 from jobengine.webhooks import signing
 from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json, inbound_to_json
@@ -28,7 +28,10 @@ Reader = Annotated[Principal, Depends(require("webhooks:read"))]
 Writer = Annotated[Principal, Depends(require("webhooks:write"))]
 Id = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 HookName = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")]
-Names = Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=200)]], Field(max_length=100)]
+Names = Annotated[
+    list[Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^([A-Za-z0-9_.:\-@]+(\.\*)?|\*)$")]],
+    Field(max_length=100),
+]
 
 
 class FilterIn(Strict):
@@ -37,31 +40,37 @@ class FilterIn(Strict):
     tasks: Names = []
 
 
+Url = Annotated[
+    StrictStr, Field(min_length=8, max_length=2000, pattern=r"^https?://[A-Za-z0-9._~%\-\[\]:]+([/?#][!-~]*)?$")
+]
+Secret = Annotated[StrictStr, Field(min_length=38, max_length=100, pattern=r"^whsec_[A-Za-z0-9+/]+={0,2}$")]
+
+
 class EndpointIn(Strict):
-    url: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
-    secret: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    url: Url
+    secret: Secret | None = None
     filter: FilterIn | None = None
     description: Annotated[StrictStr, Field(max_length=500)] = ""
-    rate_limit: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
-    rate_window: Annotated[StrictFloat | StrictInt, Field(ge=0.1, le=86400)] | None = None
+    rate_limit: Annotated[StrictInt, Field(ge=1, le=100_000), INTEGRAL] | None = None
+    rate_window: Annotated[StrictFloat, Field(ge=0.1, le=86400)] | None = None
     enabled: StrictBool = True
 
 
 class EndpointPatch(Strict):
-    url: Annotated[StrictStr, Field(min_length=1, max_length=2000)] | None = None
+    url: Url | None = None
     filter: FilterIn | None = None
     description: Annotated[StrictStr, Field(max_length=500)] | None = None
-    rate_limit: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
-    rate_window: Annotated[StrictFloat | StrictInt, Field(ge=0.1, le=86400)] | None = None
+    rate_limit: Annotated[StrictInt, Field(ge=1, le=100_000), INTEGRAL] | None = None
+    rate_window: Annotated[StrictFloat, Field(ge=0.1, le=86400)] | None = None
 
 
 class RotateIn(Strict):
-    secret: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
-    overlap: Annotated[StrictFloat | StrictInt, Field(ge=0, le=30 * 86400)] | None = None
+    secret: Secret | None = None
+    overlap: Annotated[StrictFloat, Field(ge=0, le=30 * 86400)] | None = None
 
 
 class InboundIn(Strict):
-    name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+    name: Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")]
     schedule: Annotated[StrictStr, Field(min_length=1, max_length=200)]
     secret: Annotated[StrictStr, Field(min_length=16, max_length=200)] | None = None
 
@@ -131,12 +140,12 @@ async def rotate_secret(endpoint_id: Id, request: Request, principal: Writer, bo
 
 
 # -- deliveries -------------------------------------------------------------------------------------------
-@router.get("/deliveries", responses=READ)
+@router.get("/deliveries", responses=READ_ONE)
 async def list_deliveries(
     request: Request,
     principal: Reader,
     endpoint_id: Annotated[str | None, Query(max_length=100)] = None,
-    state: Annotated[str | None, Query(max_length=20)] = None,
+    state: Annotated[str | None, Query(pattern=r"^(pending|succeeded|failed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     """Newest first; ``state``: pending, succeeded or failed."""
