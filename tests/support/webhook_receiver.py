@@ -28,6 +28,7 @@ class Receiver:
     answer: Answer = field(default=lambda n, r: (200, {}))
     requests: list[Received] = field(default_factory=list)
     connections: int = 0
+    port: int = 0  # 0: a free one
 
     def __post_init__(self) -> None:
         receiver = self
@@ -60,7 +61,7 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)

@@ -155,3 +155,43 @@ async def test_delivery_on_postgresql(postgres_dsn: str, receiver: Callable[[Ans
     wh = Webhook(endpoint.secret)
     delivered = {wh.verify(r.body, r.headers)["data"]["job_id"] for r in rx.requests}
     assert delivered == {j.id for j in jobs}
+
+
+async def test_deliveries_survive_a_restart_and_the_jobs_deletion(
+    make_engine: MakeEngine, receiver: Callable[[Answer], Receiver]
+) -> None:
+    """The receiver is down while the events happen; the process stops; retention deletes the job; a new
+    process delivers the payload as it was when the event happened."""
+    rx = receiver(lambda n, r: (200, {}))
+    port = rx.port
+    rx.close()  # nothing listens: every attempt is a connection error
+    async with make_engine(stale_after=0.0, delete_after=0.0) as engine:
+        endpoint = await engine.webhooks.create_endpoint(
+            "acme", f"http://127.0.0.1:{port}/hook", filter={"types": ["job.enqueued"]}
+        )
+        async with dispatching(engine):
+            job = await engine.enqueue("t", {"order": 7}, tenant="acme")
+            async with asyncio.timeout(10):
+                while not await engine.webhooks.list_deliveries("acme", endpoint.id):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            [d] = await engine.webhooks.list_deliveries("acme", endpoint.id)
+            async with asyncio.timeout(10):
+                while (await engine.webhooks.get_delivery(d.id, "acme")).attempts < 1:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+        await engine.cancel(job.id, tenant="acme")
+        await engine.prune()  # stale, then deleted (stale_after = delete_after = 0)
+        await engine.prune()
+        assert not await engine.list_jobs()
+    again = Receiver(lambda n, r: (200, {}), port=port)
+    try:
+        async with make_engine() as engine, dispatching(engine):
+            async with asyncio.timeout(15):
+                while not again.requests:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            await until_state(engine, d.id, SUCCEEDED)
+            attempts = await engine.webhooks.attempts(d.id, "acme")
+        body = Webhook(endpoint.secret).verify(again.requests[0].body, again.requests[0].headers)
+        assert body["data"]["job_id"] == job.id and body["data"]["type"] == "job.enqueued"
+        assert attempts[0].status is None and attempts[0].error and attempts[-1].status == 200
+    finally:
+        again.close()
