@@ -3,7 +3,6 @@ resends and inbound hooks, validated here so every edge refuses bad input the sa
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -247,7 +246,6 @@ class Webhooks:
         if self._limiter is not None:
             await self._limiter.close()
             self._limiter = None
-        await asyncio.sleep(0)
 
 
 def _check_description(description: object) -> str:

@@ -18,7 +18,7 @@ from jobengine.engine import Engine
 from jobengine.http import create_app
 from jobengine.webhooks.dispatcher import WebhookDispatcher
 from jobengine.webhooks.model import Endpoint
-from tests.integration.webhooks.conftest import webhook_settings
+from tests.integration.webhooks.conftest import dispatching, webhook_settings
 from tests.support.webhook_receiver import Answer, Receiver
 
 W = "/api/v1/webhooks"
@@ -119,6 +119,7 @@ async def test_ssrf_refusals_and_a_canary_that_gets_no_connection(
         assert (await acme.get(f"{W}/endpoints")).json()["items"] == []
         ok = await acme.post(f"{W}/endpoints", json={"url": "https://public.example.com/hook"})
         assert ok.status_code == 201, ok.text
+        assert (await acme.delete(f"{W}/endpoints/{ok.json()['id']}")).status_code == 204  # (never sent to)
 
         # At send time too: a name that resolved to a public address at registration now resolves to the
         # canary (DNS rebinding), and an endpoint stored around the API points at it directly.
@@ -135,15 +136,15 @@ async def test_ssrf_refusals_and_a_canary_that_gets_no_connection(
             Endpoint("we_direct", "acme", f"http://127.0.0.1:{port}/x", rebind.secret, created_at=0.0)
         )
         await engine.enqueue("t", None, tenant="acme")
-        dispatcher = WebhookDispatcher(engine)
-        await dispatcher.start()
-        try:
-            await dispatcher.stop()  # the loop may have run: run one pass here, deterministically
-            dispatcher._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
-            await dispatcher.run_once()
-            await dispatcher._client.aclose()
-        finally:
-            await dispatcher.stop()
+
+        async def attempted() -> bool:
+            pending = await engine.webhooks.list_deliveries("acme", state="pending")
+            return len(pending) == 2 and all(d.attempts for d in pending)
+
+        async with dispatching(engine):
+            async with asyncio.timeout(10):
+                while not await attempted():  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
         for endpoint_id in (rebind.id, "we_direct"):
             [d] = await engine.webhooks.list_deliveries("acme", endpoint_id)
             [attempt] = await engine.webhooks.attempts(d.id, "acme")
