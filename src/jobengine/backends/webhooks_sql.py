@@ -268,9 +268,15 @@ class WebhookSql:
         return tx.run(self.d.q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]) > 0
 
 
+#: How a runner runs an operation: a read; a write at the store's full durability; a dispatcher's own
+#: bookkeeping (claims, attempts, postpones), which SQLite commits at ``worker_synchronous`` like a worker's
+#: transitions: a power loss can only roll back attempts, so deliveries are sent again (at least once).
+READ, WRITE, HOT = "read", "write", "hot"
+
+
 class Runner(Protocol):
-    async def __call__(self, fn: Any, write: bool) -> Any:
-        """Run ``fn(tx)`` in one transaction (a write transaction when ``write``) and return its result."""
+    async def __call__(self, fn: Any, mode: str) -> Any:
+        """Run ``fn(tx)`` in one transaction (READ, WRITE or HOT) and return its result."""
         ...
 
 
@@ -282,10 +288,13 @@ class SqlWebhookStore:
         self._runner = runner
 
     async def _w(self, fn: Any) -> Any:
-        return await self._runner(fn, True)
+        return await self._runner(fn, WRITE)
+
+    async def _hot(self, fn: Any) -> Any:
+        return await self._runner(fn, HOT)
 
     async def _r(self, fn: Any) -> Any:
-        return await self._runner(fn, False)
+        return await self._runner(fn, READ)
 
     async def insert_endpoint(self, endpoint: Endpoint) -> None:
         await self._w(lambda tx: self._sql.insert_endpoint(tx, endpoint))
@@ -305,7 +314,7 @@ class SqlWebhookStore:
         return bool(await self._w(lambda tx: self._sql.delete_endpoint(tx, endpoint_id, tenant)))
 
     async def mark_endpoint(self, endpoint_id: str, ok: bool, now: float) -> None:
-        await self._w(lambda tx: self._sql.mark_endpoint(tx, endpoint_id, ok, now))
+        await self._hot(lambda tx: self._sql.mark_endpoint(tx, endpoint_id, ok, now))
 
     async def disable_endpoint(self, endpoint_id: str, reason: str, now: float) -> Event | None:
         result: Event | None = await self._w(lambda tx: self._sql.disable_endpoint(tx, endpoint_id, reason, now))
@@ -322,16 +331,16 @@ class SqlWebhookStore:
         return bool(await self._w(lambda tx: self._sql.fan_out(tx, name, expected, new, deliveries)))
 
     async def claim_deliveries(self, now: float, limit: int, lease_seconds: float, token: str) -> list[Delivery]:
-        result: list[Delivery] = await self._w(
+        result: list[Delivery] = await self._hot(
             lambda tx: self._sql.claim_deliveries(tx, now, limit, lease_seconds, token)
         )
         return result
 
     async def finish_attempt(self, delivery: Delivery, attempt: Attempt) -> bool:
-        return bool(await self._w(lambda tx: self._sql.finish_attempt(tx, delivery, attempt)))
+        return bool(await self._hot(lambda tx: self._sql.finish_attempt(tx, delivery, attempt)))
 
     async def postpone(self, delivery_id: str, token: str, next_at: float) -> bool:
-        return bool(await self._w(lambda tx: self._sql.postpone(tx, delivery_id, token, next_at)))
+        return bool(await self._hot(lambda tx: self._sql.postpone(tx, delivery_id, token, next_at)))
 
     async def get_delivery(self, delivery_id: str, tenant: str | None = None) -> Delivery | None:
         result: Delivery | None = await self._r(lambda tx: self._sql.get_delivery(tx, delivery_id, tenant))

@@ -117,7 +117,10 @@ class WebhookDispatcher:
             batch = await self.webhooks.store.claim_deliveries(now, self.settings.webhook_concurrency, lease, token)
             if not batch:
                 return made
-            results = await asyncio.gather(*(self._deliver(d) for d in batch), return_exceptions=True)
+            endpoints = {e.id: e for e in await self.webhooks.store.list_endpoints(None)}  # one read per batch
+            results = await asyncio.gather(
+                *(self._deliver(d, endpoints.get(d.endpoint_id)) for d in batch), return_exceptions=True
+            )
             for r in results:
                 if isinstance(r, BaseException):
                     log.error("webhook delivery failed unexpectedly", exc_info=r)
@@ -153,10 +156,9 @@ class WebhookDispatcher:
             if len(events) < _FAN_BATCH:
                 return written
 
-    async def _deliver(self, d: Delivery) -> bool:
+    async def _deliver(self, d: Delivery, endpoint: Endpoint | None) -> bool:
         """One attempt of a leased delivery (or giving it back when rate limited). True if attempted."""
         store = self.webhooks.store
-        endpoint = await store.get_endpoint(d.endpoint_id)
         if endpoint is None:
             return False
         assert d.lease_token is not None
@@ -184,7 +186,9 @@ class WebhookDispatcher:
             log.warning("webhook delivery %s: lease lost; its result was not recorded", d.id)
             return True
         self.sent += 1
-        await store.mark_endpoint(endpoint.id, verdict.kind == SUCCESS, now)
+        ok = verdict.kind == SUCCESS
+        if ok == (endpoint.failing_since is not None):  # its failure streak starts or ends: one write, else none
+            await store.mark_endpoint(endpoint.id, ok, now)
         if verdict.kind == GONE:
             await self._disable(endpoint.id, "the endpoint answered 410 Gone", now)
         elif done.state == FAILED:

@@ -47,7 +47,7 @@ class _Runner:
         except psycopg.Error as exc:
             raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 
-    async def __call__(self, fn: Any, write: bool) -> Any:
+    async def __call__(self, fn: Any, mode: str) -> Any:
         return await asyncio.to_thread(self._call, fn)
 
     async def close(self) -> None:

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jobengine.backends.webhooks_sql import Dialect, Row, SqlWebhookStore, WebhookSql
+from jobengine.backends.webhooks_sql import HOT, WRITE, Dialect, Row, SqlWebhookStore, WebhookSql
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -28,8 +28,10 @@ class _Runner:
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
 
-    async def __call__(self, fn: Any, write: bool) -> Any:
-        if write:
+    async def __call__(self, fn: Any, mode: str) -> Any:
+        if mode == HOT:
+            return await self.store._work(lambda c: fn(_Tx(c)), lambda result: result)
+        if mode == WRITE:
             return await self.store._write(lambda c: fn(_Tx(c)))
         return await self.store._read(lambda c: fn(_Tx(c)))
 
