@@ -195,3 +195,23 @@ async def test_deliveries_survive_a_restart_and_the_jobs_deletion(
         assert attempts[0].status is None and attempts[0].error and attempts[-1].status == 200
     finally:
         again.close()
+
+
+async def test_in_process_limiter_makes_deliveries_wait_not_drop(
+    make_engine: MakeEngine, receiver: Callable[[Answer], Receiver]
+) -> None:
+    rx = receiver(lambda n, r: (200, {}))
+    async with make_engine(webhook_rate_limiter="local") as engine:
+        endpoint = await engine.webhooks.create_endpoint(
+            "acme", rx.url, filter={"types": ["job.enqueued"]}, rate_limit=3, rate_window=0.5
+        )
+        async with dispatching(engine):
+            await engine.enqueue_many([engine.new_job("t", {"i": i}, tenant="acme") for i in range(7)])
+            await until(lambda: len(rx.requests) >= 7)
+            await asyncio.sleep(0.2)
+        deliveries = await engine.webhooks.list_deliveries("acme", endpoint.id)
+    times = sorted(r.at for r in rx.requests)
+    assert len(times) == 7 and len({r.headers["webhook-id"] for r in rx.requests}) == 7
+    assert max(sum(1 for t in times if s <= t < s + 0.5) for s in times) <= 3
+    assert times[-1] - times[0] >= 1.0  # 7 at 3 per 0.5 s: three windows at least
+    assert all(d.state == SUCCEEDED and d.attempts == 1 for d in deliveries)  # waiting is not an attempt
