@@ -72,6 +72,7 @@ class WebhookDispatcher:
         self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
                                          timeout=httpx.Timeout(self.settings.webhook_timeout))  # fmt: skip
         self.engine.bus.add_listener(self._on_events)
+        self.engine.add_health_check("webhooks", self._health)
         self._task = asyncio.create_task(self._loop(), name="jobengine-webhooks")
 
     async def stop(self) -> None:
@@ -79,6 +80,7 @@ class WebhookDispatcher:
         if task is None:
             return
         self.engine.bus.remove_listener(self._on_events)
+        self.engine.remove_health_check("webhooks")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -86,6 +88,13 @@ class WebhookDispatcher:
             await self._client.aclose()
             self._client = None
         await self.webhooks.close()
+
+    async def _health(self) -> str:
+        """For /readyz: the loop runs and its rate limiter answers (raises otherwise)."""
+        if not self.running:
+            raise RuntimeError("the webhook dispatcher is not running")
+        await self.webhooks.limiter.check()
+        return f"running; limiter {self.webhooks.limiter.name}; {self.sent} attempts made"
 
     @property
     def running(self) -> bool:

@@ -186,6 +186,8 @@ async def test_deliveries_attempts_resend_and_rotation_over_the_api(
             async with asyncio.timeout(10):
                 while len(rx.requests) < 2:  # noqa: ASYNC110
                     await asyncio.sleep(0.02)
+            ready = (await acme.get("/readyz")).json()["checks"]["webhooks"]
+            assert ready["ready"] is True and "limiter local" in ready["detail"]
             bad = await acme.get(f"{W}/deliveries", params={"state": "weird"})
             assert bad.status_code == 422 and bad.json()["field"] == "state"
         finally:
