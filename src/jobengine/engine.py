@@ -62,6 +62,8 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 if TYPE_CHECKING:
     from jobengine.delivery.transports import Transports
     from jobengine.packs.registry import PackRegistry
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.webhooks.manager import Webhooks
 
 T = TypeVar("T")
 F = TypeVar("F", bound=TaskFn)
@@ -126,6 +128,8 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._workers: list[Worker] = []
         self._transports: Transports | None = None
         self._packs: PackRegistry | None = None
+        self._webhook_store: WebhookStore | None = None
+        self._webhooks: Webhooks | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -143,6 +147,8 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
             worker.stop()
         if self._transports is not None:
             await self._transports.close()
+        if self._webhook_store is not None:
+            await self._webhook_store.close()
         if self._notifier is not None:
             await self._notifier.close()
         await self.store.close()
@@ -175,6 +181,23 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
             self._packs = registry_for(self.store, self.settings, self.clock)
         return self._packs
+
+    def webhook_store(self) -> WebhookStore:
+        """The webhook port of this engine's store (jobengine.webhooks)."""
+        if self._webhook_store is None:
+            from jobengine.backends.webhooks import webhook_store_for
+
+            self._webhook_store = webhook_store_for(self.store)
+        return self._webhook_store
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """Webhook endpoints, deliveries and inbound hooks (:class:`jobengine.webhooks.manager.Webhooks`)."""
+        if self._webhooks is None:
+            from jobengine.webhooks.manager import Webhooks
+
+            self._webhooks = Webhooks(self)
+        return self._webhooks
 
     def notifier(self) -> Notifier:
         if self._notifier is None:

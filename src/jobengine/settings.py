@@ -16,6 +16,7 @@ import yaml
 
 from jobengine.delivery.config import QueueConfig
 from jobengine.errors import ConfigError
+from jobengine.webhooks.config import check_webhook_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,23 @@ class Settings:
     worker_packs: tuple[str, ...] = ()  # name@version (or @stable) of approved packs a worker loads
     packs_cache_dir: str = ""  # where workers unpack packs, by digest ("": ~/.cache/jobengine/packs)
     dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
+    # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
+    webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
+    webhook_redis_url: str = ""
+    webhook_rate_limit: int = 120  # deliveries per webhook_rate_window per endpoint (an endpoint may override)
+    webhook_rate_window: float = 60.0
+    #: The limiter counts each window this much longer, so that a receiver whose deliveries arrive with a
+    #: latency varying by less than it never sees more than the limit in one window.
+    webhook_rate_margin: float = 0.1
+    webhook_timeout: float = 10.0  # seconds per attempt (connect + answer)
+    webhook_retry_base: float = 5.0  # first retry delay; doubles per failed attempt, at most the max delay
+    webhook_retry_max_delay: float = 3600.0
+    webhook_retry_window: float = 3 * 86400.0  # a delivery is retried for this long, then given up
+    webhook_retry_jitter: float = 0.2  # each delay is multiplied by a random factor in [1 - j, 1 + j]
+    webhook_poll_interval: float = 1.0  # longest sleep of the dispatcher between passes
+    webhook_concurrency: int = 10  # deliveries in flight per process
+    webhook_secret_overlap: float = 86400.0  # after a rotation the previous secret still signs this long
+    webhook_allow_hosts: tuple[str, ...] = ()  # host names / CIDRs exempt from the SSRF checks (dev, tests)
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -128,6 +146,7 @@ class Settings:
             raise ConfigError("packs_max_bytes: must be at least 1024")
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
+        check_webhook_settings(self)
 
     @property
     def heartbeat_every(self) -> float:

@@ -121,6 +121,7 @@ async def _up(settings: Settings) -> None:
         # Imported here: FastAPI costs ~1 s of start-up that commands without the API should not pay.
         from jobengine.cli.serve import dev_key
         from jobengine.http.server import ApiMaintenance, ApiService
+        from jobengine.webhooks.dispatcher import WebhookDispatcher
 
         api = ApiService(engine, settings)
 
@@ -141,7 +142,7 @@ async def _up(settings: Settings) -> None:
         # outcomes before it goes. The HTTP API (REST, SSE) sits between retention and the worker.
         services: list[Service] = [
             LiveView(engine, console), RetentionService(engine), ApiMaintenance(engine, rescue=False), api,
-            SchedulerService(engine), worker,
+            SchedulerService(engine), WebhookDispatcher(engine), worker,
         ]  # fmt: skip
         await supervisor.serve(services, ready)
     console.print("stopped")

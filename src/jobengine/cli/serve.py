@@ -55,7 +55,9 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
     async with engine:
         api = ApiService(engine, settings, host=host, port=port)
         await api.check_keys()
-        services: list[Service] = [ApiMaintenance(engine), api]
+        from jobengine.webhooks.dispatcher import WebhookDispatcher
+
+        services: list[Service] = [ApiMaintenance(engine), api, WebhookDispatcher(engine)]
 
         async def ready() -> None:
             console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "

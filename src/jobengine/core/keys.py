@@ -23,6 +23,8 @@ SCOPES: Final = (
     "schedules:read",  # schedules, runs, failure signatures
     "schedules:write",  # create / change schedules, trigger runs, change a signature's status
     "worker",  # the worker protocol: claim, heartbeat, report
+    "webhooks:read",  # webhook endpoints, deliveries, attempts, inbound hooks
+    "webhooks:write",  # create / change / delete them, resend a delivery
     "metrics",  # /metrics (counts of every tenant: an operator's view)
     "packs:read",  # task packs: list, show, download approved versions (workers that load packs)
     "packs:write",  # task packs: upload

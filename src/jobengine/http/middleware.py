@@ -72,11 +72,13 @@ class BodyLimit:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        # The API takes JSON only (a pack upload takes raw bytes); the dashboard's forms (outside /api/) post
-        # urlencoded bodies.
+        # The API takes JSON only: a pack upload takes raw bytes, inbound event hooks any body (signed, not
+        # parsed); the dashboard's forms (outside /api/) post urlencoded bodies.
+        inbound = path.startswith("/api/v1/hooks/")
         if (
             body
             and raw_limit is None
+            and not inbound
             and path.startswith("/api/")
             and not _JSON_TYPE.match(headers.get("content-type", ""))
         ):

@@ -88,6 +88,9 @@ def engine_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineApp]:
 # cron that never fires, a task of a pack version that does not exist (<pack>@<version>:<task>)...
 SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catch_up", "template.payload",
                       "template.items", "template.planner", "task", "template.task"})  # fmt: skip
+#: Webhooks: a URL that does not resolve or reaches a refused address (SSRF), a secret's base64 and length,
+#: a filter entry's form, an inbound hook's schedule that does not exist.
+SEMANTIC |= {"url", "secret", "filter.types", "filter.queues", "filter.tasks", "schedule", "name", "state"}
 
 
 def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:

@@ -35,6 +35,12 @@ COLUMN http_idempotency.key text NOT NULL
 COLUMN http_idempotency.locked_until double precision NULL
 COLUMN http_idempotency.status integer NULL
 COLUMN http_idempotency.tenant text NOT NULL
+COLUMN inbound_hooks.created_at double precision NOT NULL
+COLUMN inbound_hooks.enabled integer NOT NULL DEFAULT 1
+COLUMN inbound_hooks.name text NOT NULL
+COLUMN inbound_hooks.schedule text NOT NULL
+COLUMN inbound_hooks.secret text NOT NULL
+COLUMN inbound_hooks.tenant text NOT NULL
 COLUMN job_dependencies.dep_id text NOT NULL COLLATE C
 COLUMN job_dependencies.job_id text NOT NULL COLLATE C
 COLUMN job_watermarks.job_id text NOT NULL COLLATE C
@@ -157,11 +163,55 @@ COLUMN watermarks.key text NOT NULL
 COLUMN watermarks.source text NOT NULL
 COLUMN watermarks.updated_at double precision NOT NULL
 COLUMN watermarks.value jsonb NOT NULL
+COLUMN webhook_attempts.at double precision NOT NULL
+COLUMN webhook_attempts.attempt integer NOT NULL
+COLUMN webhook_attempts.delivery_id text NOT NULL
+COLUMN webhook_attempts.error text NULL
+COLUMN webhook_attempts.latency_ms double precision NOT NULL
+COLUMN webhook_attempts.status integer NULL
+COLUMN webhook_attempts.tenant text NOT NULL
+COLUMN webhook_cursors.event_id bigint NOT NULL
+COLUMN webhook_cursors.name text NOT NULL
+COLUMN webhook_deliveries.attempts integer NOT NULL DEFAULT 0
+COLUMN webhook_deliveries.body text NOT NULL
+COLUMN webhook_deliveries.created_at double precision NOT NULL
+COLUMN webhook_deliveries.endpoint_id text NOT NULL
+COLUMN webhook_deliveries.event_id bigint NOT NULL
+COLUMN webhook_deliveries.event_type text NOT NULL
+COLUMN webhook_deliveries.id text NOT NULL
+COLUMN webhook_deliveries.last_error text NULL
+COLUMN webhook_deliveries.last_status integer NULL
+COLUMN webhook_deliveries.lease_token text NULL
+COLUMN webhook_deliveries.lease_until double precision NULL
+COLUMN webhook_deliveries.next_at double precision NOT NULL
+COLUMN webhook_deliveries.series_attempts integer NOT NULL DEFAULT 0
+COLUMN webhook_deliveries.state text NOT NULL
+COLUMN webhook_deliveries.tenant text NOT NULL
+COLUMN webhook_deliveries.updated_at double precision NOT NULL
+COLUMN webhook_deliveries.window_start double precision NOT NULL
+COLUMN webhook_endpoints.created_at double precision NOT NULL
+COLUMN webhook_endpoints.description text NOT NULL DEFAULT ''::text
+COLUMN webhook_endpoints.disabled_reason text NULL
+COLUMN webhook_endpoints.enabled integer NOT NULL DEFAULT 1
+COLUMN webhook_endpoints.event_types text NOT NULL
+COLUMN webhook_endpoints.failing_since double precision NULL
+COLUMN webhook_endpoints.id text NOT NULL
+COLUMN webhook_endpoints.previous_secret text NULL
+COLUMN webhook_endpoints.previous_until double precision NULL
+COLUMN webhook_endpoints.queues text NOT NULL
+COLUMN webhook_endpoints.rate_limit integer NULL
+COLUMN webhook_endpoints.rate_window double precision NULL
+COLUMN webhook_endpoints.secret text NOT NULL
+COLUMN webhook_endpoints.tasks text NOT NULL
+COLUMN webhook_endpoints.tenant text NOT NULL
+COLUMN webhook_endpoints.updated_at double precision NOT NULL
+COLUMN webhook_endpoints.url text NOT NULL
 CONSTRAINT api_keys.api_keys_pkey PRIMARY KEY (id)
 CONSTRAINT events.events_pkey PRIMARY KEY (id)
 CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = ANY (ARRAY['active'::text, 'resolved'::text, 'suppressed'::text])))
 CONSTRAINT http_idempotency.http_idempotency_pkey PRIMARY KEY (tenant, key)
+CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (name)
 CONSTRAINT job_dependencies.job_dependencies_pkey PRIMARY KEY (dep_id, job_id)
 CONSTRAINT job_watermarks.job_watermarks_pkey PRIMARY KEY (job_id, source, key)
 CONSTRAINT job_watermarks.job_watermarks_value_check CHECK ((jsonb_typeof(value) = ANY (ARRAY['number'::text, 'string'::text])))
@@ -182,6 +232,11 @@ CONSTRAINT schedule_ticks.schedule_ticks_pkey PRIMARY KEY (schedule_id, tick_ms)
 CONSTRAINT schedules.schedules_pkey PRIMARY KEY (id)
 CONSTRAINT watermarks.watermarks_pkey PRIMARY KEY (source, key)
 CONSTRAINT watermarks.watermarks_value_check CHECK ((jsonb_typeof(value) = ANY (ARRAY['number'::text, 'string'::text])))
+CONSTRAINT webhook_attempts.webhook_attempts_pkey PRIMARY KEY (delivery_id, attempt)
+CONSTRAINT webhook_cursors.webhook_cursors_pkey PRIMARY KEY (name)
+CONSTRAINT webhook_deliveries.webhook_deliveries_endpoint_id_event_id_key UNIQUE (endpoint_id, event_id)
+CONSTRAINT webhook_deliveries.webhook_deliveries_pkey PRIMARY KEY (id)
+CONSTRAINT webhook_endpoints.webhook_endpoints_pkey PRIMARY KEY (id)
 INDEX CREATE INDEX api_keys_tenant ON api_keys USING btree (tenant, created_at)
 INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
@@ -202,10 +257,14 @@ INDEX CREATE INDEX runs_schedule ON runs USING btree (schedule_id, id)
 INDEX CREATE INDEX runs_tenant ON runs USING btree (tenant, id)
 INDEX CREATE INDEX schedule_ticks_fired ON schedule_ticks USING btree (fired_at)
 INDEX CREATE INDEX schedules_due ON schedules USING btree (next_fire_at) WHERE (next_fire_at IS NOT NULL)
+INDEX CREATE INDEX webhook_deliveries_due ON webhook_deliveries USING btree (next_at) WHERE (state = 'pending'::text)
+INDEX CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries USING btree (tenant, created_at)
+INDEX CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints USING btree (tenant, created_at)
 INDEX CREATE UNIQUE INDEX api_keys_pkey ON api_keys USING btree (id)
 INDEX CREATE UNIQUE INDEX events_pkey ON events USING btree (id)
 INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX http_idempotency_pkey ON http_idempotency USING btree (tenant, key)
+INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (name)
 INDEX CREATE UNIQUE INDEX job_dependencies_pkey ON job_dependencies USING btree (dep_id, job_id)
 INDEX CREATE UNIQUE INDEX job_watermarks_pkey ON job_watermarks USING btree (job_id, source, key)
 INDEX CREATE UNIQUE INDEX jobengine_migrations_pkey ON jobengine_migrations USING btree (version)
@@ -222,4 +281,9 @@ INDEX CREATE UNIQUE INDEX schedule_ticks_pkey ON schedule_ticks USING btree (sch
 INDEX CREATE UNIQUE INDEX schedules_name ON schedules USING btree (tenant, name)
 INDEX CREATE UNIQUE INDEX schedules_pkey ON schedules USING btree (id)
 INDEX CREATE UNIQUE INDEX watermarks_pkey ON watermarks USING btree (source, key)
+INDEX CREATE UNIQUE INDEX webhook_attempts_pkey ON webhook_attempts USING btree (delivery_id, attempt)
+INDEX CREATE UNIQUE INDEX webhook_cursors_pkey ON webhook_cursors USING btree (name)
+INDEX CREATE UNIQUE INDEX webhook_deliveries_endpoint_id_event_id_key ON webhook_deliveries USING btree (endpoint_id, event_id)
+INDEX CREATE UNIQUE INDEX webhook_deliveries_pkey ON webhook_deliveries USING btree (id)
+INDEX CREATE UNIQUE INDEX webhook_endpoints_pkey ON webhook_endpoints USING btree (id)
 OPTIONS jobs fillfactor=90

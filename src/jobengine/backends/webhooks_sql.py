@@ -1,0 +1,382 @@
+"""The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migration ``0005_webhooks``).
+
+Each operation is a plain function of a :class:`Tx` (one open transaction) written once in the subset of SQL
+both databases speak; a :class:`Dialect` fills in what differs (placeholders, the table prefix, the row
+lock of a claim, the jsonb cast). SQLite runs them on its store's thread in ``BEGIN IMMEDIATE``; PostgreSQL
+on a small synchronous pool in worker threads (webhook traffic is light; see backends/postgres/webhooks.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from jobengine.core import codec
+from jobengine.core.models import Event
+from jobengine.webhooks.model import (
+    ENDPOINT_DISABLED,
+    PENDING,
+    Attempt,
+    Delivery,
+    Endpoint,
+    EventFilter,
+    InboundHook,
+)
+
+Row = Sequence[Any]
+
+_EP: Final = (
+    "id, tenant, url, secret, event_types, queues, tasks, description, enabled, disabled_reason, rate_limit, "
+    "rate_window, previous_secret, previous_until, failing_since, created_at, updated_at"
+)
+_DL: Final = (
+    "id, tenant, endpoint_id, event_id, event_type, body, state, attempts, series_attempts, next_at, "
+    "window_start, created_at, updated_at, last_status, last_error, lease_token, lease_until"
+)
+_AT: Final = "delivery_id, attempt, tenant, at, status, latency_ms, error"
+_IN: Final = "name, tenant, schedule, secret, enabled, created_at"
+
+
+class Tx(Protocol):
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute; the number of rows changed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    prefix: str = ""  # '"schema".' on PostgreSQL
+    skip_locked: str = ""  # ' FOR UPDATE SKIP LOCKED' on PostgreSQL
+    json_param: str = "?"  # '?::jsonb' on PostgreSQL
+
+    def q(self, sql: str) -> str:
+        return sql.replace("{s}", self.prefix).replace("{json}", self.json_param).replace("{lock}", self.skip_locked)
+
+
+def endpoint_row(e: Endpoint) -> tuple[Any, ...]:
+    f = e.filter
+    return (
+        e.id, e.tenant, e.url, e.secret, codec.dumps(list(f.types)), codec.dumps(list(f.queues)),
+        codec.dumps(list(f.tasks)), e.description, int(e.enabled), e.disabled_reason, e.rate_limit, e.rate_window,
+        e.previous_secret, e.previous_until, e.failing_since, e.created_at, e.updated_at,
+    )  # fmt: skip
+
+
+def endpoint_of(r: Row) -> Endpoint:
+    flt = EventFilter(tuple(codec.loads(r[4])), tuple(codec.loads(r[5])), tuple(codec.loads(r[6])))
+    return Endpoint(
+        id=r[0], tenant=r[1], url=r[2], secret=r[3], filter=flt, description=r[7], enabled=bool(r[8]),
+        disabled_reason=r[9], rate_limit=r[10], rate_window=r[11], previous_secret=r[12], previous_until=r[13],
+        failing_since=r[14], created_at=r[15], updated_at=r[16],
+    )  # fmt: skip
+
+
+def delivery_row(d: Delivery) -> tuple[Any, ...]:
+    return (
+        d.id, d.tenant, d.endpoint_id, d.event_id, d.event_type, d.body, d.state, d.attempts, d.series_attempts,
+        d.next_at, d.window_start, d.created_at, d.updated_at, d.last_status, d.last_error, d.lease_token,
+        d.lease_until,
+    )  # fmt: skip
+
+
+def delivery_of(r: Row) -> Delivery:
+    return Delivery(*(r[i] for i in range(17)))
+
+
+def attempt_of(r: Row) -> Attempt:
+    return Attempt(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+
+
+def inbound_of(r: Row) -> InboundHook:
+    return InboundHook(r[0], r[1], r[2], r[3], bool(r[4]), r[5])
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+class WebhookSql:
+    """The operations of :class:`jobengine.ports.webhooks.WebhookStore` as functions of a transaction."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.d = dialect
+
+    # -- endpoints ------------------------------------------------------------------------------------
+    def insert_endpoint(self, tx: Tx, e: Endpoint) -> None:
+        tx.run(self.d.q(f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({_marks(17)})"), endpoint_row(e))
+
+    def get_endpoint(self, tx: Tx, endpoint_id: str, tenant: str | None) -> Endpoint | None:
+        sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE id = ?"
+        args: list[Any] = [endpoint_id]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        rows = tx.rows(self.d.q(sql), args)
+        return endpoint_of(rows[0]) if rows else None
+
+    def list_endpoints(self, tx: Tx, tenant: str | None) -> list[Endpoint]:
+        if tenant is None:
+            rows = tx.rows(self.d.q(f"SELECT {_EP} FROM {{s}}webhook_endpoints ORDER BY created_at, id"))
+        else:
+            sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE tenant = ? ORDER BY created_at, id"
+            rows = tx.rows(self.d.q(sql), [tenant])
+        return [endpoint_of(r) for r in rows]
+
+    def save_endpoint(self, tx: Tx, e: Endpoint) -> None:
+        cols = _EP.split(", ")[1:]
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        tx.run(self.d.q(f"UPDATE {{s}}webhook_endpoints SET {sets} WHERE id = ?"), [*endpoint_row(e)[1:], e.id])
+
+    def delete_endpoint(self, tx: Tx, endpoint_id: str, tenant: str) -> bool:
+        q = self.d.q
+        if not tx.run(q("DELETE FROM {s}webhook_endpoints WHERE id = ? AND tenant = ?"), [endpoint_id, tenant]):
+            return False
+        tx.run(q("DELETE FROM {s}webhook_attempts WHERE delivery_id IN "
+                 "(SELECT id FROM {s}webhook_deliveries WHERE endpoint_id = ?)"), [endpoint_id])  # fmt: skip
+        tx.run(q("DELETE FROM {s}webhook_deliveries WHERE endpoint_id = ?"), [endpoint_id])
+        return True
+
+    def mark_endpoint(self, tx: Tx, endpoint_id: str, ok: bool, now: float) -> None:
+        if ok:
+            sql = "UPDATE {s}webhook_endpoints SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL"
+            tx.run(self.d.q(sql), [endpoint_id])
+        else:
+            sql = "UPDATE {s}webhook_endpoints SET failing_since = ? WHERE id = ? AND failing_since IS NULL"
+            tx.run(self.d.q(sql), [now, endpoint_id])
+
+    def disable_endpoint(self, tx: Tx, endpoint_id: str, reason: str, now: float) -> Event | None:
+        q = self.d.q
+        rows = tx.rows(q("UPDATE {s}webhook_endpoints SET enabled = 0, disabled_reason = ?, updated_at = ? "
+                         "WHERE id = ? AND enabled = 1 RETURNING tenant, url"), [reason, now, endpoint_id])  # fmt: skip
+        if not rows:
+            return None
+        tenant, url = rows[0][0], rows[0][1]
+        data = {"endpoint_id": endpoint_id, "url": url, "reason": reason}
+        ins = q("INSERT INTO {s}events (at, type, tenant, job_id, queue, task, data) "
+                "VALUES (?, ?, ?, NULL, NULL, NULL, {json}) RETURNING id")  # fmt: skip
+        event_id = tx.rows(ins, [now, ENDPOINT_DISABLED, tenant, codec.dumps(data)])[0][0]
+        return Event(int(event_id), now, ENDPOINT_DISABLED, tenant, None, None, None, data)
+
+    # -- the outbox -----------------------------------------------------------------------------------
+    def get_cursor(self, tx: Tx, name: str) -> int | None:
+        rows = tx.rows(self.d.q("SELECT event_id FROM {s}webhook_cursors WHERE name = ?"), [name])
+        return int(rows[0][0]) if rows else None
+
+    def init_cursor(self, tx: Tx, name: str, event_id: int) -> None:
+        sql = "INSERT INTO {s}webhook_cursors (name, event_id) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"
+        tx.run(self.d.q(sql), [name, event_id])
+
+    def fan_out(self, tx: Tx, name: str, expected: int, new: int, deliveries: Sequence[Delivery]) -> bool:
+        q = self.d.q
+        moved = tx.run(q("UPDATE {s}webhook_cursors SET event_id = ? WHERE name = ? AND event_id = ?"),
+                       [new, name, expected])  # fmt: skip
+        if not moved:
+            return False
+        ins = q(f"INSERT INTO {{s}}webhook_deliveries ({_DL}) VALUES ({_marks(17)}) "
+                "ON CONFLICT (endpoint_id, event_id) DO NOTHING")  # fmt: skip
+        for d in deliveries:
+            tx.run(ins, delivery_row(d))
+        return True
+
+    def claim_deliveries(self, tx: Tx, now: float, limit: int, lease_seconds: float, token: str) -> list[Delivery]:
+        q = self.d.q
+        pick = q("SELECT d.id FROM {s}webhook_deliveries d WHERE d.state = 'pending' AND d.next_at <= ? "
+                 "AND (d.lease_until IS NULL OR d.lease_until <= ?) AND EXISTS (SELECT 1 FROM {s}webhook_endpoints e "
+                 "WHERE e.id = d.endpoint_id AND e.enabled = 1) ORDER BY d.next_at, d.id LIMIT ?{lock}")  # fmt: skip
+        ids = [r[0] for r in tx.rows(pick, [now, now, limit])]
+        if not ids:
+            return []
+        upd = q(f"UPDATE {{s}}webhook_deliveries SET lease_token = ?, lease_until = ? WHERE id IN ({_marks(len(ids))}) "
+                f"RETURNING {_DL}")  # fmt: skip
+        out = [delivery_of(r) for r in tx.rows(upd, [token, now + lease_seconds, *ids])]
+        return sorted(out, key=lambda d: (d.next_at, d.id))
+
+    def finish_attempt(self, tx: Tx, d: Delivery, a: Attempt) -> bool:
+        q = self.d.q
+        upd = q("UPDATE {s}webhook_deliveries SET state = ?, attempts = ?, series_attempts = ?, next_at = ?, "
+                "updated_at = ?, last_status = ?, last_error = ?, lease_token = NULL, lease_until = NULL "
+                "WHERE id = ? AND lease_token = ?")  # fmt: skip
+        args = [d.state, d.attempts, d.series_attempts, d.next_at, d.updated_at, d.last_status, d.last_error, d.id,
+                d.lease_token]  # fmt: skip
+        if not tx.run(upd, args):
+            return False
+        tx.run(q(f"INSERT INTO {{s}}webhook_attempts ({_AT}) VALUES ({_marks(7)})"),
+               [a.delivery_id, a.attempt, a.tenant, a.at, a.status, a.latency_ms, a.error])  # fmt: skip
+        return True
+
+    def postpone(self, tx: Tx, delivery_id: str, token: str, next_at: float) -> bool:
+        sql = ("UPDATE {s}webhook_deliveries SET next_at = ?, lease_token = NULL, lease_until = NULL "
+               "WHERE id = ? AND lease_token = ?")  # fmt: skip
+        return tx.run(self.d.q(sql), [next_at, delivery_id, token]) > 0
+
+    def get_delivery(self, tx: Tx, delivery_id: str, tenant: str | None) -> Delivery | None:
+        sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE id = ?"
+        args: list[Any] = [delivery_id]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        rows = tx.rows(self.d.q(sql), args)
+        return delivery_of(rows[0]) if rows else None
+
+    def list_deliveries(
+        self, tx: Tx, tenant: str, endpoint_id: str | None, state: str | None, limit: int
+    ) -> list[Delivery]:
+        sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE tenant = ?"
+        args: list[Any] = [tenant]
+        if endpoint_id is not None:
+            sql += " AND endpoint_id = ?"
+            args.append(endpoint_id)
+        if state is not None:
+            sql += " AND state = ?"
+            args.append(state)
+        rows = tx.rows(self.d.q(sql + " ORDER BY created_at DESC, id DESC LIMIT ?"), [*args, limit])
+        return [delivery_of(r) for r in rows]
+
+    def list_attempts(self, tx: Tx, delivery_id: str) -> list[Attempt]:
+        sql = f"SELECT {_AT} FROM {{s}}webhook_attempts WHERE delivery_id = ? ORDER BY attempt"
+        return [attempt_of(r) for r in tx.rows(self.d.q(sql), [delivery_id])]
+
+    def resend(self, tx: Tx, delivery_id: str, tenant: str, now: float) -> Delivery | None:
+        sql = (f"UPDATE {{s}}webhook_deliveries SET state = '{PENDING}', series_attempts = 0, next_at = ?, "
+               f"window_start = ?, updated_at = ?, lease_token = NULL, lease_until = NULL "
+               f"WHERE id = ? AND tenant = ? RETURNING {_DL}")  # fmt: skip
+        rows = tx.rows(self.d.q(sql), [now, now, now, delivery_id, tenant])
+        return delivery_of(rows[0]) if rows else None
+
+    # -- inbound hooks --------------------------------------------------------------------------------
+    def insert_inbound(self, tx: Tx, h: InboundHook) -> bool:
+        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(6)}) ON CONFLICT (name) DO NOTHING"
+        return tx.run(self.d.q(sql), [h.name, h.tenant, h.schedule, h.secret, int(h.enabled), h.created_at]) > 0
+
+    def get_inbound(self, tx: Tx, name: str, tenant: str | None) -> InboundHook | None:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ?"
+        args: list[Any] = [name]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        rows = tx.rows(self.d.q(sql), args)
+        return inbound_of(rows[0]) if rows else None
+
+    def list_inbound(self, tx: Tx, tenant: str) -> list[InboundHook]:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE tenant = ? ORDER BY name"
+        return [inbound_of(r) for r in tx.rows(self.d.q(sql), [tenant])]
+
+    def delete_inbound(self, tx: Tx, name: str, tenant: str) -> bool:
+        return tx.run(self.d.q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]) > 0
+
+
+#: How a runner runs an operation: a read; a write at the store's full durability; a dispatcher's own
+#: bookkeeping (claims, attempts, postpones), which SQLite commits at ``worker_synchronous`` like a worker's
+#: transitions: a power loss can only roll back attempts, so deliveries are sent again (at least once).
+READ, WRITE, HOT = "read", "write", "hot"
+
+
+class Runner(Protocol):
+    async def __call__(self, fn: Any, mode: str) -> Any:
+        """Run ``fn(tx)`` in one transaction (READ, WRITE or HOT) and return its result."""
+        ...
+
+
+class SqlWebhookStore:
+    """:class:`jobengine.ports.webhooks.WebhookStore` over :class:`WebhookSql` and a backend's runner."""
+
+    def __init__(self, sql: WebhookSql, runner: Runner) -> None:
+        self._sql = sql
+        self._runner = runner
+
+    async def _w(self, fn: Any) -> Any:
+        return await self._runner(fn, WRITE)
+
+    async def _hot(self, fn: Any) -> Any:
+        return await self._runner(fn, HOT)
+
+    async def _r(self, fn: Any) -> Any:
+        return await self._runner(fn, READ)
+
+    async def insert_endpoint(self, endpoint: Endpoint) -> None:
+        await self._w(lambda tx: self._sql.insert_endpoint(tx, endpoint))
+
+    async def get_endpoint(self, endpoint_id: str, tenant: str | None = None) -> Endpoint | None:
+        result: Endpoint | None = await self._r(lambda tx: self._sql.get_endpoint(tx, endpoint_id, tenant))
+        return result
+
+    async def list_endpoints(self, tenant: str | None = None) -> list[Endpoint]:
+        result: list[Endpoint] = await self._r(lambda tx: self._sql.list_endpoints(tx, tenant))
+        return result
+
+    async def save_endpoint(self, endpoint: Endpoint) -> None:
+        await self._w(lambda tx: self._sql.save_endpoint(tx, endpoint))
+
+    async def delete_endpoint(self, endpoint_id: str, tenant: str) -> bool:
+        return bool(await self._w(lambda tx: self._sql.delete_endpoint(tx, endpoint_id, tenant)))
+
+    async def mark_endpoint(self, endpoint_id: str, ok: bool, now: float) -> None:
+        await self._hot(lambda tx: self._sql.mark_endpoint(tx, endpoint_id, ok, now))
+
+    async def disable_endpoint(self, endpoint_id: str, reason: str, now: float) -> Event | None:
+        result: Event | None = await self._w(lambda tx: self._sql.disable_endpoint(tx, endpoint_id, reason, now))
+        return result
+
+    async def get_cursor(self, name: str) -> int | None:
+        result: int | None = await self._r(lambda tx: self._sql.get_cursor(tx, name))
+        return result
+
+    async def init_cursor(self, name: str, event_id: int) -> None:
+        await self._w(lambda tx: self._sql.init_cursor(tx, name, event_id))
+
+    async def fan_out(self, name: str, expected: int, new: int, deliveries: Sequence[Delivery]) -> bool:
+        return bool(await self._w(lambda tx: self._sql.fan_out(tx, name, expected, new, deliveries)))
+
+    async def claim_deliveries(self, now: float, limit: int, lease_seconds: float, token: str) -> list[Delivery]:
+        result: list[Delivery] = await self._hot(
+            lambda tx: self._sql.claim_deliveries(tx, now, limit, lease_seconds, token)
+        )
+        return result
+
+    async def finish_attempt(self, delivery: Delivery, attempt: Attempt) -> bool:
+        return bool(await self._hot(lambda tx: self._sql.finish_attempt(tx, delivery, attempt)))
+
+    async def postpone(self, delivery_id: str, token: str, next_at: float) -> bool:
+        return bool(await self._hot(lambda tx: self._sql.postpone(tx, delivery_id, token, next_at)))
+
+    async def get_delivery(self, delivery_id: str, tenant: str | None = None) -> Delivery | None:
+        result: Delivery | None = await self._r(lambda tx: self._sql.get_delivery(tx, delivery_id, tenant))
+        return result
+
+    async def list_deliveries(
+        self, tenant: str, endpoint_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        result: list[Delivery] = await self._r(
+            lambda tx: self._sql.list_deliveries(tx, tenant, endpoint_id, state, limit)
+        )
+        return result
+
+    async def list_attempts(self, delivery_id: str) -> list[Attempt]:
+        result: list[Attempt] = await self._r(lambda tx: self._sql.list_attempts(tx, delivery_id))
+        return result
+
+    async def resend(self, delivery_id: str, tenant: str, now: float) -> Delivery | None:
+        result: Delivery | None = await self._w(lambda tx: self._sql.resend(tx, delivery_id, tenant, now))
+        return result
+
+    async def insert_inbound(self, hook: InboundHook) -> bool:
+        return bool(await self._w(lambda tx: self._sql.insert_inbound(tx, hook)))
+
+    async def get_inbound(self, name: str, tenant: str | None = None) -> InboundHook | None:
+        result: InboundHook | None = await self._r(lambda tx: self._sql.get_inbound(tx, name, tenant))
+        return result
+
+    async def list_inbound(self, tenant: str) -> list[InboundHook]:
+        result: list[InboundHook] = await self._r(lambda tx: self._sql.list_inbound(tx, tenant))
+        return result
+
+    async def delete_inbound(self, name: str, tenant: str) -> bool:
+        return bool(await self._w(lambda tx: self._sql.delete_inbound(tx, name, tenant)))
+
+    async def close(self) -> None:
+        closer = getattr(self._runner, "close", None)
+        if closer is not None:
+            await closer()

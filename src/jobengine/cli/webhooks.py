@@ -1,0 +1,207 @@
+"""``jobengine webhooks create | list | show | disable | enable | delete | rotate-secret | deliveries | resend``:
+webhook endpoints of a tenant and their deliveries (the same checks as the API: SSRF, filters, limits)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from jobengine.cli import output
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.engine import Engine
+from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
+
+T = TypeVar("T")
+
+webhooks_app = typer.Typer(
+    name="webhooks", help="Manage webhook endpoints and deliveries.", no_args_is_help=True, rich_markup_mode=None
+)
+
+Tenant = Annotated[str, typer.Option(help="The tenant the endpoint belongs to.")]
+EndpointId = Annotated[str, typer.Argument(help="The endpoint's id (we_…).")]
+
+
+def _with_engine(db: str | None, config: Any, fn: Callable[[Engine], Awaitable[T]], must_exist: bool = True) -> T:
+    settings = load_settings(config, database=db)
+
+    async def go() -> T:
+        async with open_engine(settings, must_exist=must_exist) as engine:
+            return await fn(engine)
+
+    return run(go())
+
+
+def _print_endpoint(data: dict[str, Any], json_out: bool) -> None:
+    if json_out:
+        output.print_json(data)
+        return
+    table = Table(box=None, show_header=False)
+    for key, value in data.items():
+        table.add_row(key, escape(str(value)) if value is not None else "")
+    output.stdout().print(table)
+
+
+@webhooks_app.command("create")
+def create(
+    url: Annotated[str, typer.Option(help="Where deliveries are POSTed (http or https; checked against SSRF).")],
+    tenant: Tenant = "default",
+    event_type: Annotated[list[str] | None, typer.Option("--type", help="Repeatable: event types (job.*).")] = None,
+    queue: Annotated[list[str] | None, typer.Option("--queue", help="Repeatable: only events of these queues.")] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", help="Repeatable: only events of these tasks.")] = None,
+    secret: Annotated[str | None, typer.Option(help="whsec_<base64> [default: a new random one].")] = None,
+    rate_limit: Annotated[int | None, typer.Option(help="Deliveries per window [default: webhook_rate_limit].")] = None,
+    rate_window: Annotated[float | None, typer.Option(help="Seconds [default: webhook_rate_window].")] = None,
+    description: Annotated[str, typer.Option(help="A label.")] = "",
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Register an endpoint and print it with its signing secret (shown this once)."""
+    flt = {"types": event_type or [], "queues": queue or [], "tasks": task or []}
+
+    async def go(engine: Engine) -> dict[str, Any]:
+        endpoint = await engine.webhooks.create_endpoint(
+            tenant, url, secret=secret, filter=flt, description=description, rate_limit=rate_limit,
+            rate_window=rate_window,
+        )  # fmt: skip
+        return endpoint_to_json(endpoint, with_secret=True)
+
+    _print_endpoint(_with_engine(db, config, go, must_exist=False), json_out)
+
+
+@webhooks_app.command("list")
+def list_endpoints(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's endpoints [default: all].")] = None,
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """List endpoints (never their secrets)."""
+
+    async def go(engine: Engine) -> list[dict[str, Any]]:
+        return [endpoint_to_json(e) for e in await engine.webhooks.list_endpoints(tenant)]
+
+    items = _with_engine(db, config, go)
+    if json_out:
+        output.print_json(items)
+        return
+    table = Table("id", "tenant", "url", "enabled", "types", "failing since", box=None)
+    for e in items:
+        table.add_row(e["id"], escape(e["tenant"]), escape(e["url"]), "yes" if e["enabled"] else "no",
+                      ", ".join(e["filter"]["types"]) or "*", e["failing_since"] or "")  # fmt: skip
+    output.stdout().print(table)
+
+
+def _one(
+    endpoint_id: str, tenant: str, db: str | None, config: Any, json_out: bool,
+    act: Callable[[Engine], Awaitable[Any]],
+) -> None:  # fmt: skip
+    async def go(engine: Engine) -> dict[str, Any]:
+        result = await act(engine)
+        return endpoint_to_json(result if result is not None else
+                                await engine.webhooks.get_endpoint(endpoint_id, tenant))  # fmt: skip
+
+    _print_endpoint(_with_engine(db, config, go), json_out)
+
+
+@webhooks_app.command("show")
+def show(endpoint_id: EndpointId, tenant: Tenant = "default", db: DbOption = None, config: ConfigOption = None,
+         json_out: JsonFlag = False) -> None:  # fmt: skip
+    """One endpoint."""
+    _one(endpoint_id, tenant, db, config, json_out, lambda e: e.webhooks.get_endpoint(endpoint_id, tenant))
+
+
+@webhooks_app.command("disable")
+def disable(endpoint_id: EndpointId, tenant: Tenant = "default", db: DbOption = None, config: ConfigOption = None,
+            json_out: JsonFlag = False) -> None:  # fmt: skip
+    """Stop sending to it (its deliveries wait)."""
+    _one(endpoint_id, tenant, db, config, json_out, lambda e: e.webhooks.set_enabled(endpoint_id, tenant, False))
+
+
+@webhooks_app.command("enable")
+def enable(endpoint_id: EndpointId, tenant: Tenant = "default", db: DbOption = None, config: ConfigOption = None,
+           json_out: JsonFlag = False) -> None:  # fmt: skip
+    """Send to it again (clears why it was disabled)."""
+    _one(endpoint_id, tenant, db, config, json_out, lambda e: e.webhooks.set_enabled(endpoint_id, tenant, True))
+
+
+@webhooks_app.command("rotate-secret")
+def rotate(endpoint_id: EndpointId, tenant: Tenant = "default",
+           overlap: Annotated[float | None, typer.Option(help="Seconds the old secret still signs.")] = None,
+           db: DbOption = None, config: ConfigOption = None, json_out: JsonFlag = False) -> None:  # fmt: skip
+    """A new secret (printed once); the old one also signs for the overlap."""
+
+    async def go(engine: Engine) -> dict[str, Any]:
+        endpoint = await engine.webhooks.rotate_secret(endpoint_id, tenant, overlap=overlap)
+        return endpoint_to_json(endpoint, with_secret=True)
+
+    _print_endpoint(_with_engine(db, config, go), json_out)
+
+
+@webhooks_app.command("delete")
+def delete(endpoint_id: EndpointId, tenant: Tenant = "default", db: DbOption = None,
+           config: ConfigOption = None) -> None:  # fmt: skip
+    """Delete the endpoint with its deliveries."""
+    _with_engine(db, config, lambda e: e.webhooks.delete_endpoint(endpoint_id, tenant))
+    output.stdout().print(f"deleted {escape(endpoint_id)}")
+
+
+@webhooks_app.command("deliveries")
+def deliveries(
+    tenant: Tenant = "default",
+    endpoint: Annotated[str | None, typer.Option(help="Only this endpoint's.")] = None,
+    state: Annotated[str | None, typer.Option(help="pending, succeeded or failed.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    attempts: Annotated[bool, typer.Option("--attempts", help="With every attempt.")] = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Deliveries, newest first (with --attempts: status, latency and error of each attempt)."""
+
+    async def go(engine: Engine) -> list[dict[str, Any]]:
+        found = await engine.webhooks.list_deliveries(tenant, endpoint, state, limit)
+        out = []
+        for d in found:
+            item = delivery_to_json(d)
+            if attempts:
+                item["attempts_made"] = [attempt_to_json(a) for a in await engine.webhooks.attempts(d.id, tenant)]
+            out.append(item)
+        return out
+
+    items = _with_engine(db, config, go)
+    if json_out:
+        output.print_json(items)
+        return
+    table = Table("id", "endpoint", "event", "state", "attempts", "last status", "last error", box=None)
+    for d in items:
+        table.add_row(d["id"], d["endpoint_id"], f"{d['event_id']} {d['event_type']}", d["state"], str(d["attempts"]),
+                      str(d["last_status"] or ""), escape(d["last_error"] or ""))  # fmt: skip
+        for a in d.get("attempts_made", []):
+            table.add_row("", "", f"  #{a['attempt']} {a['at']}", "", f"{a['latency_ms']:.1f} ms",
+                          str(a["status"] or ""), escape(a["error"] or ""))  # fmt: skip
+    output.stdout().print(table)
+
+
+@webhooks_app.command("resend")
+def resend(
+    delivery_id: Annotated[str, typer.Argument(help="The delivery's id (wd_…).")],
+    tenant: Tenant = "default",
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Send a delivery again (a new series of attempts, by the running dispatcher)."""
+
+    async def go(engine: Engine) -> dict[str, Any]:
+        return delivery_to_json(await engine.webhooks.resend(delivery_id, tenant))
+
+    item = _with_engine(db, config, go)
+    if json_out:
+        output.print_json(item)
+        return
+    output.stdout().print(f"resending {escape(delivery_id)} (due now)")

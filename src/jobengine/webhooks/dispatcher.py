@@ -1,0 +1,288 @@
+"""The delivery service: fans the event log out into the delivery outbox and sends what is due.
+
+Run it in any number of processes (``jobengine up`` / ``serve`` start one): the fan-out moves a shared
+cursor by compare-and-set (a loser writes nothing and reads again), and each delivery is sent under a
+lease claimed in the store and every result is recorded fenced by that lease, so no two processes send the
+same attempt. A pass: fan out new events, then claim up to ``webhook_concurrency`` due deliveries, send
+them at once, record each attempt, and repeat while any were due; then sleep until the soonest retry this
+process scheduled, a wake-up (an event on the bus, a resend) or ``webhook_poll_interval``.
+
+Per delivery: the endpoint's rate limit is asked first (over it, the delivery is given back due when the
+window has room: it waits, it is not dropped); the URL is checked against SSRF again (a refusal is a failed
+attempt); the request goes to the checked address with the Host header and TLS name of the URL, without
+following redirects, within ``webhook_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from jobengine.core.ids import uuid7
+from jobengine.core.models import Event
+from jobengine.webhooks import signing
+from jobengine.webhooks.config import retry_schedule
+from jobengine.webhooks.manager import CURSOR, delivery_body
+from jobengine.webhooks.model import FAILED, PENDING, SUCCEEDED, Attempt, Delivery, Endpoint, InvalidWebhook
+from jobengine.webhooks.policy import GONE, SUCCESS, judge, next_attempt_at
+from jobengine.webhooks.ssrf import check_url
+
+if TYPE_CHECKING:
+    from jobengine.engine import Engine
+
+log = logging.getLogger("jobengine.webhooks")
+
+_FAN_BATCH = 500
+
+
+class WebhookDispatcher:
+    name = "webhooks"
+
+    def __init__(self, engine: Engine, *, rand: random.Random | None = None) -> None:
+        self.engine = engine
+        self.webhooks = engine.webhooks
+        self.settings = engine.settings
+        self.schedule = retry_schedule(engine.settings)
+        self.rand = rand or random.Random()
+        self.sent = 0  # attempts made by this process (tests, status)
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
+        self._soonest: float | None = None
+        self.webhooks.on_due(self.wake)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _on_events(self, event: Event) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        """Checks the rate limiter first: ``redis`` without a reachable Redis fails here, clearly."""
+        if self._task is not None and not self._task.done():
+            return
+        await self.webhooks.limiter.check()
+        self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
+                                         timeout=httpx.Timeout(self.settings.webhook_timeout))  # fmt: skip
+        self.engine.bus.add_listener(self._on_events)
+        self.engine.add_health_check("webhooks", self._health)
+        self._task = asyncio.create_task(self._loop(), name="jobengine-webhooks")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self.engine.bus.remove_listener(self._on_events)
+        self.engine.remove_health_check("webhooks")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        await self.webhooks.close()
+
+    async def _health(self) -> str:
+        """For /readyz: the loop runs and its rate limiter answers (raises otherwise)."""
+        if not self.running:
+            raise RuntimeError("the webhook dispatcher is not running")
+        await self.webhooks.limiter.check()
+        return f"running; limiter {self.webhooks.limiter.name}; {self.sent} attempts made"
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("webhook pass failed; trying again in %gs", self.settings.webhook_poll_interval)
+            sleep = self.settings.webhook_poll_interval
+            if self._soonest is not None:
+                sleep = max(0.0, min(sleep, self._soonest - self.engine.clock.now()))
+                self._soonest = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(sleep):
+                    await self._wake.wait()
+
+    async def run_once(self) -> int:
+        """One pass: fan out, then send until nothing is due. Returns the attempts made."""
+        await self.fan_out()
+        made = 0
+        while True:
+            token = uuid7()
+            now = self.engine.clock.now()
+            lease = self.settings.webhook_timeout + 30.0
+            batch = await self.webhooks.store.claim_deliveries(now, self.settings.webhook_concurrency, lease, token)
+            if not batch:
+                return made
+            endpoints = {e.id: e for e in await self.webhooks.store.list_endpoints(None)}  # one read per batch
+            results = await asyncio.gather(
+                *(self._deliver(d, endpoints.get(d.endpoint_id)) for d in batch), return_exceptions=True
+            )
+            for r in results:
+                if isinstance(r, BaseException):
+                    log.error("webhook delivery failed unexpectedly", exc_info=r)
+                elif r:
+                    made += 1
+
+    async def fan_out(self) -> int:
+        """Turn events after the cursor into deliveries. Returns how many were written."""
+        store = self.webhooks.store
+        written = 0
+        while True:
+            cursor = await store.get_cursor(CURSOR)
+            if cursor is None:
+                return written  # no endpoint was ever created
+            # On PostgreSQL an event id can commit after a later one: never move the cursor past a hole that
+            # may still fill (Engine.settled_event_id), or its event would never be delivered.
+            settled, _newest = await self.engine.settled_event_id(cursor)
+            events = [e for e in await self.engine.events(cursor, _FAN_BATCH) if e.id <= settled]
+            if not events:
+                return written
+            endpoints = [e for e in await store.list_endpoints(None) if e.enabled]
+            now = self.engine.clock.now()
+            deliveries = []
+            for event in events:
+                body: str | None = None
+                for e in endpoints:
+                    if e.tenant == event.tenant and event.at >= e.created_at and e.filter.matches(event):
+                        body = body or delivery_body(event)
+                        deliveries.append(Delivery(
+                            id="wd_" + uuid7(), tenant=e.tenant, endpoint_id=e.id, event_id=event.id,
+                            event_type=event.type, body=body, state=PENDING, next_at=now, window_start=now,
+                            created_at=now, updated_at=now,
+                        ))  # fmt: skip
+            if await store.fan_out(CURSOR, cursor, events[-1].id, deliveries):
+                written += len(deliveries)
+            if len(events) < _FAN_BATCH:
+                return written
+
+    async def _deliver(self, d: Delivery, endpoint: Endpoint | None) -> bool:
+        """One attempt of a leased delivery (or giving it back when rate limited). True if attempted."""
+        store = self.webhooks.store
+        if endpoint is None:
+            return False
+        assert d.lease_token is not None
+        sent = await self._send(endpoint, d)
+        if sent is None:  # rate limited: given back, due when the window has room
+            return False
+        status, headers, error, latency_ms = sent
+        now = self.engine.clock.now()
+        verdict = judge(status, headers, now)
+        failures = d.series_attempts + 1
+        attempt = Attempt(d.id, d.attempts + 1, d.tenant, now, status, latency_ms, error)
+        if verdict.kind == SUCCESS:
+            done = replace(d, state=SUCCEEDED, attempts=d.attempts + 1, series_attempts=failures, updated_at=now,
+                           last_status=status, last_error=None)  # fmt: skip
+        else:
+            retry_at = next_attempt_at(self.schedule, verdict, failures, d.window_start, now, self.rand.random())
+            done = replace(
+                d, state=PENDING if retry_at is not None else FAILED, attempts=d.attempts + 1,
+                series_attempts=failures, next_at=retry_at if retry_at is not None else d.next_at, updated_at=now,
+                last_status=status, last_error=error,
+            )  # fmt: skip
+            if retry_at is not None:
+                self._note_due(retry_at)
+        if not await store.finish_attempt(done, attempt):
+            log.warning("webhook delivery %s: lease lost; its result was not recorded", d.id)
+            return True
+        self.sent += 1
+        ok = verdict.kind == SUCCESS
+        if ok == (endpoint.failing_since is not None):  # its failure streak starts or ends: one write, else none
+            await store.mark_endpoint(endpoint.id, ok, now)
+        if verdict.kind == GONE:
+            await self._disable(endpoint.id, "the endpoint answered 410 Gone", now)
+        elif done.state == FAILED:
+            # Given up after its retry window: if the endpoint has not succeeded once since this series'
+            # first attempt, it failed for the whole window, and is disabled.
+            fresh = await store.get_endpoint(endpoint.id)
+            since = fresh.failing_since if fresh is not None else None
+            series = (await store.list_attempts(d.id))[-failures:]
+            if since is not None and series and since <= series[0].at and verdict.kind != GONE:
+                reason = f"failing for the whole retry window ({self.schedule.window:g}s)"
+                await self._disable(endpoint.id, reason, now)
+        return True
+
+    async def _disable(self, endpoint_id: str, reason: str, now: float) -> None:
+        event = await self.webhooks.store.disable_endpoint(endpoint_id, reason, now)
+        if event is not None:
+            log.warning("webhook endpoint %s disabled: %s", endpoint_id, reason)
+            self.engine.bus.publish([event])
+
+    def _note_due(self, at: float) -> None:
+        if self._soonest is None or at < self._soonest:
+            self._soonest = at
+
+    async def _send(
+        self, endpoint: Endpoint, d: Delivery
+    ) -> tuple[int | None, dict[str, str], str | None, float] | None:
+        """(status or None, lower-cased headers, error, latency in ms), or None when the rate limit gave the
+        delivery back. The limiter is asked once the connection is open, right before the request is written,
+        so the time it counts is as close as can be to the time the receiver sees."""
+        assert self._client is not None and d.lease_token is not None
+        s = self.settings
+        try:
+            target = await check_url(endpoint.url, self.webhooks.policy, self.webhooks.resolver)
+        except InvalidWebhook as exc:
+            return None, {}, f"refused: {exc.message}", 0.0
+        limit = endpoint.rate_limit or s.webhook_rate_limit
+        window = (endpoint.rate_window or s.webhook_rate_window) + s.webhook_rate_margin
+        limiter = self.webhooks.limiter
+        key = f"endpoint:{endpoint.id}"
+
+        async def on_the_wire(name: str, info: Any) -> None:
+            # httpcore's trace: the connection is open and the request is about to be written. The limiter
+            # counts here, so a slow connect (a cold pool, a TLS handshake) cannot bunch deliveries up at
+            # the receiver beyond the limit.
+            if name.endswith("send_request_headers.started"):
+                wait = await limiter.acquire(key, limit, window)
+                if wait > 0:
+                    raise _RateLimited(wait)
+
+        now = self.engine.clock.now()
+        headers = signing.headers(d.id, int(now), d.body, endpoint.secrets_at(now))
+        headers.update({"host": target.host_header, "content-type": "application/json",
+                        "user-agent": "jobengine-webhooks"})  # fmt: skip
+        extensions: dict[str, Any] = {"trace": on_the_wire}
+        if target.scheme == "https":
+            extensions["sni_hostname"] = target.host
+        started = time.perf_counter()
+        try:
+            response = await self._client.post(target.connect_url, content=d.body.encode(), headers=headers,
+                                                extensions=extensions)  # fmt: skip
+        except _RateLimited as limited:  # given back, due when the window has room: it waits, it is not dropped
+            at = self.engine.clock.now() + limited.wait
+            await self.webhooks.store.postpone(d.id, d.lease_token, at)
+            self._note_due(at)
+            return None
+        except httpx.TimeoutException:
+            return None, {}, f"timeout after {self.settings.webhook_timeout:g}s", _ms(started)
+        except httpx.HTTPError as exc:
+            return None, {}, f"{type(exc).__name__}: {exc}"[:500], _ms(started)
+        latency = _ms(started)
+        answer = {k.lower(): v for k, v in response.headers.items()}
+        status = response.status_code
+        error = None if 200 <= status < 300 else f"HTTP {status}" + (
+            f" (redirect to {answer.get('location', '?')} not followed)" if 300 <= status < 400 else "")  # fmt: skip
+        return status, answer, error, latency
+
+
+class _RateLimited(Exception):
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limited for {wait:g}s")
+        self.wait = wait
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -1,0 +1,254 @@
+"""The webhook facade the API and the CLI use (``engine.webhooks``): endpoints, deliveries, attempts,
+resends and inbound hooks, validated here so every edge refuses bad input the same way."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
+
+from jobengine.core import codec
+from jobengine.core.clock import iso
+from jobengine.core.ids import uuid7
+from jobengine.core.models import Event
+from jobengine.core.runs import Run
+from jobengine.errors import AlreadyExists, NotFound
+from jobengine.ports.ratelimit import RateLimiter
+from jobengine.ports.webhooks import WebhookStore
+from jobengine.serialize import event_to_json
+from jobengine.webhooks import signing
+from jobengine.webhooks.config import address_policy
+from jobengine.webhooks.limiter import make_limiter
+from jobengine.webhooks.model import (
+    DELIVERY_STATES,
+    Attempt,
+    Delivery,
+    Endpoint,
+    InboundHook,
+    InvalidWebhook,
+    check_filter,
+    check_name,
+    check_rate,
+)
+from jobengine.webhooks.ssrf import Resolver, check_url, system_resolver
+
+if TYPE_CHECKING:
+    from jobengine.engine import Engine
+
+#: The dispatcher's cursor over the event log.
+CURSOR: Final = "webhooks"
+_UNSET: Final[Any] = object()
+
+
+def delivery_body(event: Event) -> str:
+    """The body of every delivery of ``event`` (Standard Webhooks' envelope): fixed when it is fanned out."""
+    return codec.dumps({"type": event.type, "timestamp": iso(event.at), "data": event_to_json(event)})
+
+
+class Webhooks:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.policy = address_policy(engine.settings)
+        #: How host names are resolved (tests replace it to make a name resolve to a private address).
+        self.resolver: Resolver = system_resolver
+        self._limiter: RateLimiter | None = None
+        self._wake: list[Callable[[], None]] = []
+
+    @property
+    def store(self) -> WebhookStore:
+        return self.engine.webhook_store()
+
+    @property
+    def limiter(self) -> RateLimiter:
+        """The limiter of ``webhook_rate_limiter``, shared by deliveries and inbound hooks of this process."""
+        if self._limiter is None:
+            s = self.settings
+            self._limiter = make_limiter(s.webhook_rate_limiter, s.webhook_redis_url)
+        return self._limiter
+
+    def on_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when a delivery became due by hand (a resend, an endpoint enabled)."""
+        self._wake.append(callback)
+
+    def _woken(self) -> None:
+        for callback in self._wake:
+            callback()
+
+    # -- endpoints ------------------------------------------------------------------------------------
+    async def create_endpoint(
+        self,
+        tenant: str,
+        url: str,
+        *,
+        secret: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        description: str = "",
+        rate_limit: int | None = None,
+        rate_window: float | None = None,
+        enabled: bool = True,
+    ) -> Endpoint:
+        """Validate (the URL against SSRF too) and store a new endpoint; events from now on are delivered."""
+        if secret is not None:
+            signing.secret_key(secret)
+        flt = check_filter(filter)
+        limit, window = check_rate(rate_limit, rate_window)
+        _check_description(description)
+        await check_url(url, self.policy, self.resolver)
+        now = self.engine.clock.now()
+        endpoint = Endpoint(
+            id="we_" + uuid7(), tenant=tenant, url=url, secret=secret or signing.new_secret(), filter=flt,
+            description=description, enabled=bool(enabled), rate_limit=limit, rate_window=window,
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+        await self.store.init_cursor(CURSOR, await self.engine.newest_event_id())
+        await self.store.insert_endpoint(endpoint)
+        return endpoint
+
+    async def get_endpoint(self, endpoint_id: str, tenant: str | None) -> Endpoint:
+        endpoint = await self.store.get_endpoint(endpoint_id, tenant)
+        if endpoint is None:
+            raise NotFound("webhook endpoint", endpoint_id)
+        return endpoint
+
+    async def list_endpoints(self, tenant: str | None) -> list[Endpoint]:
+        return await self.store.list_endpoints(tenant)
+
+    async def update_endpoint(
+        self,
+        endpoint_id: str,
+        tenant: str,
+        *,
+        url: str | None = None,
+        filter: Mapping[str, Any] | None = _UNSET,
+        description: str | None = None,
+        rate_limit: int | None = _UNSET,
+        rate_window: float | None = _UNSET,
+    ) -> Endpoint:
+        endpoint = await self.get_endpoint(endpoint_id, tenant)
+        changes: dict[str, Any] = {}
+        if url is not None:
+            await check_url(url, self.policy, self.resolver)
+            changes["url"] = url
+        if filter is not _UNSET:
+            changes["filter"] = check_filter(filter)
+        if description is not None:
+            changes["description"] = _check_description(description)
+        if rate_limit is not _UNSET or rate_window is not _UNSET:
+            limit = endpoint.rate_limit if rate_limit is _UNSET else rate_limit
+            window = endpoint.rate_window if rate_window is _UNSET else rate_window
+            changes["rate_limit"], changes["rate_window"] = check_rate(limit, window)
+        endpoint = replace(endpoint, **changes, updated_at=self.engine.clock.now())
+        await self.store.save_endpoint(endpoint)
+        return endpoint
+
+    async def set_enabled(self, endpoint_id: str, tenant: str, enabled: bool) -> Endpoint:
+        """Enable (clearing the reason it was disabled and its failure streak) or disable by hand."""
+        endpoint = await self.get_endpoint(endpoint_id, tenant)
+        now = self.engine.clock.now()
+        if enabled:
+            endpoint = replace(endpoint, enabled=True, disabled_reason=None, failing_since=None, updated_at=now)
+        else:
+            endpoint = replace(endpoint, enabled=False, disabled_reason="disabled by hand", updated_at=now)
+        await self.store.save_endpoint(endpoint)
+        if enabled:
+            self._woken()
+        return endpoint
+
+    async def rotate_secret(
+        self, endpoint_id: str, tenant: str, *, secret: str | None = None, overlap: float | None = None
+    ) -> Endpoint:
+        """A new secret signs from now on; the previous one signs too for ``overlap`` seconds (default
+        ``webhook_secret_overlap``), so receivers can switch without missing a delivery."""
+        if secret is not None:
+            signing.secret_key(secret)
+        keep = self.settings.webhook_secret_overlap if overlap is None else overlap
+        if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 <= keep <= 30 * 86400:
+            raise InvalidWebhook("overlap", "must be from 0 to 2592000 seconds")
+        endpoint = await self.get_endpoint(endpoint_id, tenant)
+        now = self.engine.clock.now()
+        endpoint = replace(endpoint, secret=secret or signing.new_secret(), previous_secret=endpoint.secret,
+                           previous_until=now + keep, updated_at=now)  # fmt: skip
+        await self.store.save_endpoint(endpoint)
+        return endpoint
+
+    async def delete_endpoint(self, endpoint_id: str, tenant: str) -> None:
+        if not await self.store.delete_endpoint(endpoint_id, tenant):
+            raise NotFound("webhook endpoint", endpoint_id)
+
+    # -- deliveries -----------------------------------------------------------------------------------
+    async def list_deliveries(
+        self, tenant: str, endpoint_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        if endpoint_id is not None:
+            await self.get_endpoint(endpoint_id, tenant)
+        if state is not None and state not in DELIVERY_STATES:
+            raise InvalidWebhook("state", f"one of {', '.join(DELIVERY_STATES)}")
+        if not 1 <= limit <= 1000:
+            raise InvalidWebhook("limit", "must be from 1 to 1000")
+        return await self.store.list_deliveries(tenant, endpoint_id, state, limit)
+
+    async def get_delivery(self, delivery_id: str, tenant: str | None) -> Delivery:
+        delivery = await self.store.get_delivery(delivery_id, tenant)
+        if delivery is None:
+            raise NotFound("webhook delivery", delivery_id)
+        return delivery
+
+    async def attempts(self, delivery_id: str, tenant: str | None) -> list[Attempt]:
+        await self.get_delivery(delivery_id, tenant)
+        return await self.store.list_attempts(delivery_id)
+
+    async def resend(self, delivery_id: str, tenant: str) -> Delivery:
+        """Send again now, as a new series of attempts (with a fresh retry window), whatever its state."""
+        delivery = await self.store.resend(delivery_id, tenant, self.engine.clock.now())
+        if delivery is None:
+            raise NotFound("webhook delivery", delivery_id)
+        self._woken()
+        return delivery
+
+    # -- inbound hooks --------------------------------------------------------------------------------
+    async def create_inbound(self, tenant: str, name: str, schedule: str, *, secret: str | None = None) -> InboundHook:
+        """``POST /api/v1/hooks/{name}`` signed with the secret triggers a run of the tenant's ``schedule``."""
+        check_name(name)
+        if secret is not None and not (isinstance(secret, str) and 16 <= len(secret) <= 200):
+            raise InvalidWebhook("secret", "must be 16 to 200 characters")
+        try:
+            found = await self.engine.get_schedule(schedule, tenant)
+        except NotFound:
+            raise InvalidWebhook("schedule", f"no schedule {schedule!r} in this tenant") from None
+        hook = InboundHook(name, tenant, found.id, secret or os.urandom(24).hex(), True, self.engine.clock.now())
+        if not await self.store.insert_inbound(hook):
+            raise AlreadyExists("inbound hook", name)
+        return hook
+
+    async def list_inbound(self, tenant: str) -> list[InboundHook]:
+        return await self.store.list_inbound(tenant)
+
+    async def delete_inbound(self, name: str, tenant: str) -> None:
+        if not await self.store.delete_inbound(name, tenant):
+            raise NotFound("inbound hook", name)
+
+    async def inbound_hook(self, name: str) -> InboundHook | None:
+        return await self.store.get_inbound(name)
+
+    async def inbound_wait(self, hook: InboundHook) -> float:
+        """Count one request of ``hook`` against the limiter: 0, or the seconds to wait (nothing counted)."""
+        s = self.settings
+        return await self.limiter.acquire(f"inbound:{hook.name}", s.webhook_rate_limit, s.webhook_rate_window)
+
+    async def trigger_inbound(self, hook: InboundHook, body: bytes) -> Run:
+        reason = f"inbound hook {hook.name} ({len(body)} bytes)"
+        return await self.engine.trigger_schedule(hook.schedule, reason=reason, tenant=hook.tenant,
+                                                  actor=f"hook:{hook.name}")  # fmt: skip
+
+    async def close(self) -> None:
+        if self._limiter is not None:
+            await self._limiter.close()
+            self._limiter = None
+
+
+def _check_description(description: object) -> str:
+    if not isinstance(description, str) or len(description) > 500:
+        raise InvalidWebhook("description", "at most 500 characters")
+    return description
