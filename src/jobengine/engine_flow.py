@@ -256,8 +256,13 @@ class FlowFacade:
         return out
 
     async def queue_pressure(self, queue: str) -> Pressure:
+        """The queue's state now: ``hard`` once full (the next enqueue would be refused), ``soft`` past the
+        soft limit, else ``none``."""
         soft, hard = self._depth_limits(await self.flow_limits(), queue)
-        return pressure((await self.flow_counts()).depth.get(queue, 0), 0, soft, hard)
+        depth = (await self.flow_counts()).depth.get(queue, 0)
+        if hard is not None and depth >= hard:
+            return Pressure.HARD
+        return pressure(depth, 0, soft, None)
 
     # -- observation --------------------------------------------------------------------------------
     def flow_observe(self, jobs: Sequence[Job]) -> None:
