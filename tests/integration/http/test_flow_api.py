@@ -62,28 +62,28 @@ async def test_flow_limits_are_validated_field_by_field(make_api: MakeApi) -> No
 
 
 async def test_saturated_service_sheds_low_priority_and_keeps_high(make_api: MakeApi) -> None:
-    async with make_api(flow_cache_seconds=0.0, shed_depth=3, shed_min_priority=5, flow_retry_after=7.0) as api:
-        async with api.client() as http:
-            for _ in range(3):
-                r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "a"})
-                assert r.status_code == 201
-            r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 1})
-            assert r.status_code == 503 and r.headers["retry-after"] == "7"
-            assert r.json()["field"] == "priority" and r.json()["type"] == "urn:jobengine:problem:overloaded"
-            r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 5})
-            assert r.status_code == 201  # the headroom kept for higher priorities
-            load = (await http.get("/api/v1/load")).json()
-            assert load["state"] == "saturated" and load["reasons"] == ["depth"]
-            metrics = (await http.get("/metrics")).text
-            assert 'jobengine_load_saturated{reason="depth"} 1.0' in metrics
-            assert 'jobengine_load_threshold{signal="min_priority"} 5.0' in metrics
-            with pytest.raises(Overloaded):
-                await api.engine.enqueue("t", queue="b", tenant="acme")
-            # Drain below the threshold: low priority is accepted again.
-            jobs = await api.engine.fetch_jobs(["a", "b"], 10, WorkerId("w"), 30.0)
-            await api.engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
-            r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 0})
+    settings = {"flow_cache_seconds": 0.0, "shed_depth": 3, "shed_min_priority": 5, "flow_retry_after": 7.0}
+    async with make_api(**settings) as api, api.client() as http:
+        for _ in range(3):
+            r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "a"})
             assert r.status_code == 201
+        r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 1})
+        assert r.status_code == 503 and r.headers["retry-after"] == "7"
+        assert r.json()["field"] == "priority" and r.json()["type"] == "urn:jobengine:problem:overloaded"
+        r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 5})
+        assert r.status_code == 201  # the headroom kept for higher priorities
+        load = (await http.get("/api/v1/load")).json()
+        assert load["state"] == "saturated" and load["reasons"] == ["depth"]
+        metrics = (await http.get("/metrics")).text
+        assert 'jobengine_load_saturated{reason="depth"} 1.0' in metrics
+        assert 'jobengine_load_threshold{signal="min_priority"} 5.0' in metrics
+        with pytest.raises(Overloaded):
+            await api.engine.enqueue("t", queue="b", tenant="acme")
+        # Drain below the threshold: low priority is accepted again.
+        jobs = await api.engine.fetch_jobs(["a", "b"], 10, WorkerId("w"), 30.0)
+        await api.engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
+        r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 0})
+        assert r.status_code == 201
 
 
 async def test_scale_report_in_api_and_metrics(make_api: MakeApi) -> None:
