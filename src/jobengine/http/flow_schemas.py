@@ -24,7 +24,9 @@ class FlowLimitsIn(Strict):
     concurrency: Annotated[StrictInt, Field(ge=1, le=1_000_000), INTEGRAL] | None = Field(
         None, description="Running jobs of the queue at most per concurrency_key"
     )
-    concurrency_key: StrictStr | None = Field(None, description="task, tenant or payload.<field>")
+    concurrency_key: Annotated[StrictStr, Field(pattern=r"^(task|tenant|payload\.[A-Za-z0-9_]{1,64})$")] | None = Field(
+        None, description="task, tenant or payload.<field>"
+    )
     soft_limit: Count | None = Field(None, description="Depth past which enqueues are flagged (X-Queue-Pressure)")
     hard_limit: Count | None = Field(None, description="Depth past which enqueues are refused (429)")
     adaptive: StrictBool = Field(False, description="Steer the rate by error rate and latency (AIMD)")

@@ -23,6 +23,7 @@ async def test_backpressure_soft_then_hard_limit_writes_nothing(make_api: MakeAp
         for _ in range(2):
             r = await http.post("/api/v1/jobs", json={"task": "send", "queue": "mail"})
             assert r.status_code == 201 and r.headers["x-queue-pressure"] == "none"
+            assert "queue_pressure" not in r.json()  # the job's own body when there is no pressure
         r = await http.post("/api/v1/jobs", json={"task": "send", "queue": "mail"})
         assert r.status_code == 201
         assert r.headers["x-queue-pressure"] == "soft" and r.json()["queue_pressure"] == "soft"

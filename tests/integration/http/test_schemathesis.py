@@ -85,7 +85,10 @@ def engine_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineApp]:
 #: And, from the schema validation itself: NUL in a string anywhere inside a JSON value (PostgreSQL's jsonb
 #: cannot store it; JSON Schema has no recursion hypothesis can generate from, see schemas.check_json).
 SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catch_up", "template.payload",
-                      "template.items", "template.planner"})  # fmt: skip
+                      "template.items", "template.planner",
+                      # flow limits (PUT /queues/{queue}/flow): combinations (burst or adaptive need a rate,
+                      # concurrency needs a key, soft_limit <= hard_limit, rate_floor <= rate <= rate_ceiling)
+                      "burst", "adaptive", "concurrency_key", "soft_limit", "rate_floor"})  # fmt: skip
 
 
 def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:

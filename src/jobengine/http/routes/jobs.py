@@ -64,8 +64,10 @@ async def enqueue_job(
     was used before with the same task, queue and payload (409 if they differ)."""
     engine = context(request).engine
     [(job, created)] = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, body)])
-    level = (await engine.queue_pressure(job.queue)).value  # flow control: soft past the queue's soft limit
-    return json_response({**job_to_json(job), "queue_pressure": level}, 201 if created else 200,
+    # Flow control: the header always, the field only under pressure (the body is the job's otherwise).
+    level = (await engine.queue_pressure(job.queue)).value
+    body_out = job_to_json(job) if level == "none" else {**job_to_json(job), "queue_pressure": level}
+    return json_response(body_out, 201 if created else 200,
                          {"Location": f"/api/v1/jobs/{job.id}", "X-Queue-Pressure": level})  # fmt: skip
 
 
@@ -78,7 +80,7 @@ async def enqueue_batch(
     engine = context(request).engine
     stored = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, j) for j in body.jobs])
     levels = {q: (await engine.queue_pressure(q)).value for q in sorted({j.queue for j, _ in stored})}
-    worst = "soft" if "soft" in levels.values() else "none"
+    worst = next((v for v in ("hard", "soft") if v in levels.values()), "none")
     body_out = {
         "jobs": [job_to_json(j) for j, _ in stored],
         "created": [c for _, c in stored],
