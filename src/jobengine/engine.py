@@ -426,8 +426,9 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         tenant: str | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
-        concurrency limit gets at most its free slots (:meth:`claim_plan`). ``tasks`` / ``tenant`` restrict
-        the claim to those task names / that tenant (remote workers); they need a FilteredClaimStore."""
+        concurrency limit or flow limits is claimed under its rule (:meth:`flow_claim_plan`). ``tasks`` /
+        ``tenant`` restrict the claim to those task names / that tenant (remote workers); they need a
+        FilteredClaimStore."""
         now = self.clock.now()
         jobs: list[Job] = []
         for group, n, rule in await self.flow_claim_plan(queues, limit):

@@ -145,3 +145,13 @@ def test_flow_limits_setting_parses_and_names_bad_fields() -> None:
         parse_flow_limits('{"emails": {"rate": -1}}')
     with pytest.raises(ConfigError, match=r"flow_limits\.emails\.speed"):
         parse_flow_limits('{"emails": {"speed": 1}}')
+
+
+def test_select_buckets_per_tenant_and_task() -> None:
+    lim = FlowLimits("q", rate=1, burst=1, rate_per="task")
+    rule = ClaimRule("q", None, lim, 1)
+    cands = [Candidate("a1", "t", "a"), Candidate("a2", "t", "a"), Candidate("b1", "t", "b"),
+             Candidate("a3", "u", "a")]  # fmt: skip
+    out = select(rule, cands, queue_running=0, key_running={}, buckets={}, now=0.0, limit=10)
+    assert out.ids == ["a1", "b1", "a3"]  # one token per (tenant, task)
+    assert len(out.buckets) == 3 and bucket_key(lim, "t", "a") != bucket_key(lim, "u", "a")
