@@ -58,6 +58,14 @@ async def test_flow_limits_are_validated_field_by_field(make_api: MakeApi) -> No
         assert (await http.get("/api/v1/queues/q/flow")).json()["limits"] is None  # nothing was written
         r = await http.put("/api/v1/queues/q/flow", json={"rate": 5, "concurrency": 2, "concurrency_key": "tenant"})
         assert r.status_code == 200 and r.json()["current_rate"] == 5
+        r = await http.put(
+            "/api/v1/queues/a/flow", json={"rate": 4, "adaptive": True, "rate_floor": 1, "rate_ceiling": 8}
+        )
+        assert r.status_code == 200 and r.json()["current_rate"] == 4
+        await api.engine.fetch_jobs(["a"], 10, WorkerId("w"), 30.0)  # a claim starts the adaptive limiter
+        metrics = (await http.get("/metrics")).text
+        assert 'jobengine_flow_adaptive_rate{queue="a"} 4.0' in metrics
+        assert 'jobengine_flow_rate_limit{queue="q"} 5.0' in metrics
         r = await http.delete("/api/v1/queues/q/flow")
         assert r.status_code == 200 and r.json()["limits"] is None
 
