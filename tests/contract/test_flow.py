@@ -43,9 +43,10 @@ async def test_limits_are_stored_replaced_and_deleted(store: Store) -> None:
     assert await flow.list_flow_limits() == [a2]
 
 
-async def test_token_bucket_is_shared_and_refills(store: Store) -> None:
+@pytest.mark.parametrize("per", ["queue", "tenant", "task"])
+async def test_token_bucket_is_shared_and_refills(store: Store, per: str) -> None:
     jobs = await enqueue(store, *[new(queue="q") for _ in range(10)])
-    lim = FlowLimits("q", rate=2, burst=3)
+    lim = FlowLimits("q", rate=2, burst=3, rate_per=per)
     rule = ClaimRule("q", None, lim, 2.0)
     first = await _claim(store, rule, T0, worker="w1")
     assert first == [j.id for j in jobs[:3]]  # the burst, in claim order
@@ -54,6 +55,9 @@ async def test_token_bucket_is_shared_and_refills(store: Store) -> None:
     assert await _claim(store, rule, T0 + 1.0) == []
     left = await store.get_jobs([j.id for j in jobs])
     assert sum(j.state is JobState.QUEUED for j in left) == 5  # nothing lost: the rest wait
+    # Another tenant: its own bucket when buckets are per tenant or per (tenant, task), else the same one.
+    [other] = await enqueue(store, new(queue="q", tenant="other"), now=T0 + 1.0)
+    assert await _claim(store, rule, T0 + 1.0) == ([] if per == "queue" else [other.id])
 
 
 async def test_queue_cap_and_key_concurrency(store: Store) -> None:

@@ -23,7 +23,7 @@ from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
 from jobengine.flow.bucket import Bucket
-from jobengine.flow.limits import FlowLimits, bucket_key
+from jobengine.flow.limits import FlowLimits
 from jobengine.flow.select import Candidate, ClaimRule, select
 from jobengine.ports.flow import FlowCounts
 
@@ -33,6 +33,38 @@ Conn = Any
 _UPSERT_BUCKETS: Final = """INSERT INTO {s}flow_buckets (key, tokens, updated_at)
 SELECT b.key, b.tokens, b.at FROM jsonb_to_recordset(%(b)s::jsonb) AS b(key text, tokens float8, at float8)
 ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at"""
+
+
+_CLAIM_AND_BUCKETS: Final = "WITH bk AS (" + _UPSERT_BUCKETS + " RETURNING 1), " + _CLAIM_IDS.removeprefix("WITH ")
+assert _CLAIM_IDS.startswith("WITH ")
+
+#: A bucket's key in SQL, as jobengine.flow.limits.bucket_key writes it (the contract suite holds them equal).
+_BUCKET_SQL: Final = {
+    "queue": "'q' || chr(31) || queue",
+    "tenant": "'tq' || chr(31) || tenant || chr(31) || queue",
+    "task": "'tt' || chr(31) || tenant || chr(31) || task",
+}
+
+
+def _reads(rule: ClaimRule) -> str:
+    """One statement for what the choice needs: running jobs per key (kind 0), candidates in claim order
+    (kind 1) and the buckets they take from (kind 2)."""
+    key_sql = _key_sql(rule)
+    buckets = ""
+    if rule.rate is not None and rule.limits is not None:
+        buckets = (f"UNION ALL SELECT 2, b.key, NULL, NULL, NULL, b.tokens, b.updated_at, 0 FROM {{s}}flow_buckets b "
+                   f"WHERE b.key IN (SELECT {_BUCKET_SQL[rule.limits.rate_per]} FROM cands)")  # fmt: skip
+    return f"""WITH cands AS (
+    SELECT id, tenant, task, queue, priority, run_at, {key_sql} AS k FROM {{s}}jobs
+    WHERE queue = %(queue)s::text AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
+      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    ORDER BY priority DESC, run_at, id LIMIT %(n)s::int4
+)
+SELECT 0, NULL::text, NULL::text, NULL::text, {key_sql}, count(*)::float8, NULL::float8, 0::int8 FROM {{s}}jobs
+    WHERE state = 'running' AND queue = %(queue)s::text GROUP BY 5
+UNION ALL SELECT 1, id, tenant, task, k, NULL, NULL, row_number() OVER (ORDER BY priority DESC, run_at, id) FROM cands
+{buckets}"""
 
 
 class _Runs(Protocol):
@@ -89,53 +121,44 @@ class PostgresFlowMixin:
     ) -> Changed:
         if limit <= 0:
             return Changed()
-        key_sql = _key_sql(rule)
         base = {"queue": rule.queue, "now": now, "field": rule.payload_field or ""}
         lock = f"jobengine-flow:{self.schema}:{rule.queue}"
 
+        reads = _q(self, _reads(rule))
+        params = {**base, "n": rule.candidates(limit), "tenant": rule.tenant,
+                  "tasks": list(rule.tasks) if rule.tasks is not None else None}  # fmt: skip
+
         async def op(conn: Conn) -> Changed:
             async with conn.transaction():
+                # Its own statement: the reads after it take their snapshot once the lock is held.
                 await _all(conn, b"SELECT pg_advisory_xact_lock(hashtextextended(%(k)s::text, 0))", {"k": lock})
-                counted = await _all(
-                    conn,
-                    _q(self, f"SELECT {key_sql}, count(*) FROM {{s}}jobs WHERE state = 'running' "
-                             "AND queue = %(queue)s::text GROUP BY 1"),
-                    base,
-                )  # fmt: skip
-                queue_running = sum(int(r[1]) for r in counted)
-                key_running = {str(r[0]): int(r[1]) for r in counted if r[0] is not None} if rule.key else {}
-                cands = await _all(
-                    conn,
-                    _q(self, f"SELECT id, tenant, task, {key_sql} FROM {{s}}jobs WHERE queue = %(queue)s::text "
-                             f"AND state IN {RUNNABLE} AND run_at <= %(now)s::float8 "
-                             "AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[])) "
-                             "AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) "
-                             "ORDER BY priority DESC, run_at, id LIMIT %(n)s::int4"),
-                    {**base, "n": rule.candidates(limit), "tenant": rule.tenant,
-                     "tasks": list(rule.tasks) if rule.tasks is not None else None},
-                )  # fmt: skip
-                if not cands:
-                    return Changed()
-                candidates = [Candidate(r[0], r[1], r[2], r[3]) for r in cands]
+                queue_running, key_running = 0, {}
+                candidates: list[tuple[int, Candidate]] = []
                 buckets: dict[str, Bucket] = {}
-                if rule.rate is not None and rule.limits is not None:
-                    keys = sorted({bucket_key(rule.limits, c.tenant, c.task) for c in candidates})
-                    for r in await _all(
-                        conn,
-                        _q(self, "SELECT key, tokens, updated_at FROM {s}flow_buckets WHERE key = ANY(%(k)s::text[])"),
-                        {"k": keys},
-                    ):
-                        buckets[r[0]] = Bucket(r[1], r[2])
-                chosen = select(rule, candidates, queue_running=queue_running, key_running=key_running,
-                                buckets=buckets, now=now, limit=limit)  # fmt: skip
+                for kind, ident, tenant, task, key, num, at, order in await _all(conn, reads, params):
+                    if kind == 0:
+                        queue_running += int(num)
+                        if key is not None and rule.key is not None:
+                            key_running[str(key)] = int(num)
+                    elif kind == 1:
+                        candidates.append((int(order), Candidate(ident, tenant, task, key)))
+                    else:
+                        buckets[ident] = Bucket(num, at)
+                if not candidates:
+                    return Changed()
+                candidates.sort(key=lambda c: c[0])
+                chosen = select(rule, [c for _, c in candidates], queue_running=queue_running,
+                                key_running=key_running, buckets=buckets, now=now, limit=limit)  # fmt: skip
                 if not chosen.ids:
                     return Changed()
-                if chosen.buckets:
+                claim = {"ids": chosen.ids, "worker": worker, "expires": now + lease_seconds, "now": now}
+                query = _CLAIM_IDS
+                if chosen.buckets:  # written by the claim statement itself (one round trip)
                     rows = [{"key": k, "tokens": b.tokens, "at": b.at} for k, b in chosen.buckets.items()]
-                    await conn.execute(_q(self, _UPSERT_BUCKETS), {"b": Jsonb(rows)})
+                    claim["b"] = Jsonb(rows)
+                    query = _CLAIM_AND_BUCKETS
                 out = _Collect(now)
-                params = {"ids": chosen.ids, "worker": worker, "expires": now + lease_seconds, "now": now}
-                out.add(await _all(conn, _q(self, _CLAIM_IDS), params))
+                out.add(await _all(conn, _q(self, query), claim))
                 return out.changed()
 
         return await self._run(op, retry=False)  # a claim that committed must not run twice
