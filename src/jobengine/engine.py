@@ -47,6 +47,7 @@ from jobengine.core.models import (
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine_api import ApiFacade
+from jobengine.engine_flow import FlowFacade
 from jobengine.engine_runs import RunFacade
 from jobengine.engine_schedules import ScheduleFacade
 from jobengine.engine_signatures import SignatureFacade
@@ -116,7 +117,7 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
     raise InvalidJob(field, f"expected seconds, a datetime or a timedelta, got {value!r}")
 
 
-class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
+class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
     def __init__(self, store: Store, settings: Settings | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.settings = settings or Settings()
@@ -330,6 +331,7 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
             from jobengine.packs.jobs import resolve_jobs
 
             jobs = await resolve_jobs(self.packs, jobs)
+        await self.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         phases = [self._phase_names(j.task) for j in jobs]
         now = self.clock.now()
         store = self.store
@@ -462,15 +464,18 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         tenant: str | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
-        concurrency limit gets at most its free slots (:meth:`claim_plan`). ``tasks`` / ``tenant`` restrict
-        the claim to those task names / that tenant (remote workers); they need a FilteredClaimStore."""
+        concurrency limit or flow limits is claimed under its rule (:meth:`flow_claim_plan`). ``tasks`` /
+        ``tenant`` restrict the claim to those task names / that tenant (remote workers); they need a
+        FilteredClaimStore."""
         now = self.clock.now()
         jobs: list[Job] = []
-        for group, n in await self.claim_plan(queues, limit):
+        for group, n, rule in await self.flow_claim_plan(queues, limit):
             n = min(n, limit - len(jobs))
             if n <= 0:
                 break
-            if tasks is None and tenant is None:
+            if rule is not None:  # engine_flow: decided inside the store's claim transaction
+                changed = await self.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
+            elif tasks is None and tenant is None:
                 changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now)
             else:
                 changed = await self._filtered_store().fetch_jobs_filtered(
@@ -494,6 +499,7 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
     async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
         changed = await self.store.complete_jobs(completions, self.clock.now())
         self._published(changed.events)
+        self.flow_observe(changed.jobs)
         if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
             self.notifier().notify()  # dependents became runnable
         await self._runs_ended(changed.jobs)
@@ -507,6 +513,7 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         failures = await self._apply_signature_policy(failures, prints)
         changed = await self.store.fail_jobs(failures, self.clock.now())
         self._published(changed.events)
+        self.flow_observe(changed.jobs)
         await self._record_signatures(prints, changed)
         await self._runs_ended(changed.jobs)
         return changed
@@ -519,7 +526,7 @@ class Engine(ApiFacade, ScheduleFacade, RunFacade, SignatureFacade):
         return changed
 
     async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        return await self.store.next_run_at(queues)
+        return await self.flow_next_run_at(queues)
 
     # -- workers ------------------------------------------------------------------------------------
     def worker(self, **overrides: Any) -> Worker:

@@ -237,25 +237,6 @@ class ApiFacade:
                 return info
         return QueueInfo(name, {s.value: 0 for s in JobState})
 
-    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int]]:
-        """How to split a claim of ``limit`` jobs over ``queues``: paused queues are left out, and a queue
-        with a concurrency limit gets at most its free slots (its own claim). The limit is exact within one
-        process and may be exceeded by concurrent claims of other processes (each counts before it claims)."""
-        settings = await self.queue_settings()
-        if not settings:
-            return [(list(queues), limit)]
-        free = [q for q in queues if q not in settings or (not settings[q].paused and settings[q].concurrency is None)]
-        limited = [q for q in queues if q in settings and not settings[q].paused and settings[q].concurrency]
-        plan: list[tuple[list[str], int]] = [(free, limit)] if free else []
-        if limited and isinstance(self.store, QueueSettingsStore):
-            running = await self.store.running_counts(limited)
-            for q in limited:
-                cap = settings[q].concurrency or 0
-                slots = min(limit, cap - running.get(q, 0))
-                if slots > 0:
-                    plan.append(([q], slots))
-        return plan
-
     # -- tenant-scoped job actions ------------------------------------------------------------------
     async def get_jobs(self, ids: Sequence[str], tenant: str | None = None) -> list[Job]:
         """The jobs among ``ids`` that exist (and belong to ``tenant``), in the order asked for."""

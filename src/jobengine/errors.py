@@ -13,8 +13,11 @@
     ├── IllegalState            the action does not apply to the job's state (e.g. retry a running job)
     ├── StoreError              the store failed (driver error, translated at the seam)
     │   └── StoreUnavailable    cannot reach / open the store
-    └── TransportError          a queue transport (Redis, NATS) refused a request
-        └── TransportUnavailable  cannot reach the broker (the caller retries)
+    ├── TransportError          a queue transport (Redis, NATS) refused a request
+    │   └── TransportUnavailable  cannot reach the broker (the caller retries)
+    └── FlowRefused             flow control refused new work (nothing was written); retry after
+        ├── QueueFull           the queue's depth is past its hard limit (HTTP 429)
+        └── Overloaded          the service sheds low-priority work while saturated (HTTP 503)
 
 Exceptions a *task* raises to steer its own job (not errors of the engine):
 
@@ -98,6 +101,44 @@ class TransportError(JobEngineError):
 
 class TransportUnavailable(TransportError):
     pass
+
+
+class FlowRefused(JobEngineError):
+    """New work refused by flow control; nothing was written. ``retry_after``: seconds to wait."""
+
+    def __init__(self, message: str, *, queue: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.retry_after = retry_after
+
+
+class QueueFull(FlowRefused):
+    """The queue holds ``depth`` runnable jobs and ``hard_limit`` is its most."""
+
+    def __init__(self, queue: str, depth: int, hard_limit: int, retry_after: float) -> None:
+        super().__init__(
+            f"queue: {queue!r} holds {depth} runnable jobs, its hard limit is {hard_limit}",
+            queue=queue,
+            retry_after=retry_after,
+        )
+        self.depth = depth
+        self.hard_limit = hard_limit
+
+
+class Overloaded(FlowRefused):
+    """The service is saturated (``reasons``: depth, in_flight, latency) and the job's priority is below
+    ``min_priority``."""
+
+    def __init__(self, queue: str, priority: int, min_priority: int, reasons: tuple[str, ...], retry_after: float):
+        super().__init__(
+            f"priority: the service is saturated ({', '.join(reasons)}); jobs below priority {min_priority} "
+            f"are refused for now (this one has {priority})",
+            queue=queue,
+            retry_after=retry_after,
+        )
+        self.priority = priority
+        self.min_priority = min_priority
+        self.reasons = reasons
 
 
 class NonRetryable(Exception):

@@ -6,6 +6,7 @@ Environment overrides use the field name upper-cased: ``JOBENGINE_DATABASE=/data
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -16,6 +17,7 @@ import yaml
 
 from jobengine.delivery.config import QueueConfig
 from jobengine.errors import ConfigError
+from jobengine.flow.config import check_flow_settings
 from jobengine.webhooks.config import check_webhook_settings
 
 
@@ -89,6 +91,17 @@ class Settings:
     webhook_allow_hosts: tuple[str, ...] = ()  # host names / CIDRs exempt from the SSRF checks (dev, tests)
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
+    # -- flow control (issue 7, jobengine.flow; see docs/architecture.md "Flow control") --
+    flow_limits: str = ""  # JSON (or a YAML mapping): {queue: {rate, burst, concurrency, hard_limit, ...}}
+    flow_soft_limit: int = 0  # every queue's default soft / hard depth limit (0: none)
+    flow_hard_limit: int = 0
+    flow_retry_after: float = 5.0  # the Retry-After of a refused enqueue
+    flow_cache_seconds: float = 0.5  # how long depth counts and stored limits are trusted
+    shed_depth: int = 0  # saturated from this many runnable jobs in all, running jobs, p95 wait (0: off)
+    shed_in_flight: int = 0
+    shed_latency: float = 0.0
+    shed_min_priority: int = 0  # while saturated, new jobs below this priority are refused (503)
+    scale_target_seconds: float = 60.0  # the drain time the recommended worker count aims at
 
     def __post_init__(self) -> None:
         positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval")
@@ -147,6 +160,7 @@ class Settings:
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
         check_webhook_settings(self)
+        check_flow_settings(self)
 
     @property
     def heartbeat_every(self) -> float:
@@ -196,7 +210,7 @@ class Settings:
                 elif isinstance(default, int):
                     coerced[key] = int(value)
                 else:
-                    coerced[key] = str(value)
+                    coerced[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
         return replace(base, **coerced)

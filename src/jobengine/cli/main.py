@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from jobengine.cli import health, jobs, output, run, scheduler, serve
 from jobengine.cli.common import ConfigOption, DbOption, load_settings
+from jobengine.cli.flow import flow_app
 from jobengine.cli.keys import keys_app
 from jobengine.cli.packs import pack_app
 from jobengine.cli.runs import runs_app, signatures_app
@@ -79,6 +80,7 @@ def build_app() -> typer.Typer:
     app.add_typer(keys_app)
     app.add_typer(pack_app)
     app.add_typer(webhooks_app)
+    app.add_typer(flow_app)
     app.command()(jobs.enqueue)
     app.add_typer(jobs.jobs_app)
     app.command()(migrate)

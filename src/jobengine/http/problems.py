@@ -10,13 +10,16 @@ validation errors and HTTP errors into it, so no route formats an error itself. 
     422 invalid fields: ``type`` ``urn:jobengine:problem:validation`` when the request does not match the
         schema, ``urn:jobengine:problem:invalid-value`` when the engine refuses a value the schema allows
         (InvalidJob, InvalidSchedule, UnknownDependency); an Idempotency-Key reused with another body
-    503 the store or a transport is unavailable (Retry-After)
+    429 QueueFull: the queue is past its hard depth limit (Retry-After; ``urn:jobengine:problem:queue-full``)
+    503 the store or a transport is unavailable (Retry-After); Overloaded: low-priority work shed while the
+        service is saturated (Retry-After; ``urn:jobengine:problem:overloaded``, field ``priority``)
     500 anything else: a bug; the detail says nothing about internals, the log has the traceback
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -31,11 +34,14 @@ from jobengine.core import codec
 from jobengine.errors import (
     AlreadyExists,
     ConfigError,
+    FlowRefused,
     IdempotencyConflict,
     IllegalState,
     InvalidJob,
     JobEngineError,
     NotFound,
+    Overloaded,
+    QueueFull,
     StoreUnavailable,
     TransportError,
     UnknownDependency,
@@ -48,6 +54,7 @@ PROBLEM_JSON = "application/problem+json"
 #: Problem types of a 422: the request does not match the schema / a value the schema allows is refused.
 VALIDATION = "urn:jobengine:problem:validation"
 INVALID_VALUE = "urn:jobengine:problem:invalid-value"
+FLOW_TYPES = {"QueueFull": "urn:jobengine:problem:queue-full", "Overloaded": "urn:jobengine:problem:overloaded"}
 
 
 class FieldError(BaseModel):
@@ -118,6 +125,10 @@ def problem_response(
 
 
 def status_of(exc: JobEngineError) -> tuple[int, str | None]:
+    if isinstance(exc, QueueFull):
+        return 429, "queue"
+    if isinstance(exc, Overloaded):
+        return 503, "priority"
     if isinstance(exc, NotFound):
         return 404, None
     if isinstance(exc, InvalidJob):
@@ -160,6 +171,8 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, JobEngineError)
         status, field = status_of(exc)
         headers = {"Retry-After": "1"} if status == 503 else {}
+        if isinstance(exc, FlowRefused):  # flow control (jobengine.flow): nothing was written, come back later
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         if status >= 500 and status != 503:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
             detail = "the server failed to handle this request" if status == 500 else str(exc)
@@ -168,7 +181,7 @@ def install(app: FastAPI) -> None:
         errors = [(field, detail)] if field else []
         # A field the schema accepted but the engine refused (a CRON expression, a dependency that does not
         # exist): a type of its own, so clients can tell it from a malformed request.
-        type_ = INVALID_VALUE if status == 422 else None
+        type_ = INVALID_VALUE if status == 422 else FLOW_TYPES.get(type(exc).__name__)
         return problem_response(status, detail, instance=request.url.path, field=field, headers=headers,
                                 errors=errors, type_=type_)  # fmt: skip
 

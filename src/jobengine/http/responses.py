@@ -24,3 +24,5 @@ READ_ONE = problem_responses(*AUTH, 404, 422)
 #: A POST with a JSON body: bad JSON, too large, not JSON, invalid, and the Idempotency-Key answers.
 WRITE = problem_responses(*AUTH, 400, 409, 413, 415, 422)
 WRITE_ONE = problem_responses(*AUTH, 400, 404, 409, 413, 415, 422)
+#: Enqueueing adds flow control's 429 (the queue is past its hard limit); its 503 is among AUTH's.
+ENQUEUE = problem_responses(*AUTH, 400, 409, 413, 415, 422, 429)

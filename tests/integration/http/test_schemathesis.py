@@ -87,7 +87,10 @@ def engine_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineApp]:
 # Fields whose schema-valid values the engine may still refuse from what it knows: an unknown dependency, a
 # cron that never fires, a task of a pack version that does not exist (<pack>@<version>:<task>)...
 SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catch_up", "template.payload",
-                      "template.items", "template.planner", "task", "template.task"})  # fmt: skip
+                      "template.items", "template.planner", "task", "template.task",
+                      # flow limits (PUT /queues/{queue}/flow): combinations (burst or adaptive need a rate,
+                      # concurrency needs a key, soft_limit <= hard_limit, rate_floor <= rate <= rate_ceiling)
+                      "burst", "adaptive", "concurrency_key", "soft_limit", "rate_floor"})  # fmt: skip
 #: Webhooks: a URL that does not resolve or reaches a refused address (SSRF), a secret's base64 and length,
 #: a filter entry's form, an inbound hook's schedule that does not exist.
 SEMANTIC |= {"url", "secret", "filter.types", "filter.queues", "filter.tasks", "schedule", "name", "state"}

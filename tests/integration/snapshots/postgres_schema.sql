@@ -26,6 +26,12 @@ COLUMN failure_signatures.status text NOT NULL
 COLUMN failure_signatures.task text NOT NULL
 COLUMN failure_signatures.tenant text NOT NULL
 COLUMN failure_signatures.updated_at double precision NOT NULL
+COLUMN flow_buckets.key text NOT NULL COLLATE C
+COLUMN flow_buckets.tokens double precision NOT NULL
+COLUMN flow_buckets.updated_at double precision NOT NULL
+COLUMN flow_limits.queue text NOT NULL
+COLUMN flow_limits.spec jsonb NOT NULL
+COLUMN flow_limits.updated_at double precision NOT NULL
 COLUMN http_idempotency.body bytea NULL
 COLUMN http_idempotency.content_type text NULL
 COLUMN http_idempotency.created_at double precision NOT NULL
@@ -210,6 +216,8 @@ CONSTRAINT api_keys.api_keys_pkey PRIMARY KEY (id)
 CONSTRAINT events.events_pkey PRIMARY KEY (id)
 CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = ANY (ARRAY['active'::text, 'resolved'::text, 'suppressed'::text])))
+CONSTRAINT flow_buckets.flow_buckets_pkey PRIMARY KEY (key)
+CONSTRAINT flow_limits.flow_limits_pkey PRIMARY KEY (queue)
 CONSTRAINT http_idempotency.http_idempotency_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (name)
 CONSTRAINT job_dependencies.job_dependencies_pkey PRIMARY KEY (dep_id, job_id)
@@ -263,6 +271,8 @@ INDEX CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints USING btree (te
 INDEX CREATE UNIQUE INDEX api_keys_pkey ON api_keys USING btree (id)
 INDEX CREATE UNIQUE INDEX events_pkey ON events USING btree (id)
 INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING btree (tenant, key)
+INDEX CREATE UNIQUE INDEX flow_buckets_pkey ON flow_buckets USING btree (key)
+INDEX CREATE UNIQUE INDEX flow_limits_pkey ON flow_limits USING btree (queue)
 INDEX CREATE UNIQUE INDEX http_idempotency_pkey ON http_idempotency USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (name)
 INDEX CREATE UNIQUE INDEX job_dependencies_pkey ON job_dependencies USING btree (dep_id, job_id)

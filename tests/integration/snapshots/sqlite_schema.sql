@@ -24,6 +24,8 @@ CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints (tenant, created_at);
 CREATE TABLE api_keys ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, scopes TEXT NOT NULL, secret_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL );
 CREATE TABLE events ( id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, type TEXT NOT NULL, tenant TEXT NOT NULL, job_id TEXT, queue TEXT, task TEXT, data TEXT NOT NULL );
 CREATE TABLE failure_signatures ( tenant TEXT NOT NULL, key TEXT NOT NULL, error_type TEXT NOT NULL, message TEXT NOT NULL, frames TEXT NOT NULL, task TEXT NOT NULL, occurrences INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL, sample_job_ids TEXT NOT NULL, status TEXT NOT NULL CHECK (status = 'active' OR status = 'resolved' OR status = 'suppressed'), non_retryable INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL, PRIMARY KEY (tenant, key) ) WITHOUT ROWID;
+CREATE TABLE flow_buckets ( key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated_at REAL NOT NULL );
+CREATE TABLE flow_limits ( queue TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL );
 CREATE TABLE http_idempotency ( tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, locked_until REAL, status INTEGER, content_type TEXT, body BLOB, PRIMARY KEY (tenant, key) );
 CREATE TABLE inbound_hooks ( name TEXT PRIMARY KEY, tenant TEXT NOT NULL, schedule TEXT NOT NULL, secret TEXT NOT NULL, enabled INTEGER NOT NULL DEFAULT 1, created_at REAL NOT NULL );
 CREATE TABLE job_deps ( job_id TEXT NOT NULL, position INTEGER NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (job_id, position) ) WITHOUT ROWID;

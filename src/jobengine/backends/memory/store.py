@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from jobengine.backends.memory.api import MemoryApiMixin
+from jobengine.backends.memory.flow import MemoryFlowMixin
 from jobengine.backends.memory.leader import LocalLeader
 from jobengine.backends.memory.notifier import LocalNotifier
 from jobengine.backends.memory.outbox import MemoryOutboxMixin
@@ -46,7 +47,7 @@ def _succeeded(job: Job) -> bool:
     return job.final_state is JobState.SUCCEEDED
 
 
-class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin):
+class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlowMixin):
     capabilities = StoreCapabilities(cross_process_notify=False, shared=False)
 
     def __init__(self) -> None:

@@ -38,6 +38,7 @@ from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.changes import _EXTRA, _J, _STATE, Row, _cut_after, _jobs, _unique
 from jobengine.backends.postgres.changes import _Collect as _Collect  # api.py and outbox.py import it from here
+from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import InsertPlan, insert_fast, insert_general, raise_if_id_taken
 from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
@@ -102,7 +103,7 @@ def _close_in(loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]) -
     return done
 
 
-class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin):
+class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin, PostgresFlowMixin):
     capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
 
     def __init__(

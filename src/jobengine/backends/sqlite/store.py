@@ -57,6 +57,7 @@ from jobengine.ports.store import StoreCapabilities
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
+from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
@@ -68,7 +69,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin):
+class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlowMixin):
     """The Store port on a SQLite file.
 
     Example::

@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
+from jobengine.http.flow_metrics import render_flow_metrics
 from jobengine.http.problems import problem_responses
 from jobengine.http.responses import json_response
 from jobengine.http.schemas import StatusOut
@@ -46,7 +47,7 @@ async def metrics(request: Request, principal: Annotated[Principal, Depends(requ
     counts = await engine.count_jobs()
     settings = await engine.queue_settings()
     ctx.metrics.set_store_gauges(counts, {q: s.paused for q, s in settings.items()})
-    body = ctx.metrics.render()
+    body = ctx.metrics.render() + await render_flow_metrics(engine)
     # The queue transports (planner, runner) keep their own registry: depth and counters per transport.
     await engine.transports.refresh_metrics()
     body += generate_latest(engine.transports.metrics.registry)

@@ -15,7 +15,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
-from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
+from jobengine.http.responses import ENQUEUE, READ, READ_ONE, WRITE_ONE, json_response
 from jobengine.http.schemas import NAME_PATTERN, CancelIn, JobBatchIn, JobBatchOut, JobIn, JobOut, JobPage
 from jobengine.serialize import job_to_json
 
@@ -55,7 +55,7 @@ def job_page(jobs: Sequence[Job], limit: int) -> dict[str, object]:
     "/jobs",
     status_code=201,
     response_model=JobOut,
-    responses={200: {"model": JobOut, "description": "An existing job with the same idempotency_key"}, **WRITE},
+    responses={200: {"model": JobOut, "description": "An existing job with the same idempotency_key"}, **ENQUEUE},
 )
 async def enqueue_job(
     body: JobIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
@@ -64,10 +64,14 @@ async def enqueue_job(
     was used before with the same task, queue and payload (409 if they differ)."""
     engine = context(request).engine
     [(job, created)] = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, body)])
-    return json_response(job_to_json(job), 201 if created else 200, {"Location": f"/api/v1/jobs/{job.id}"})
+    # Flow control: the header always, the field only under pressure (the body is the job's otherwise).
+    level = (await engine.queue_pressure(job.queue)).value
+    body_out = job_to_json(job) if level == "none" else {**job_to_json(job), "queue_pressure": level}
+    return json_response(body_out, 201 if created else 200,
+                         {"Location": f"/api/v1/jobs/{job.id}", "X-Queue-Pressure": level})  # fmt: skip
 
 
-@router.post("/jobs/batch", status_code=201, response_model=JobBatchOut, responses=WRITE)
+@router.post("/jobs/batch", status_code=201, response_model=JobBatchOut, responses=ENQUEUE)
 async def enqueue_batch(
     body: JobBatchIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
 ) -> Response:
@@ -75,7 +79,14 @@ async def enqueue_batch(
     on a job earlier in the batch."""
     engine = context(request).engine
     stored = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, j) for j in body.jobs])
-    return json_response({"jobs": [job_to_json(j) for j, _ in stored], "created": [c for _, c in stored]}, 201)
+    levels = {q: (await engine.queue_pressure(q)).value for q in sorted({j.queue for j, _ in stored})}
+    worst = next((v for v in ("hard", "soft") if v in levels.values()), "none")
+    body_out = {
+        "jobs": [job_to_json(j) for j, _ in stored],
+        "created": [c for _, c in stored],
+        "queue_pressure": levels,
+    }
+    return json_response(body_out, 201, {"X-Queue-Pressure": worst})
 
 
 @router.get("/jobs", response_model=JobPage, responses=READ)

@@ -1,0 +1,141 @@
+"""Flow control (:class:`jobengine.ports.flow.FlowStore`) on SQLite: limits, token buckets and the limited
+claim (tables: migration ``0007_flow.sql``). Mixed into :class:`SqliteStore`.
+
+The limited claim is one ``BEGIN IMMEDIATE`` transaction: the write lock, shared by every process on the
+file, serialises it with every other claim, so counting running jobs, reading buckets, starting the chosen
+jobs and writing the buckets back cannot interleave with another worker's. A claim that chooses nothing
+writes nothing (so it does not wake the other processes' notifiers).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Final, Protocol, TypeVar
+
+from jobengine.core import codec
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import Changed
+from jobengine.flow.bucket import Bucket
+from jobengine.flow.limits import FlowLimits, bucket_key
+from jobengine.flow.select import Candidate, ClaimRule, select
+from jobengine.ports.flow import FlowCounts
+
+from . import fenced
+from .outbox import _claim_ids
+from .rows import RUNNABLE_SQL
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_UPSERT_LIMITS: Final = (
+    "INSERT INTO flow_limits (queue, spec, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (queue) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at"
+)
+_UPSERT_BUCKET: Final = (
+    "INSERT INTO flow_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at"
+)
+
+
+class _Runs(Protocol):
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
+def _key_sql(rule: ClaimRule) -> tuple[str, list[object]]:
+    """The SQL expression of the rule's concurrency key over ``jobs`` and its parameters."""
+    if rule.key == "task":
+        return "task", []
+    if rule.key == "tenant":
+        return "tenant", []
+    name = rule.payload_field
+    if name is not None:
+        return "CAST(json_extract(payload, ?) AS TEXT)", [f"$.{name}"]
+    return "NULL", []
+
+
+def claim_limited(
+    conn: sqlite3.Connection, rule: ClaimRule, limit: int, worker: WorkerId, lease: float, now: float
+) -> fenced.Applied:
+    """In the transaction: choose (jobengine.flow.select), start the chosen, write the buckets taken from."""
+    q = rule.queue
+    key_sql, key_params = _key_sql(rule)
+    queue_running = conn.execute("SELECT count(*) FROM jobs WHERE state = 'running' AND queue = ?", [q]).fetchone()[0]
+    key_running: dict[str, int] = {}
+    if rule.key is not None:
+        rows = conn.execute(
+            f"SELECT {key_sql}, count(*) FROM jobs WHERE state = 'running' AND queue = ? GROUP BY 1",
+            [*key_params, q],
+        ).fetchall()
+        key_running = {str(k): int(n) for k, n in rows if k is not None}
+    only, only_params = "", []
+    if rule.tasks is not None:
+        only += f" AND task IN ({','.join('?' * len(rule.tasks))})" if rule.tasks else " AND 0"
+        only_params += list(rule.tasks)
+    if rule.tenant is not None:
+        only += " AND tenant = ?"
+        only_params.append(rule.tenant)
+    cand_rows = conn.execute(
+        f"SELECT id, tenant, task, {key_sql} FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?{only} "
+        "ORDER BY priority DESC, run_at, id LIMIT ?",
+        [*key_params, q, now, *only_params, rule.candidates(limit)],
+    ).fetchall()
+    if not cand_rows:
+        return fenced.Applied()
+    candidates = [Candidate(r[0], r[1], r[2], None if r[3] is None else str(r[3])) for r in cand_rows]
+    buckets: dict[str, Bucket] = {}
+    if rule.rate is not None and rule.limits is not None:
+        keys = sorted({bucket_key(rule.limits, c.tenant, c.task) for c in candidates})
+        marks = ",".join("?" * len(keys))
+        for key, tokens, at in conn.execute(
+            f"SELECT key, tokens, updated_at FROM flow_buckets WHERE key IN ({marks})", keys
+        ).fetchall():
+            buckets[key] = Bucket(tokens, at)
+    chosen = select(
+        rule, candidates, queue_running=queue_running, key_running=key_running, buckets=buckets, now=now, limit=limit
+    )
+    if not chosen.ids:
+        return fenced.Applied()
+    if chosen.buckets:
+        conn.executemany(_UPSERT_BUCKET, [(k, b.tokens, b.at) for k, b in chosen.buckets.items()])
+    return _claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now)
+
+
+class SqliteFlowMixin:
+    async def list_flow_limits(self: _Runs) -> list[FlowLimits]:
+        rows = await self._read(
+            lambda c: c.execute("SELECT queue, spec, updated_at FROM flow_limits ORDER BY queue").fetchall()
+        )
+        return [FlowLimits.from_json(r[0], codec.loads(r[1]), r[2]) for r in rows]
+
+    async def set_flow_limits(self: _Runs, limits: FlowLimits) -> None:
+        spec = codec.dumps(limits.to_json(), "limits")
+        await self._write(lambda c: c.execute(_UPSERT_LIMITS, [limits.queue, spec, limits.updated_at]))
+
+    async def delete_flow_limits(self: _Runs, queue: str) -> None:
+        await self._write(lambda c: c.execute("DELETE FROM flow_limits WHERE queue = ?", [queue]))
+
+    async def flow_counts(self: _Runs) -> FlowCounts:
+        def read(c: sqlite3.Connection) -> FlowCounts:
+            depth = c.execute(f"SELECT queue, count(*) FROM jobs WHERE {RUNNABLE_SQL} GROUP BY queue").fetchall()
+            running = c.execute("SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue").fetchall()
+            return FlowCounts({q: int(n) for q, n in depth}, {q: int(n) for q, n in running})
+
+        return await self._read(read)
+
+    async def claim_limited(
+        self: _Runs, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        if limit <= 0:
+            return Changed()
+        # A WAL read first: nothing due means no write lock (as fetch_jobs).
+        if not await self._read(lambda c: fenced.any_due(c, [rule.queue], now)):
+            return Changed()
+        return await self._work(
+            lambda c: claim_limited(c, rule, limit, worker, lease_seconds, now),
+            lambda a: fenced.claimed(a, worker, now),
+        )

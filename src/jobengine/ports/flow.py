@@ -1,0 +1,54 @@
+"""Flow control in the store (an optional port beside the Store, like ``ports/queues.py``).
+
+- ``list_flow_limits`` / ``set_flow_limits`` / ``delete_flow_limits``: the queues' :class:`FlowLimits`
+  (table ``flow_limits``, migration 0007), shared by every process.
+- ``claim_limited``: :meth:`Store.fetch_jobs` for one queue under a :class:`ClaimRule`. The backend reads
+  the running jobs of the queue (per key), the runnable candidates and the token buckets (table
+  ``flow_buckets``), lets :func:`jobengine.flow.select.select` choose, starts those jobs and writes back the
+  buckets it took from, **in one transaction serialised per queue** (SQLite: the write lock;
+  PostgreSQL: a transaction-level advisory lock on the queue; memory: its lock). So concurrent claims of
+  any number of processes never pass a concurrency limit or take a token twice. Same order, lease and
+  ``job.started`` events as ``fetch_jobs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import Changed
+from jobengine.flow.limits import FlowLimits
+from jobengine.flow.select import ClaimRule
+
+
+@dataclass(frozen=True, slots=True)
+class FlowCounts:
+    depth: dict[str, int] = field(default_factory=dict)
+    running: dict[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class FlowStore(Protocol):
+    async def list_flow_limits(self) -> list[FlowLimits]:
+        """Every queue's limits, by queue name."""
+        ...
+
+    async def set_flow_limits(self, limits: FlowLimits) -> None:
+        """Insert or replace the limits of ``limits.queue``."""
+        ...
+
+    async def delete_flow_limits(self, queue: str) -> None:
+        """Remove the queue's limits (and nothing else; its buckets are forgotten when unused)."""
+        ...
+
+    async def flow_counts(self) -> FlowCounts:
+        """Runnable and running jobs per queue, every tenant (the partial indexes of runnable and running
+        jobs; queues with none may be absent)."""
+        ...
+
+    async def claim_limited(
+        self, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
+    ) -> Changed:
+        """Start up to ``limit`` runnable jobs of ``rule.queue`` that the rule allows (see the module)."""
+        ...

@@ -1,0 +1,65 @@
+"""The engine's flow control on the memory store with a controlled clock: the adaptive limiter steers the
+rate limited claims use (rising under success, halving under errors), and a rate limit holds claims back
+without losing jobs."""
+
+from __future__ import annotations
+
+from jobengine.backends.memory import MemoryStore
+from jobengine.core.clock import ManualClock
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
+from jobengine.core.states import JobState
+from jobengine.engine import Engine
+from jobengine.engine_flow import AIMD_INTERVAL
+from jobengine.settings import Settings
+
+
+async def _engine(clock: ManualClock) -> Engine:
+    store = MemoryStore()
+    await store.migrate()
+    return Engine(store, Settings(database="memory", flow_cache_seconds=0.0), clock)
+
+
+async def test_adaptive_rate_rises_under_success_and_halves_under_errors() -> None:
+    clock = ManualClock()
+    engine = await _engine(clock)
+    limits = await engine.set_flow_limits("q", rate=4.0, rate_floor=1.0, rate_ceiling=8.0, adaptive=True,
+                                          target_error_rate=0.1)  # fmt: skip
+    assert engine.flow_rate(limits) == 4.0
+    rates = []
+    for round_ in range(6):
+        for _ in range(20):
+            await engine.enqueue("t", queue="q")
+        clock.advance(10)  # the bucket refills
+        jobs = await engine.fetch_jobs(["q"], 100, WorkerId("w"), 30.0)
+        assert 0 < len(jobs) <= 8  # never more than the bucket holds
+        clock.advance(0.5)
+        if round_ < 3:
+            await engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
+        else:
+            err = AttemptError(1, clock.now(), "Boom", "boom")
+            await engine.fail_jobs([Failure(j.id, j.lease_token or "", err, FailOutcome.DEAD) for j in jobs])
+        clock.advance(AIMD_INTERVAL)
+        rates.append(engine.flow_rate(limits))
+    assert rates[:3] == sorted(rates[:3]) and rates[2] > 4.0  # success: up, additively
+    assert rates[3] == rates[2] / 2 and rates[4] == max(1.0, rates[3] / 2)  # errors: halved, to the floor
+    assert rates[5] == 1.0
+    assert engine.flow_snapshot()["adaptive"] == {"q": 1.0}  # what /metrics shows
+
+
+async def test_rate_limit_holds_claims_back_and_loses_nothing() -> None:
+    clock = ManualClock()
+    engine = await _engine(clock)
+    await engine.set_flow_limits("q", rate=2.0, burst=2)
+    for _ in range(10):
+        await engine.enqueue("t", queue="q")
+    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
+    assert await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0) == []
+    nxt = await engine.next_run_at(["q"])
+    assert nxt is not None and clock.now() < nxt <= clock.now() + 0.5  # the pump comes back for the next token
+    clock.advance(1.0)
+    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
+    counts = await engine.count_jobs()
+    assert counts[("q", JobState.QUEUED)] == 6 and counts[("q", JobState.RUNNING)] == 4
+    await engine.clear_flow_limits("q")
+    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 6
