@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.settings import Settings
@@ -49,6 +51,7 @@ def _states(db: str) -> Counter[JobState]:
     return asyncio.run(go())
 
 
+@pytest.mark.serial
 def test_token_bucket_holds_10_per_second_across_2_workers(procs: Procs, tmp_path: Path) -> None:
     db, ledger = procs.env["JOBENGINE_DATABASE"], Path(procs.env["LEDGER"])
     _enqueue(db, [{"i": i, "sleep": 0.01} for i in range(130)])

@@ -27,6 +27,7 @@ N = 30
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 async def test_redis_limiter_shared_by_three_processes(
     tmp_path: Path, redis_url: str, receiver: Callable[[Answer], Receiver]
 ) -> None:
