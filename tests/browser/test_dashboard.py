@@ -202,7 +202,7 @@ def test_forms_need_the_csrf_token_and_other_tenants_jobs_stay_hidden(page: Any,
 def test_narrow_screen_has_no_horizontal_scroll(page: Any, server: Server) -> None:
     page.set_viewport_size({"width": 360, "height": 740})
     login(page, server)
-    for path in ("/", "/jobs", "/schedules", "/dead"):
+    for path in ("/", "/jobs", "/schedules", "/dead", "/packs"):
         page.goto(path)
         page.locator("main h1").wait_for()
         width = page.evaluate("document.documentElement.scrollWidth")

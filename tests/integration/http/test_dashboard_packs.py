@@ -49,6 +49,12 @@ async def test_pages_show_versions_in_semver_order_history_and_an_escaped_diff(
         for version, extra in (("1.0.0", ""), ("1.10.0", " <script>alert(1)</script>"), ("1.2.0", " v2")):
             await upload(api, dev, pack_bytes(tmp_path, version=version, extra=extra))
         await upload(api, dev, pack_bytes(tmp_path, name="other", version="0.1.0"))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://dash") as anon:
+            for path in ("/packs", "/packs/hello", "/packs/hello/versions/1.0.0", "/packs/hello/diff"):
+                r = await anon.get(path)  # no session: the login page, no data
+                assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), path
+            r = await anon.post("/packs/hello/versions/1.0.0/approve", data={"csrf": "x"})
+            assert r.status_code == 303 and r.headers["location"].startswith("/login")
         async with browser(api, api.keys["acme"]) as c:
             r = await c.get("/packs")
             assert r.status_code == 200 and 'href="/packs/hello"' in r.text and 'href="/packs/other"' in r.text
