@@ -1,11 +1,11 @@
 """Issue 9's acceptance, in a real browser against a real server (see conftest.py): log in; watch a
 multi-phase job's progress bar advance on its page without reloading; cancel a job; pause a schedule;
-replay a dead job; without a key, the login page and no data. (Approving a pack waits for the packs
-registry, issue 8, which is not on this branch.)"""
+replay a dead job; approve a pack; without a key, the login page and no data."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ except ImportError:  # the `browser` fixture skips (or, under CI, fails) with th
     expect = None
 
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
+from support.packs import pack_bytes
 
 from .conftest import Server
 
@@ -159,6 +160,30 @@ def test_replay_a_dead_job(page: Any, server: Server) -> None:
     assert "flaky failure of" in page.locator("details").first.inner_text()
 
 
+def test_approve_a_pack(page: Any, server: Server, tmp_path: Path) -> None:
+    # Uploaded through the API by one key, approved from the page by another (four-eyes holds either way).
+    _, uploader = server.call(server.engine.create_api_key("default", ["packs:write", "packs:read"], "ci"))
+    _, reviewer = server.call(
+        server.engine.create_api_key("default", ["jobs:read", "packs:read", "packs:approve"], "reviewer")
+    )
+    with server.api(uploader) as api:
+        r = api.post("/api/v1/packs", content=pack_bytes(tmp_path, version="1.4.0"),
+                     headers={"Content-Type": "application/gzip"})  # fmt: skip
+        assert r.status_code == 201 and r.json()["status"] == "pending_approval", r.text
+    login(page, server, key=reviewer, target="/packs")
+    page.get_by_role("link", name="hello", exact=True).click()
+    page.locator("#version-1\\.4\\.0").get_by_role("link", name="1.4.0").click()
+    assert page.locator("#pack-status").inner_text() == "pending_approval"
+    page.get_by_role("button", name="Approve 1.4.0").click()
+    page.get_by_role("status").get_by_text("hello@1.4.0 is now approved").wait_for()
+    assert page.locator("#pack-status").inner_text() == "approved"
+    assert "pack.approved" in page.locator("main").inner_text()
+    with server.api(uploader) as api:
+        shown = api.get("/api/v1/packs/hello/versions/1.4.0").json()
+    assert shown["status"] == "approved" and shown["approved_by"] == f"key:{reviewer.split('_')[1]}"
+    assert page.console_errors == []
+
+
 def test_forms_need_the_csrf_token_and_other_tenants_jobs_stay_hidden(page: Any, server: Server) -> None:
     job_id = enqueue(server, "later", queue="parked")
     login(page, server)
@@ -177,7 +202,7 @@ def test_forms_need_the_csrf_token_and_other_tenants_jobs_stay_hidden(page: Any,
 def test_narrow_screen_has_no_horizontal_scroll(page: Any, server: Server) -> None:
     page.set_viewport_size({"width": 360, "height": 740})
     login(page, server)
-    for path in ("/", "/jobs", "/schedules", "/dead"):
+    for path in ("/", "/jobs", "/schedules", "/dead", "/packs"):
         page.goto(path)
         page.locator("main h1").wait_for()
         width = page.evaluate("document.documentElement.scrollWidth")

@@ -16,7 +16,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from jobengine.dashboard import stream, views_jobs, views_ops
+from jobengine.dashboard import stream, views_jobs, views_ops, views_packs
 from jobengine.dashboard.base import DashboardState
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.stats import CountCache, Recorder
@@ -32,5 +32,5 @@ def install(app: FastAPI, ctx: ApiContext) -> None:
     refresh = ctx.settings.dashboard_refresh_seconds
     app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), CountCache(ctx.engine, refresh), refresh)
     app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
-    for router in (views_jobs.router, views_ops.router, stream.router):
+    for router in (views_jobs.router, views_ops.router, views_packs.router, stream.router):
         app.include_router(router)

@@ -31,6 +31,7 @@ NAV = (
     ("/runs", "Runs"),
     ("/failures", "Failures"),
     ("/dead", "Dead letter"),
+    ("/packs", "Packs"),
 )
 
 
