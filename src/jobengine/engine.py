@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock, SystemClock
@@ -283,7 +283,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             run_at=at,
             max_attempts=max_attempts if max_attempts is not None else (spec.max_attempts if spec else 3),
             idempotency_key=idempotency_key,
-            depends_on=tuple(JobId(d) for d in depends_on),
+            depends_on=cast("tuple[JobId, ...]", tuple(depends_on)),  # JobId: a NewType of str
             tenant=tenant,
             timeout=timeout,
         )

@@ -93,13 +93,15 @@ class NewJob:
         ):
             raise InvalidJob("idempotency_key", "must be a string of 1-255 characters")
         # Accept any iterable of ids from callers that pass a list; store a tuple.
-        object.__setattr__(self, "depends_on", tuple(self.depends_on))
-        if self.id in self.depends_on:
+        if type(self.depends_on) is not tuple:
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        if self.depends_on and self.id in self.depends_on:
             raise InvalidJob("depends_on", "a job cannot depend on itself")
-        for name in ("run_id", "schedule_id"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 200):
-                raise InvalidJob(name, "must be a string of 1-200 characters")
+        if self.run_id is not None or self.schedule_id is not None:
+            for name in ("run_id", "schedule_id"):
+                value = getattr(self, name)
+                if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 200):
+                    raise InvalidJob(name, "must be a string of 1-200 characters")
 
 
 class PhaseState(StrEnum):
