@@ -1,0 +1,123 @@
+"""Where pack content goes: the default blob store per store, the settings that choose another (and refuse
+what cannot work, naming the field), the filesystem layout and its failures, and the registry over each
+backend — content written before the version row, a losing upload's blob deleted again, a re-upload of the
+same bytes putting lost content back, and flipped bytes in S3 refused like anywhere else."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from jobengine.backends.blobs import blob_store_for
+from jobengine.backends.blobs.filesystem import FilesystemBlobStore
+from jobengine.backends.blobs.s3 import S3BlobStore
+from jobengine.backends.memory import MemoryStore
+from jobengine.backends.sqlite import SqliteStore
+from jobengine.engine import Engine
+from jobengine.errors import ConfigError, StoreError
+from jobengine.packs.errors import PackConflict
+from jobengine.packs.registry import PackIntegrityError
+from jobengine.settings import Settings
+from support.packs import pack_bytes
+from support.s3 import client, new_bucket, s3_endpoint, s3_server  # noqa: F401 - fixtures
+
+
+def test_the_default_is_files_beside_sqlite_and_the_database_elsewhere(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    fs = blob_store_for(SqliteStore(db), Settings(database=db))
+    assert isinstance(fs, FilesystemBlobStore) and fs.root == Path(db + ".packs")
+    own = blob_store_for(SqliteStore(db), Settings(database=db, packs_blob_dir=str(tmp_path / "b")))
+    assert isinstance(own, FilesystemBlobStore) and own.root == tmp_path / "b"
+    assert blob_store_for(SqliteStore(db), Settings(packs_blob_store="database")).kind == "database"
+    assert blob_store_for(MemoryStore(), Settings(database="memory")).kind == "database"
+    s3 = blob_store_for(MemoryStore(), Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
+    assert isinstance(s3, S3BlobStore) and s3.bucket == "b"  # a bucket alone chooses s3
+    with pytest.raises(ConfigError, match=r"^packs_blob_dir: required"):
+        blob_store_for(MemoryStore(), Settings(database="memory", packs_blob_store="filesystem"))
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"packs_blob_store": "nfs"}, "packs_blob_store"),
+        ({"packs_blob_store": "s3"}, "packs_s3_bucket"),
+        ({"packs_s3_bucket": "b", "packs_s3_endpoint": "minio:9000"}, "packs_s3_endpoint"),
+        ({"packs_s3_bucket": "b", "packs_s3_prefix": "/abs/"}, "packs_s3_prefix"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_naming_the_field(values: dict[str, str], field: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        Settings.from_mapping(values)
+    env = {f"JOBENGINE_{k.upper()}": v for k, v in values.items()}
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        Settings.from_mapping({}, env)
+
+
+async def test_filesystem_layout_atomic_writes_and_failures(tmp_path: Path) -> None:
+    blobs = FilesystemBlobStore(tmp_path / "packs")
+    data = b"x" * 1000
+    digest = hashlib.sha256(data).hexdigest()
+    await blobs.put(digest, data)
+    path = tmp_path / "packs" / "sha256" / digest[:2] / digest
+    assert path.read_bytes() == data and blobs.path_of(digest) == path
+    assert [p.name for p in path.parent.iterdir()] == [digest]  # no temporary file left behind
+    # A root that cannot be a directory: writes fail with a StoreError naming the setting, health says so.
+    (tmp_path / "file").write_bytes(b"")
+    broken = FilesystemBlobStore(tmp_path / "file")
+    with pytest.raises(StoreError, match=r"^packs_blob_dir: cannot write"):
+        await broken.put(digest, data)
+    health = await broken.health()
+    assert not health.ok and str(tmp_path / "file") in health.detail
+    assert (await blobs.health()).ok
+
+
+async def test_concurrent_uploads_keep_only_the_winners_blob(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    bodies = [pack_bytes(tmp_path / str(i), extra=f" v{i}") for i in range(4)]
+    async with Engine.from_settings(Settings(database=db)) as engine:
+        results = await asyncio.gather(*(engine.packs.upload(b, "key:dev") for b in bodies), return_exceptions=True)
+        winners = [r[0] for r in results if isinstance(r, tuple) and r[1]]
+        assert len(winners) == 1 and all(isinstance(r, PackConflict) for r in results if not isinstance(r, tuple))
+        files = sorted(os.path.basename(p) for p in glob.glob(db + ".packs/sha256/*/*"))
+        assert files == [winners[0].sha256]  # written before the row; the losers' blobs deleted again
+        # Content lost from the blob store is put back by uploading the same bytes again (idempotent upload).
+        await engine.packs.blobs.delete(winners[0].sha256)
+        data = next(b for b in bodies if hashlib.sha256(b).hexdigest() == winners[0].sha256)
+        again, created = await engine.packs.upload(data, "key:dev")
+        assert not created and await engine.packs.content(again) == data
+
+
+async def test_the_database_store_on_sqlite_keeps_content_in_the_file(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    data = pack_bytes(tmp_path / "src")
+    async with Engine.from_settings(Settings(database=db, packs_blob_store="database")) as engine:
+        v, _ = await engine.packs.upload(data, "key:dev")
+        await engine.packs.approve(v.name, v.version, "key:reviewer")
+        assert await engine.packs.runnable(await engine.packs.get(v.name, v.version)) == data
+    assert glob.glob(db + ".packs") == []  # no blob directory
+
+
+async def test_the_registry_on_s3(tmp_path: Path, s3_endpoint: str) -> None:  # noqa: F811 - a fixture
+    bucket = new_bucket(s3_endpoint)
+    settings = Settings(database=str(tmp_path / "jobs.db"), packs_s3_bucket=bucket, packs_s3_prefix="team/",
+                        packs_s3_endpoint=s3_endpoint, packs_s3_region="us-east-1")  # fmt: skip
+    data = pack_bytes(tmp_path / "src")
+    async with Engine.from_settings(settings) as engine:
+        assert engine.packs.blobs.kind == "s3"
+        v, created = await engine.packs.upload(data, "key:dev")
+        v = await engine.packs.approve(v.name, v.version, "key:reviewer")
+        assert created and await engine.packs.runnable(v) == data
+        s3 = client(s3_endpoint)
+        key = f"team/sha256/{v.sha256}"
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == data
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x01
+        s3.put_object(Bucket=bucket, Key=key, Body=bytes(flipped))  # tampered in the bucket
+        with pytest.raises(PackIntegrityError, match="refusing it"):
+            await engine.packs.runnable(v)
+    assert glob.glob(settings.database + ".packs") == []
