@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobengine.backends.blobs import blob_store_for
+from jobengine.backends.blobs.fallback import WithLegacyRows
 from jobengine.backends.blobs.filesystem import FilesystemBlobStore
 from jobengine.backends.blobs.s3 import S3BlobStore
 from jobengine.backends.memory import MemoryStore
@@ -30,13 +31,15 @@ from support.s3 import client, new_bucket, s3_endpoint, s3_server  # noqa: F401 
 def test_the_default_is_files_beside_sqlite_and_the_database_elsewhere(tmp_path: Path) -> None:
     db = str(tmp_path / "jobs.db")
     fs = blob_store_for(SqliteStore(db), Settings(database=db))
-    assert isinstance(fs, FilesystemBlobStore) and fs.root == Path(db + ".packs")
+    assert isinstance(fs, WithLegacyRows) and fs.kind == "filesystem"  # reads fall back to pack_blobs rows
+    assert isinstance(fs.primary, FilesystemBlobStore) and fs.primary.root == Path(db + ".packs")
     own = blob_store_for(SqliteStore(db), Settings(database=db, packs_blob_dir=str(tmp_path / "b")))
-    assert isinstance(own, FilesystemBlobStore) and own.root == tmp_path / "b"
+    assert isinstance(own, WithLegacyRows) and isinstance(own.primary, FilesystemBlobStore)
+    assert own.primary.root == tmp_path / "b"
     assert blob_store_for(SqliteStore(db), Settings(packs_blob_store="database")).kind == "database"
     assert blob_store_for(MemoryStore(), Settings(database="memory")).kind == "database"
     s3 = blob_store_for(MemoryStore(), Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
-    assert isinstance(s3, S3BlobStore) and s3.bucket == "b"  # a bucket alone chooses s3
+    assert isinstance(s3, S3BlobStore) and s3.bucket == "b"  # a bucket alone chooses s3 (memory: no rows)
     with pytest.raises(ConfigError, match=r"^packs_blob_dir: required"):
         blob_store_for(MemoryStore(), Settings(database="memory", packs_blob_store="filesystem"))
 
@@ -100,6 +103,21 @@ async def test_the_database_store_on_sqlite_keeps_content_in_the_file(tmp_path: 
         await engine.packs.approve(v.name, v.version, "key:reviewer")
         assert await engine.packs.runnable(await engine.packs.get(v.name, v.version)) == data
     assert glob.glob(db + ".packs") == []  # no blob directory
+
+
+async def test_content_stored_in_the_database_before_the_blob_store_is_still_read(tmp_path: Path) -> None:
+    """An upgraded SQLite deployment: versions uploaded when content was rows of pack_blobs keep it."""
+    db = str(tmp_path / "jobs.db")
+    data = pack_bytes(tmp_path / "src")
+    async with Engine.from_settings(Settings(database=db, packs_blob_store="database")) as engine:
+        v, _ = await engine.packs.upload(data, "key:dev")
+        await engine.packs.approve(v.name, v.version, "key:reviewer")
+    async with Engine.from_settings(Settings(database=db)) as engine:  # the default now: files
+        assert engine.packs.blobs.kind == "filesystem" and await engine.packs.blobs.exists(v.sha256)
+        assert await engine.packs.runnable(await engine.packs.get(v.name, v.version)) == data
+        assert glob.glob(db + ".packs/sha256/*/*") == []  # read from the row, not copied
+        await engine.packs.upload(data, "key:dev")  # the same bytes again: now a file too
+        assert [os.path.basename(p) for p in glob.glob(db + ".packs/sha256/*/*")] == [v.sha256]
 
 
 async def test_the_registry_on_s3(tmp_path: Path, s3_endpoint: str) -> None:  # noqa: F811 - a fixture

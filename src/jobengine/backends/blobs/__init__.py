@@ -33,19 +33,37 @@ def blob_store_for(store: object, settings: Settings) -> BlobStore:
     else:
         raise ConfigError(f"packs: the {type(store).__name__} store does not keep task packs")
     kind = blob_store_kind(settings, store_kind)
+    if kind == "database":
+        return _database_blobs(store)
+    primary = _external(kind, store, store_kind, settings)
+    if store_kind == "memory":
+        return primary
+    from jobengine.backends.blobs.fallback import WithLegacyRows
+
+    return WithLegacyRows(primary, _database_blobs(store))  # content uploaded before 0009 is in pack_blobs
+
+
+def _external(kind: str, store: object, store_kind: str, settings: Settings) -> BlobStore:
+    from jobengine.backends.sqlite import SqliteStore
+
     if kind == "s3":
         from jobengine.backends.blobs.s3 import S3BlobStore
 
         return S3BlobStore(settings.packs_s3_bucket, prefix=settings.packs_s3_prefix,
                            endpoint=settings.packs_s3_endpoint, region=settings.packs_s3_region)  # fmt: skip
-    if kind == "filesystem":
-        from jobengine.backends.blobs.filesystem import FilesystemBlobStore
+    from jobengine.backends.blobs.filesystem import FilesystemBlobStore
 
-        if settings.packs_blob_dir:
-            return FilesystemBlobStore(Path(settings.packs_blob_dir).expanduser())
-        if isinstance(store, SqliteStore):
-            return FilesystemBlobStore(Path(store.path + ".packs"))
-        raise ConfigError(f"packs_blob_dir: required for the filesystem blob store with the {store_kind} store")
+    if settings.packs_blob_dir:
+        return FilesystemBlobStore(Path(settings.packs_blob_dir).expanduser())
+    if isinstance(store, SqliteStore):
+        return FilesystemBlobStore(Path(store.path + ".packs"))
+    raise ConfigError(f"packs_blob_dir: required for the filesystem blob store with the {store_kind} store")
+
+
+def _database_blobs(store: object) -> BlobStore:
+    from jobengine.backends.memory import MemoryStore
+    from jobengine.backends.sqlite import SqliteStore
+
     if isinstance(store, SqliteStore):
         from jobengine.backends.sqlite.blobs import SqliteBlobStore
 
