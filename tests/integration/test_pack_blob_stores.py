@@ -139,3 +139,26 @@ async def test_the_registry_on_s3(tmp_path: Path, s3_endpoint: str) -> None:  # 
         with pytest.raises(PackIntegrityError, match="refusing it"):
             await engine.packs.runnable(v)
     assert glob.glob(settings.database + ".packs") == []
+
+
+async def test_readyz_reports_the_blob_store(tmp_path: Path) -> None:
+    import httpx
+
+    from jobengine.http import create_app
+
+    (tmp_path / "not-a-dir").write_bytes(b"")
+    for blob_dir, ready in ((str(tmp_path / "blobs"), True), (str(tmp_path / "not-a-dir"), False)):
+        settings = Settings(database=str(tmp_path / "jobs.db"), packs_blob_dir=blob_dir)
+        async with Engine.from_settings(settings) as engine:
+            app = create_app(engine, settings)
+            async with (
+                app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+            ):
+                answer = await c.get("/readyz")
+                check = answer.json()["checks"]["packs"]
+                assert check["ready"] is ready and answer.status_code == (200 if ready else 503)
+                assert (
+                    ("filesystem" in check["detail"]) if ready else ("packs_blob_store: filesystem" in check["detail"])
+                )
+            assert "packs" not in await engine.readiness()  # removed with the app

@@ -49,9 +49,11 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.add_health_check("packs", engine.packs.check_blobs)  # where pack content lives (packs/storage.py)
         try:
             yield
         finally:
+            engine.remove_health_check("packs")
             engine.bus.remove_listener(metrics.on_event)
 
     app = FastAPI(

@@ -192,6 +192,13 @@ class PackRegistry:
                                "versions can be downloaded to run")  # fmt: skip
         return await self.content(version)
 
+    async def check_blobs(self) -> str:
+        """A readiness check (``/readyz`` check ``packs``): the blob store's health; StoreError when down."""
+        h = await self.blobs.health()
+        if not h.ok:
+            raise StoreError(f"packs_blob_store: {h.backend}: {h.detail}")
+        return f"{h.backend}, {h.latency_ms:.1f} ms: {h.detail}"
+
     # -- workflow -----------------------------------------------------------------------------------
     async def approve(self, name: str, version: str, actor: str) -> PackVersion:
         current = await self.get(name, version)
