@@ -162,3 +162,37 @@ async def test_readyz_reports_the_blob_store(tmp_path: Path) -> None:
                     ("filesystem" in check["detail"]) if ready else ("packs_blob_store: filesystem" in check["detail"])
                 )
             assert "packs" not in await engine.readiness()  # removed with the app
+
+
+async def test_migration_0009_keeps_versions_and_their_content_on_sqlite(tmp_path: Path) -> None:
+    """A database at 0008 with a pack (content as a pack_blobs row) upgraded: the row survives the table
+    rebuild, the foreign key is gone, and the default (files) still serves the old content."""
+    import sqlite3
+
+    from jobengine.backends.sqlite.migrate import apply_migrations, load_migrations
+
+    db = str(tmp_path / "jobs.db")
+    data = pack_bytes(tmp_path / "src")
+    digest = hashlib.sha256(data).hexdigest()
+    conn = sqlite3.connect(db)
+    try:
+        apply_migrations(conn, [m for m in load_migrations() if m.version <= 8])
+        conn.execute("INSERT INTO pack_blobs VALUES (?, ?, ?, 1.0)", (digest, len(data), data))
+        conn.execute(
+            "INSERT INTO pack_versions (name, version, sha256, size, status, manifest, uploaded_by, uploaded_at,"
+            " updated_at, approved_by) VALUES ('hello', '1.0.0', ?, ?, 'approved', '{}', 'key:dev', 1.0, 2.0, 'key:r')",
+            (digest, len(data)),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    async with Engine.from_settings(Settings(database=db)) as engine:
+        v = await engine.packs.get("hello", "1.0.0")
+        assert (v.sha256, v.size, v.approved_by, v.updated_at) == (digest, len(data), "key:r", 2.0)
+        assert await engine.packs.runnable(v) == data
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA foreign_key_list(pack_versions)").fetchall() == []
+        assert conn.execute("SELECT name FROM jobengine_migrations WHERE version = 9").fetchone() is not None
+    finally:
+        conn.close()
