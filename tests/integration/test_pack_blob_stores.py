@@ -196,3 +196,22 @@ async def test_migration_0009_keeps_versions_and_their_content_on_sqlite(tmp_pat
         assert conn.execute("SELECT name FROM jobengine_migrations WHERE version = 9").fetchone() is not None
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [({"JOBENGINE_PACKS_BLOB_STORE": "s3"}, "packs_s3_bucket"),
+     ({"JOBENGINE_DATABASE": "memory", "JOBENGINE_PACKS_BLOB_STORE": "filesystem"}, "packs_blob_dir")],
+)  # fmt: skip
+def test_serve_refuses_a_blob_store_that_cannot_work(
+    env: dict[str, str], field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobengine.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JOBENGINE_DATABASE", str(tmp_path / "jobs.db"))
+    monkeypatch.setenv("JOBENGINE_API_PORT", "0")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve"]) == 2
+    assert f"{field}: " in capsys.readouterr().err
