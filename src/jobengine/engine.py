@@ -178,9 +178,11 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
     def packs(self) -> PackRegistry:
         """The task pack registry (:mod:`jobengine.packs`); ConfigError if the store keeps no packs."""
         if self._packs is None:
+            from jobengine.backends.blobs import blob_store_for
             from jobengine.packs.registry import registry_for
 
-            self._packs = registry_for(self.store, self.settings, self.clock)
+            blobs = blob_store_for(self.store, self.settings)
+            self._packs = registry_for(self.store, blobs, self.settings, self.clock)
         return self._packs
 
     def webhook_store(self) -> WebhookStore:

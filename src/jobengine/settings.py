@@ -18,6 +18,7 @@ import yaml
 from jobengine.delivery.config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.flow.config import check_flow_settings
+from jobengine.packs.storage import check_blob_settings
 from jobengine.webhooks.config import check_webhook_settings
 
 
@@ -71,6 +72,14 @@ class Settings:
     packs_max_bytes: int = 16 * 1024 * 1024  # largest pack archive accepted (compressed)
     worker_packs: tuple[str, ...] = ()  # name@version (or @stable) of approved packs a worker loads
     packs_cache_dir: str = ""  # where workers unpack packs, by digest ("": ~/.cache/jobengine/packs)
+    #: Where pack content lives: filesystem | s3 | database; "": filesystem on SQLite, database on PostgreSQL
+    #: (s3 on either when packs_s3_bucket is set). See jobengine.packs.storage and docs/architecture.md.
+    packs_blob_store: str = ""
+    packs_blob_dir: str = ""  # filesystem: the directory ("": beside the SQLite file, <database>.packs)
+    packs_s3_bucket: str = ""  # s3: bucket, key prefix, endpoint ("": AWS) and region; credentials: AWS_* env
+    packs_s3_prefix: str = ""
+    packs_s3_endpoint: str = ""
+    packs_s3_region: str = ""
     dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
     # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
     webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
@@ -159,6 +168,7 @@ class Settings:
             raise ConfigError("packs_max_bytes: must be at least 1024")
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
+        check_blob_settings(self)
         check_webhook_settings(self)
         check_flow_settings(self)
 

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -188,10 +187,12 @@ def test_a_flipped_byte_in_stored_content_is_refused_by_the_worker(
             return str(job.id)
 
     job_id = asyncio.run(publish())
-    with sqlite3.connect(stack.db) as conn:
-        data = bytearray(conn.execute("SELECT data FROM pack_blobs").fetchone()[0])
-        data[len(data) // 2] ^= 0x01
-        conn.execute("UPDATE pack_blobs SET data = ?", (bytes(data),))
+    # On SQLite the content is a file beside the database (packs_blob_store: filesystem, the default).
+    (blob,) = Path(stack.db + ".packs").glob("sha256/*/*")
+    assert blob.name == built.sha256
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
 
     cache = tmp_path / "cache"
     worker = stack.spawn("worker", "worker", "--packs", "hello@1.0.0", env={"JOBENGINE_PACKS_CACHE_DIR": str(cache)})

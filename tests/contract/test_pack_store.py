@@ -1,13 +1,12 @@
-"""The task pack registry's storage port (PackStore), on every backend: insert once per version, the
-winner of concurrent inserts, guarded status changes with their audit events, content by digest, search."""
+"""The task pack registry's metadata port (PackStore), on every backend: insert once per version, the
+winner of concurrent inserts, guarded status changes with their audit events, digest lookup, search.
+Content is the BlobStore's (tests/contract/test_blob_store.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 from dataclasses import replace
-
-import pytest
 
 from jobengine.ports.packs import NewPackEvent, PackStatus, PackStore, PackVersion
 from jobengine.ports.store import Store
@@ -34,14 +33,12 @@ def _event(kind: str = "pack.uploaded", actor: str = "key:alice", reason: str | 
 async def test_insert_once_then_existing(store: Store) -> None:
     packs = _packs(store)
     v = _version()
-    stored, created = await packs.insert_pack_version(v, b"one", _event())
+    stored, created = await packs.insert_pack_version(v, _event())
     assert created and stored == v
     other = _version(content=b"two")
-    again, created2 = await packs.insert_pack_version(other, b"two", _event())
+    again, created2 = await packs.insert_pack_version(other, _event())
     assert not created2
     assert again.sha256 == v.sha256  # the stored digest is unchanged
-    assert await packs.read_pack_content(v.sha256) == b"one"
-    assert await packs.read_pack_content(other.sha256) is None  # the loser stored nothing
     got = await packs.get_pack_version("hello", "1.0.0")
     assert got is not None and got.manifest == v.manifest and got.status is PackStatus.PENDING
     assert [e.type for e in await packs.list_pack_events("hello")] == ["pack.uploaded"]
@@ -50,7 +47,7 @@ async def test_insert_once_then_existing(store: Store) -> None:
 async def test_concurrent_inserts_of_one_version_exactly_one_wins(store: Store) -> None:
     packs = _packs(store)
     contents = [f"content {i}".encode() for i in range(6)]
-    results = await asyncio.gather(*(packs.insert_pack_version(_version(content=c), c, _event()) for c in contents))
+    results = await asyncio.gather(*(packs.insert_pack_version(_version(content=c), _event()) for c in contents))
     winners = [v for v, created in results if created]
     assert len(winners) == 1
     assert all(v.sha256 == winners[0].sha256 for v, _ in results)
@@ -59,7 +56,7 @@ async def test_concurrent_inserts_of_one_version_exactly_one_wins(store: Store) 
 
 async def test_status_changes_are_guarded_and_audited(store: Store) -> None:
     packs = _packs(store)
-    await packs.insert_pack_version(_version(), b"one", _event())
+    await packs.insert_pack_version(_version(), _event())
     ok = await packs.set_pack_status("hello", "1.0.0", [PackStatus.PENDING], PackStatus.APPROVED,
                                      _event("pack.approved", "key:bob"), approved_by="key:bob")  # fmt: skip
     assert ok is not None and ok.status is PackStatus.APPROVED and ok.approved_by == "key:bob"
@@ -85,9 +82,9 @@ async def test_status_changes_are_guarded_and_audited(store: Store) -> None:
 
 async def test_listing_search_and_digest_lookup(store: Store) -> None:
     packs = _packs(store)
-    await packs.insert_pack_version(_version("hello", "1.0.0", b"a"), b"a", _event())
-    await packs.insert_pack_version(_version("hello", "1.10.0", b"b", uploaded_at=T0 + 5), b"b", _event())
-    await packs.insert_pack_version(_version("etl", "0.1.0", b"c", description="Moves DATA around"), b"c", _event())
+    await packs.insert_pack_version(_version("hello", "1.0.0", b"a"), _event())
+    await packs.insert_pack_version(_version("hello", "1.10.0", b"b", uploaded_at=T0 + 5), _event())
+    await packs.insert_pack_version(_version("etl", "0.1.0", b"c", description="Moves DATA around"), _event())
     names = [(v.name, v.version) for v in await packs.list_pack_versions()]
     assert names == [("etl", "0.1.0"), ("hello", "1.0.0"), ("hello", "1.10.0")]
     assert [v.version for v in await packs.list_pack_versions("hello")] == ["1.0.0", "1.10.0"]
@@ -96,12 +93,3 @@ async def test_listing_search_and_digest_lookup(store: Store) -> None:
     by_digest = await packs.pack_versions_by_digest(hashlib.sha256(b"b").hexdigest())
     assert [(v.name, v.version) for v in by_digest] == [("hello", "1.10.0")]
     assert await packs.pack_versions_by_digest("0" * 64) == []
-
-
-@pytest.mark.parametrize("size", [0, 300_000])
-async def test_content_round_trips_bytes(store: Store, size: int) -> None:
-    packs = _packs(store)
-    content = bytes(range(256)) * (size // 256) + b"\x00\xff"
-    v = _version(content=content)
-    await packs.insert_pack_version(v, content, _event())
-    assert await packs.read_pack_content(v.sha256) == content

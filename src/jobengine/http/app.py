@@ -42,6 +42,7 @@ may carry an `Idempotency-Key` header: the same key and body get the first answe
 def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     """A new app serving ``engine``; ``settings`` default to the engine's."""
     s = settings or engine.settings
+    registry = engine.packs  # a blob store setting that cannot work fails here (ConfigError naming it), not later
     metrics = Metrics()
     ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics)
     engine.bus.add_listener(metrics.on_event)
@@ -49,9 +50,11 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.add_health_check("packs", registry.check_blobs)  # where pack content lives (packs/storage.py)
         try:
             yield
         finally:
+            engine.remove_health_check("packs")
             engine.bus.remove_listener(metrics.on_event)
 
     app = FastAPI(

@@ -7,6 +7,12 @@ Rules (the store applies each write atomically; this module decides what is allo
   that cannot be read safely or holds no valid manifest is refused (InvalidPack / UnsafeArchive, nothing
   stored: it cannot even be trusted to name a version); one whose manifest is valid but whose code does not
   hold up (an entry point missing) is stored as ``invalid`` with the reason, never ``pending_approval``.
+- **Content before metadata**: the bytes go to the blob store (:class:`~jobengine.ports.blobs.BlobStore`,
+  content-addressed) before the version row is committed, so a committed version always has its content.
+  An upload that fails between the two leaves at most a blob that no version names: harmless (its name is
+  its digest; the same bytes uploaded again find it in place). A blob whose upload lost to another digest
+  for the same ``name@version`` is deleted again: the digest fixes the manifest and so ``name@version``,
+  which is bound to the other digest forever, so no version can ever name that blob.
 - **Immutability**: ``name@version`` names one sha256 forever: the same bytes again is idempotent (the
   stored version, ``created`` False), other bytes are PackConflict (409) and the stored digest stays; an
   archived version is never published again, with any bytes.
@@ -20,6 +26,7 @@ Rules (the store applies each write atomically; this module decides what is allo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import Collection
@@ -32,6 +39,7 @@ from jobengine.packs import semver, verify
 from jobengine.packs.archive import Limits
 from jobengine.packs.errors import ApprovalDenied, DigestMismatch, InvalidPack, PackConflict
 from jobengine.packs.manifest import PACK_NAME
+from jobengine.ports.blobs import BlobStore
 from jobengine.ports.packs import RUNNABLE, NewPackEvent, PackEvent, PackStatus, PackStore, PackVersion
 
 if TYPE_CHECKING:
@@ -63,8 +71,11 @@ def four_eyes_from(settings: Settings) -> bool:
 
 
 class PackRegistry:
-    def __init__(self, store: PackStore, clock: Clock, *, four_eyes: bool, limits: Limits | None = None) -> None:
+    def __init__(
+        self, store: PackStore, blobs: BlobStore, clock: Clock, *, four_eyes: bool, limits: Limits | None = None
+    ) -> None:
         self.store = store
+        self.blobs = blobs
         self.clock = clock
         self.four_eyes = four_eyes
         self.limits = limits or Limits()
@@ -91,9 +102,19 @@ class PackRegistry:
         version = PackVersion(m.name, m.version, digest, len(data), status, m.to_json(), m.description, actor, now,
                               now, reason)  # fmt: skip
         event = NewPackEvent("pack.invalid" if found.problem else "pack.uploaded", actor, now, reason)
-        stored, created = await self.store.insert_pack_version(version, data, event)
-        if created:
-            return stored, True
+        existing = await self.store.get_pack_version(m.name, m.version)
+        if existing is None:  # else nothing to write: the conflict (or the idempotent answer) is below
+            await self.blobs.put(digest, data)
+            stored, created = await self.store.insert_pack_version(version, event)
+            if created:
+                return stored, True
+            if stored.sha256 != digest:  # lost a race to other bytes: no version can ever name this blob
+                with contextlib.suppress(StoreError):
+                    await self.blobs.delete(digest)
+        else:
+            stored = existing
+            if existing.sha256 == digest and existing.status is not PackStatus.ARCHIVED:
+                await self.blobs.put(digest, data)  # idempotent; puts back content lost from the blob store
         ref = f"{m.name}@{m.version}"
         if stored.status is PackStatus.ARCHIVED:
             raise PackConflict(f"{ref} is archived: an archived version is never published again")
@@ -146,7 +167,7 @@ class PackRegistry:
 
     async def content(self, version: PackVersion) -> bytes:
         """The stored bytes of ``version``, verified against its digest (PackIntegrityError otherwise)."""
-        data = await self.store.read_pack_content(version.sha256)
+        data = await self.blobs.get(version.sha256)
         if data is None:
             raise NotFound("pack content", version.sha256)
         actual = hashlib.sha256(data).hexdigest()
@@ -170,6 +191,13 @@ class PackRegistry:
             raise PackConflict(f"{version.name}@{version.version} is {version.status.value}: only approved "
                                "versions can be downloaded to run")  # fmt: skip
         return await self.content(version)
+
+    async def check_blobs(self) -> str:
+        """A readiness check (``/readyz`` check ``packs``): the blob store's health; StoreError when down."""
+        h = await self.blobs.health()
+        if not h.ok:
+            raise StoreError(f"packs_blob_store: {h.backend}: {h.detail}")
+        return f"{h.backend}, {h.latency_ms:.1f} ms: {h.detail}"
 
     # -- workflow -----------------------------------------------------------------------------------
     async def approve(self, name: str, version: str, actor: str) -> PackVersion:
@@ -253,11 +281,12 @@ def event_to_json(e: PackEvent) -> dict[str, Any]:
             "reason": e.reason}  # fmt: skip
 
 
-def registry_for(store: object, settings: Settings, clock: Clock) -> PackRegistry:
-    """The registry over ``store`` configured from ``settings``; ConfigError if the store keeps no packs."""
+def registry_for(store: object, blobs: BlobStore, settings: Settings, clock: Clock) -> PackRegistry:
+    """The registry over ``store`` (metadata) and ``blobs`` (content) configured from ``settings``;
+    ConfigError if the store keeps no packs."""
     from jobengine.errors import ConfigError
 
     if not isinstance(store, PackStore):
         raise ConfigError("packs: this store does not keep task packs")
     limits = Limits(max_compressed=settings.packs_max_bytes)
-    return PackRegistry(store, clock, four_eyes=four_eyes_from(settings), limits=limits)
+    return PackRegistry(store, blobs, clock, four_eyes=four_eyes_from(settings), limits=limits)

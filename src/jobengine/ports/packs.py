@@ -1,10 +1,10 @@
 """Task pack registry storage (an optional port, next to the Store of the same backend).
 
 A pack version is immutable: ``(name, version)`` names one sha256 forever. The content (the ``.tar.gz``)
-is kept once per digest; the metadata row carries the status of the approval workflow
-(:class:`PackStatus`), and every change of it appends a :class:`PackEvent` in the same transaction (the
-audit trail). The registry logic (who may do what, which transition is legal) lives in
-:mod:`jobengine.packs.registry`; a store only applies guarded writes atomically.
+is not kept here but in a :class:`~jobengine.ports.blobs.BlobStore`, once per digest; the metadata row
+carries the status of the approval workflow (:class:`PackStatus`), and every change of it appends a
+:class:`PackEvent` in the same transaction (the audit trail). The registry logic (who may do what, which
+transition is legal) lives in :mod:`jobengine.packs.registry`; a store only applies guarded writes atomically.
 """
 
 from __future__ import annotations
@@ -65,12 +65,11 @@ class PackEvent:
 
 @runtime_checkable
 class PackStore(Protocol):
-    async def insert_pack_version(
-        self, version: PackVersion, content: bytes, event: NewPackEvent
-    ) -> tuple[PackVersion, bool]:
-        """Atomically: no row for ``(name, version)`` -> store the content (once per sha256), the row and the
-        event, and return ``(version, True)``; a row exists -> change nothing and return ``(existing, False)``
-        (the caller compares digests). Of concurrent inserts of one version exactly one gets True."""
+    async def insert_pack_version(self, version: PackVersion, event: NewPackEvent) -> tuple[PackVersion, bool]:
+        """Atomically: no row for ``(name, version)`` -> store the row and the event, and return
+        ``(version, True)`` (the content is already in the blob store); a row exists -> change nothing and
+        return ``(existing, False)`` (the caller compares digests). Of concurrent inserts of one version
+        exactly one gets True."""
         ...
 
     async def get_pack_version(self, name: str, version: str) -> PackVersion | None: ...
@@ -96,10 +95,6 @@ class PackStore(Protocol):
         """Move the version to ``status`` (recording ``event.reason`` as the status reason, and
         ``approved_by`` when given) if its status is one of ``expected``; append the event in the same
         transaction. None (nothing changed) when the version is missing or in another status."""
-        ...
-
-    async def read_pack_content(self, sha256: str) -> bytes | None:
-        """The stored bytes of this digest, as stored (the reader verifies them), or None."""
         ...
 
     async def list_pack_events(self, name: str, version: str | None = None) -> list[PackEvent]:

@@ -103,7 +103,7 @@ async def test_digest_mismatch_is_400_and_stores_nothing(api: Api, acme: httpx.A
     assert r.status_code == 400 and r.json()["field"] == "sha256"
     assert r.headers["content-type"] == "application/problem+json"
     assert (await acme.get(f"{P}/hello/versions")).status_code == 404
-    assert await api.engine.packs.store.read_pack_content(hashlib.sha256(data).hexdigest()) is None
+    assert await api.engine.packs.blobs.get(hashlib.sha256(data).hexdigest()) is None
 
 
 async def test_same_version_other_bytes_is_409_same_bytes_is_idempotent(

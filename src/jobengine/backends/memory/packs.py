@@ -19,7 +19,7 @@ class _Locked(Protocol):
 @dataclass
 class _PackState:
     versions: dict[tuple[str, str], PackVersion] = field(default_factory=dict)
-    blobs: dict[str, bytes] = field(default_factory=dict)
+    blobs: dict[str, bytes] = field(default_factory=dict)  # MemoryBlobStore's (packs_blob_store = database)
     events: list[PackEvent] = field(default_factory=list)
 
     def append(self, name: str, version: str, e: NewPackEvent) -> None:
@@ -35,15 +35,12 @@ def _state(store: object) -> _PackState:
 
 
 class MemoryPackMixin:
-    async def insert_pack_version(
-        self: _Locked, version: PackVersion, content: bytes, event: NewPackEvent
-    ) -> tuple[PackVersion, bool]:
+    async def insert_pack_version(self: _Locked, version: PackVersion, event: NewPackEvent) -> tuple[PackVersion, bool]:
         async with self._lock:
             s = _state(self)
             key = (version.name, version.version)
             if key in s.versions:
                 return s.versions[key], False
-            s.blobs.setdefault(version.sha256, bytes(content))
             s.versions[key] = version
             s.append(version.name, version.version, event)
             return version, True
@@ -87,9 +84,6 @@ class MemoryPackMixin:
             s.versions[(name, version)] = changed
             s.append(name, version, event)
             return changed
-
-    async def read_pack_content(self: _Locked, sha256: str) -> bytes | None:
-        return _state(self).blobs.get(sha256)
 
     async def list_pack_events(self: _Locked, name: str, version: str | None = None) -> list[PackEvent]:
         return [e for e in _state(self).events if e.name == name and (version is None or e.version == version)]

@@ -1,8 +1,9 @@
 """The task pack registry on PostgreSQL (:class:`~jobengine.ports.packs.PackStore`), mixed into PostgresStore.
 
-Content is a ``bytea`` row per sha256 (``pack_blobs``) beside the metadata, so an upload is one transaction;
-the version row's primary key decides concurrent uploads of one version (``ON CONFLICT DO NOTHING``: exactly
-one insert wins, the others read the winner). Tables: migration ``0006_packs.sql``."""
+Metadata only: the content is in a blob store (``packs_blob_store``; ``backends/postgres/blobs.py`` when it
+is this database's ``pack_blobs``). The version row's primary key decides concurrent uploads of one
+version (``ON CONFLICT DO NOTHING``: exactly one insert wins, the others read the winner). Tables:
+migrations ``0006_packs.sql``, ``0009_pack_blob_store.sql``."""
 
 from __future__ import annotations
 
@@ -54,17 +55,13 @@ def _rollback(tx: psycopg.AsyncTransaction) -> None:
 
 
 class PostgresPackMixin:
-    async def insert_pack_version(
-        self: _Runs, version: PackVersion, content: bytes, event: NewPackEvent
-    ) -> tuple[PackVersion, bool]:
+    async def insert_pack_version(self: _Runs, version: PackVersion, event: NewPackEvent) -> tuple[PackVersion, bool]:
         v = version
-        blob = _q(self, "INSERT INTO {s}pack_blobs (sha256, size, data, created_at) VALUES "
-                        "(%(sha)s, %(size)s, %(data)s, %(at)s) ON CONFLICT (sha256) DO NOTHING")  # fmt: skip
         row = _q(self, f"INSERT INTO {{s}}pack_versions ({_COLUMNS}) VALUES (%(name)s, %(version)s, %(sha)s, "
                        "%(size)s, %(status)s, %(manifest)s, %(description)s, %(by)s, %(at)s, %(at)s, %(reason)s, "
                        "%(approved_by)s) ON CONFLICT (name, version) DO NOTHING RETURNING 1")  # fmt: skip
         get = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
-        params = {"sha": v.sha256, "size": v.size, "data": content, "at": v.uploaded_at, "name": v.name,
+        params = {"sha": v.sha256, "size": v.size, "at": v.uploaded_at, "name": v.name,
                   "version": v.version, "status": v.status.value, "manifest": Jsonb(dict(v.manifest)),
                   "description": v.description, "by": v.uploaded_by, "reason": v.status_reason,
                   "approved_by": v.approved_by}  # fmt: skip
@@ -73,13 +70,12 @@ class PostgresPackMixin:
         async def op(conn: Conn) -> tuple[PackVersion, bool]:
             created = False
             async with conn.transaction() as tx:
-                await conn.execute(blob, params)
                 cur = await conn.execute(row, params)
                 created = await cur.fetchone() is not None
                 if created:
                     await conn.execute(ev, _event_params(v.name, v.version, event))
                 else:
-                    _rollback(tx)  # the version exists: keep nothing of this upload (its content)
+                    _rollback(tx)  # the version exists: keep nothing of this upload
             if created:
                 return v, True
             # Lost the race (or the version existed): read the winner's row, committed by now.
@@ -132,10 +128,6 @@ class PostgresPackMixin:
                 return _version(found)
 
         return await self._run(op, retry=False)
-
-    async def read_pack_content(self: _Runs, sha256: str) -> bytes | None:
-        rows = await self._rows(_q(self, "SELECT data FROM {s}pack_blobs WHERE sha256 = %(sha)s"), {"sha": sha256})
-        return bytes(rows[0][0]) if rows else None
 
     async def list_pack_events(self: _Runs, name: str, version: str | None = None) -> list[PackEvent]:
         q = _q(

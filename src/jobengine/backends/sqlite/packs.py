@@ -1,8 +1,7 @@
 """The task pack registry on SQLite (:class:`~jobengine.ports.packs.PackStore`), mixed into SqliteStore.
 
-Content lives in the database (``pack_blobs``), beside its metadata: an upload is one transaction (content,
-row, event), so a refused or interrupted upload leaves nothing, and backups of the one file carry the packs
-(docs/architecture.md explains why not a blob directory). Tables: migration ``0006_packs.sql``."""
+Metadata only: the content is in a blob store (``packs_blob_store``; ``backends/sqlite/blobs.py`` when it
+is this database's ``pack_blobs``). Tables: migrations ``0006_packs.sql``, ``0009_pack_blob_store.sql``."""
 
 from __future__ import annotations
 
@@ -45,9 +44,7 @@ def _get(c: sqlite3.Connection, name: str, version: str) -> PackVersion | None:
 
 
 class SqlitePackMixin:
-    async def insert_pack_version(
-        self: _Runs, version: PackVersion, content: bytes, event: NewPackEvent
-    ) -> tuple[PackVersion, bool]:
+    async def insert_pack_version(self: _Runs, version: PackVersion, event: NewPackEvent) -> tuple[PackVersion, bool]:
         v = version
         manifest = codec.dumps(dict(v.manifest), "manifest")
 
@@ -55,10 +52,6 @@ class SqlitePackMixin:
             existing = _get(c, v.name, v.version)
             if existing is not None:
                 return existing, False
-            c.execute(
-                "INSERT OR IGNORE INTO pack_blobs (sha256, size, data, created_at) VALUES (?, ?, ?, ?)",
-                (v.sha256, v.size, content, v.uploaded_at),
-            )
             c.execute(
                 f"INSERT INTO pack_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (v.name, v.version, v.sha256, v.size, v.status.value, manifest, v.description, v.uploaded_by,
@@ -121,13 +114,6 @@ class SqlitePackMixin:
             return _get(c, name, version)
 
         return await self._write(write)
-
-    async def read_pack_content(self: _Runs, sha256: str) -> bytes | None:
-        def read(c: sqlite3.Connection) -> bytes | None:
-            row = c.execute("SELECT data FROM pack_blobs WHERE sha256 = ?", (sha256,)).fetchone()
-            return bytes(row[0]) if row is not None else None
-
-        return await self._read(read)
 
     async def list_pack_events(self: _Runs, name: str, version: str | None = None) -> list[PackEvent]:
         def read(c: sqlite3.Connection) -> list[PackEvent]:
