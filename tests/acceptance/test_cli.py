@@ -24,6 +24,7 @@ from jobengine.core.models import Job, JobFilter
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.settings import Settings
+from support.waiting import wait_for
 
 T = TypeVar("T")
 
@@ -89,18 +90,6 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(tmp_path)
     yield runner
     runner.close()
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy (and return that)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from support.services import unavailable
+from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_DIR = ROOT / "sdk" / "go"
@@ -75,16 +76,6 @@ def go_env() -> dict[str, str]:
 
 def go(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["go", *args], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Server:

@@ -13,8 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,18 +21,9 @@ import pytest
 
 from jobengine.cli.main import main
 from support.packs import write_pack
+from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Stack:

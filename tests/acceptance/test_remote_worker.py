@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0
@@ -62,16 +64,6 @@ class Cluster:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
             p.wait()
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
