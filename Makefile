@@ -29,11 +29,14 @@ up: venv
 
 # The dashboard's browser tests drive Debian's chromium package (never a browser Playwright downloads).
 browser:
-	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@# Without root (or apt), say so and go on: the browser tests then skip with that reason (and fail under CI).
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		|| echo "note: could not install Debian's chromium; the browser tests will skip"
 
 test: venv browser
 	@# The Go worker SDK's tests (tests/acceptance/test_go_worker.py) need a Go toolchain: the system's.
-	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go)
+	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
+		|| echo "note: could not install golang-go; the Go SDK tests will skip"
 	$(BIN)/pytest $(PYTEST_ARGS) -m "not serial"
 	@# Tests that assert a bound in time run alone: four workers' load would stretch what they measure.
 	$(BIN)/pytest -m serial

@@ -45,7 +45,7 @@ from jobengine.ports.packs import RUNNABLE, NewPackEvent, PackEvent, PackStatus,
 if TYPE_CHECKING:
     from jobengine.settings import Settings
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would let a trailing newline through
 CHANNELS = ("latest", "stable")  # highest approved version; the same without pre-releases
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 

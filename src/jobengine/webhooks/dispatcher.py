@@ -209,7 +209,7 @@ class WebhookDispatcher:
             fresh = await store.get_endpoint(endpoint.id)
             since = fresh.failing_since if fresh is not None else None
             series = (await store.list_attempts(d.id))[-failures:]
-            if since is not None and series and since <= series[0].at and verdict.kind != GONE:
+            if since is not None and series and since <= series[0].at:
                 reason = f"failing for the whole retry window ({self.schedule.window:g}s)"
                 await self._disable(endpoint.id, reason, now)
         return True

@@ -66,6 +66,7 @@ async def test_a_hole_left_by_a_rollback_holds_the_feed_for_the_grace_only(postg
             while not got:
                 got = [e.id for e in await feed.next(timeout=3.0)]
                 assert time.monotonic() - began < 3.0, "the feed never passed the hole of a rollback"
+            assert time.monotonic() - began >= 0.3, "the feed passed the hole without waiting for its grace"
             (event,) = await engine.events(start, 10)
             assert event.job_id == late.id and got == [event.id] and event.id > start + 1
         finally:
