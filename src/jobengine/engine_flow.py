@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed, Job, NewJob, check_name
-from jobengine.core.states import JobState
+from jobengine.core.states import RUNNABLE, JobState
 from jobengine.errors import ConfigError, InvalidJob, Overloaded, QueueFull
 from jobengine.flow.aimd import Aimd
 from jobengine.flow.config import parse_flow_limits, shed_policy
@@ -74,6 +74,8 @@ class FlowFacade:
         def notifier(self) -> Notifier: ...
 
         async def queue_settings(self, *, fresh: bool = False) -> dict[str, QueueSettings]: ...
+
+        async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]: ...
 
     def _flow(self) -> _FlowRuntime:
         if self._flow_runtime is None:
@@ -196,6 +198,14 @@ class FlowFacade:
             rt.counts = await self.store.flow_counts()
             rt.counts_read_at = time.monotonic()
         return rt.counts
+
+    async def queue_depth(self, queue: str, tenant: str | None = None) -> int:
+        """Runnable jobs of ``queue``: every tenant's (what admission counts) when ``tenant`` is None, else
+        only ``tenant``'s — a tenant's caller must not learn how much work other tenants have queued."""
+        if tenant is None:
+            return (await self.flow_counts(fresh=True)).depth.get(queue, 0)
+        counts = await self.count_jobs(tenant)
+        return sum(counts.get((queue, s), 0) for s in RUNNABLE)
 
     def _depth_limits(self, limits: dict[str, FlowLimits], queue: str) -> tuple[int | None, int | None]:
         lim = limits.get(queue)

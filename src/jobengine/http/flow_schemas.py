@@ -40,8 +40,10 @@ class FlowLimitsOut(BaseModel):
     queue: str
     limits: dict[str, object] | None = Field(description="The limits in force (null: none)")
     current_rate: float | None = Field(description="The rate claims use now (the adaptive limiter's)")
-    pressure: Literal["none", "soft", "hard"]
-    depth: int = Field(description="Runnable jobs of every tenant")
+    pressure: Literal["none", "soft", "hard"] = Field(
+        description="The queue's admission state (every tenant's depth against the limits), as X-Queue-Pressure"
+    )
+    depth: int = Field(description="Runnable jobs of the key's tenant (of every tenant for the scope metrics)")
 
 
 class ScaleOut(BaseModel):

@@ -111,3 +111,29 @@ async def test_scale_report_in_api_and_metrics(make_api: MakeApi) -> None:
         assert 'jobengine_flow_queue_depth{queue="s"} 20.0' in metrics
         assert 'jobengine_flow_recommended_workers{queue="s"}' in metrics
         assert 'jobengine_flow_wait_seconds{quantile="0.95",queue="s"}' in metrics
+
+
+async def test_flow_depth_is_the_tenants_own_and_every_tenants_for_metrics(make_api: MakeApi) -> None:
+    async with make_api(flow_cache_seconds=0.0) as api:
+        for tenant, n in (("acme", 2), ("globex", 3)):
+            for _ in range(n):
+                await api.engine.enqueue("t", queue="shared", tenant=tenant)
+        jobs = await api.engine.fetch_jobs(["shared"], 1, WorkerId("w"), 30.0)  # running: not depth
+        assert len(jobs) == 1 and jobs[0].tenant == "acme"
+        seen: dict[str, int] = {}
+        for tenant in ("acme", "globex"):
+            async with api.client(await api.key(tenant, "jobs:read"), tenant) as http:
+                r = await http.get("/api/v1/queues/shared/flow")
+                assert r.status_code == 200, r.text
+                seen[tenant] = r.json()["depth"]
+                assert (await http.get("/api/v1/queues/other/flow")).json()["depth"] == 0
+        assert seen == {"acme": 1, "globex": 3}  # neither learns how much the other has queued
+        async with api.client(await api.key("acme", "jobs:read", "metrics")) as http:
+            assert (await http.get("/api/v1/queues/shared/flow")).json()["depth"] == 4  # the operator's view
+        async with api.client(tenant="globex") as http:  # admin implies metrics
+            assert (await http.get("/api/v1/queues/shared/flow")).json()["depth"] == 4
+        async with api.client(await api.key("globex", "queues:write"), "globex") as http:
+            r = await http.put("/api/v1/queues/shared/flow", json={"soft_limit": 3})
+            assert r.status_code == 200 and r.json()["depth"] == 3
+            # The pressure is the queue's admission state, which an enqueue of this tenant reports anyway.
+            assert r.json()["pressure"] == "soft"

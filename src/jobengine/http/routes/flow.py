@@ -3,7 +3,10 @@ key concurrency, depth limits, adaptive), ``/api/v1/queues/{queue}/scale`` (dept
 percentiles, recommended workers) and ``/api/v1/load`` (saturated or not, and the thresholds).
 
 Like pause and limits, flow limits are shared by every tenant, so changing them takes ``queues:write``;
-scale and load count every tenant's jobs, so reading them takes ``metrics``.
+scale and load count every tenant's jobs, so reading them takes ``metrics``. The flow resource's ``depth``
+is the caller's tenant's runnable jobs, as on ``/queues``; a key with ``metrics`` (an operator's view, also
+implied by ``admin``) sees every tenant's, the depth that admission compares with the limits. ``pressure``
+is the queue's admission state, which every enqueue already reports (``X-Queue-Pressure``).
 """
 
 from __future__ import annotations
@@ -24,15 +27,18 @@ from jobengine.http.routes.queues import QueuePath
 router = APIRouter(prefix="/api/v1", tags=["flow"])
 
 
-async def _flow_json(request: Request, queue: str, limits: FlowLimits | None) -> dict[str, object]:
+async def _flow_json(
+    request: Request, principal: Principal, queue: str, limits: FlowLimits | None
+) -> dict[str, object]:
     engine = context(request).engine
-    counts = await engine.flow_counts(fresh=True)
+    # Queues are shared lanes, their depth is not: a tenant's key counts its own jobs only.
+    depth = await engine.queue_depth(queue, None if principal.allows("metrics") else principal.tenant)
     return {
         "queue": queue,
         "limits": limits.to_json() if limits is not None else None,
         "current_rate": engine.flow_rate(limits) if limits is not None else None,
         "pressure": (await engine.queue_pressure(queue)).value,
-        "depth": counts.depth.get(queue, 0),
+        "depth": depth,
     }
 
 
@@ -42,7 +48,7 @@ async def get_flow(
 ) -> Response:
     """The queue's flow limits (configured, or set through the API), its current rate and pressure."""
     limits = (await context(request).engine.flow_limits(fresh=True)).get(queue)
-    return json_response(await _flow_json(request, queue, limits))
+    return json_response(await _flow_json(request, principal, queue, limits))
 
 
 @router.put("/queues/{queue}/flow", response_model=FlowLimitsOut, responses=WRITE)
@@ -54,7 +60,7 @@ async def set_flow(
 ) -> Response:
     """Replace the queue's flow limits (every worker of every process applies them within a second)."""
     limits = await context(request).engine.set_flow_limits(queue, **body.model_dump())
-    return json_response(await _flow_json(request, queue, limits))
+    return json_response(await _flow_json(request, principal, queue, limits))
 
 
 @router.delete("/queues/{queue}/flow", response_model=FlowLimitsOut, responses=WRITE)
@@ -64,7 +70,7 @@ async def clear_flow(
     """Remove the limits set through the API (configured ones, if any, apply again)."""
     engine = context(request).engine
     await engine.clear_flow_limits(queue)
-    return json_response(await _flow_json(request, queue, (await engine.flow_limits(fresh=True)).get(queue)))
+    return json_response(await _flow_json(request, principal, queue, (await engine.flow_limits(fresh=True)).get(queue)))
 
 
 @router.get("/queues/{queue}/scale", response_model=ScaleOut, responses=READ)
