@@ -22,7 +22,7 @@ from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, JobFilter, NewJob, check_name
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, UnknownDependency
-from jobengine.feed import EventFeed
+from jobengine.feed import EventFeed, EventRead, cut_at_settled
 from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
@@ -308,14 +308,13 @@ class ApiFacade:
     ) -> EventFeed:
         """Follow the event log after ``after_id`` (see :mod:`jobengine.feed`); close() it when done."""
 
-        async def read(after: int, limit: int) -> list[Event]:
-            return await self.events(after, limit, job_id, tenant)
+        async def read(after: int, limit: int) -> EventRead:
+            return await self.read_settled_events(after, limit, job_id=job_id, tenant=tenant)
 
         bounds = self.store.event_bounds if isinstance(self.store, EventLogStore) else None
         return EventFeed(
             read,
             self.bus,
-            settled=self.settled_event_id if isinstance(self.store, SettlingEventLog) else None,
             after_id=after_id,
             tenant=tenant,
             job_id=job_id,
@@ -324,6 +323,28 @@ class ApiFacade:
             buffer=buffer if buffer is not None else self.settings.sse_buffer,
             poll_interval=poll_interval if poll_interval is not None else self.settings.sse_poll_interval,
         )
+
+    async def read_settled_events(
+        self, after_id: int, limit: int, *, job_id: str | None = None, tenant: str | None = None
+    ) -> EventRead:
+        """Events past ``after_id`` (of one job / one tenant when given), oldest first, at most ``limit``, none
+        past the settled bound; the result's ``cursor`` is where the next read starts and never passes an id
+        whose transaction may still commit (see :class:`~jobengine.feed.EventRead`). Every reader that moves
+        a cursor along the log reads through this, so none skips an event that commits late. On a store
+        that numbers events in commit order (SQLite, memory) it is a plain read: every id is settled there.
+
+        Usage::
+
+            read = await engine.read_settled_events(cursor, 100, tenant="acme")
+            handle(read.events)
+            cursor = read.cursor  # read.complete: nothing more to read now
+        """
+        bound = None
+        if isinstance(self.store, SettlingEventLog):
+            # First the bound, then the read: every id the bound settles was committed before the read began.
+            bound = await self.settled_event_id(after_id)
+        events = await self.events(after_id, limit, job_id, tenant)
+        return cut_at_settled(after_id, limit, events, bound)
 
     async def settled_event_id(self, after_id: int) -> tuple[int, int]:
         """``(settled, newest)`` past ``after_id`` (see :class:`~jobengine.ports.eventlog.SettlingEventLog`):

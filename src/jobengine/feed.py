@@ -17,11 +17,13 @@ duplicate. If events after that id were already pruned (``EventLogStore.prune_ev
 first with a :class:`Reset` instead of silently skipping them.
 
 On PostgreSQL, event ids are taken at insert and may commit out of order: a read could see id 102 while 101,
-taken by a transaction still open, commits a moment later. With a ``settled`` function (the store's
-:class:`~jobengine.ports.eventlog.SettlingEventLog`), a store read never moves the cursor past the first
-hole in the id sequence that may still fill; what lies beyond it is read again shortly (every
-``settle_poll``), until the hole fills or ages into a rollback. SQLite and the memory store number events
-under their single writer, in commit order, and need none of this.
+taken by a transaction still open, commits a moment later. Every reader of the log past a cursor (this feed,
+the paged ``GET /api/v1/events``, the webhook fan-out, the dashboard's recorder) reads through
+``Engine.read_settled_events``, which cuts a read at the store's settled bound
+(:class:`~jobengine.ports.eventlog.SettlingEventLog`) and returns an :class:`EventRead` whose ``cursor``
+never passes the first hole in the id sequence that may still fill. The feed reads what lies beyond it
+again shortly (every ``settle_poll``), until the hole fills or ages into a rollback. SQLite and the memory
+store number events under their single writer, in commit order, and need none of this.
 """
 
 from __future__ import annotations
@@ -33,10 +35,50 @@ from dataclasses import dataclass
 from jobengine.bus import EventBus, Subscription
 from jobengine.core.models import Event
 
-#: Reads the log: events with id > after_id, oldest first, at most limit, already tenant / job filtered.
-Reader = Callable[[int, int], Awaitable[list[Event]]]
-#: (settled, newest seen) after a cursor: see :meth:`jobengine.ports.eventlog.SettlingEventLog.settled_event_id`.
-Settled = Callable[[int], Awaitable[tuple[int, int]]]
+
+@dataclass(frozen=True, slots=True)
+class EventRead:
+    """One read of the event log past a cursor (``Engine.read_settled_events``).
+
+    ``events``: oldest first, already tenant / job filtered, none past the settled bound. ``cursor``: where
+    the next read starts; every event of the filter up to it is in ``events`` (or is not the reader's), and
+    it never passes a hole that may still fill, so reading on from it skips nothing. ``complete``: nothing
+    more to read now (the read was not cut by its limit, or it stopped at the bound). ``settled`` and
+    ``newest`` are the bound and the newest id seen on a log whose ids can commit out of order (None on one
+    that numbers them in commit order: every id there is settled).
+    """
+
+    events: list[Event]
+    cursor: int
+    complete: bool
+    settled: int | None = None
+    newest: int | None = None
+
+    @property
+    def unsettled(self) -> bool:
+        """Events exist past ``settled`` that are held back until the hole before them fills."""
+        return self.settled is not None and self.newest is not None and self.settled < self.newest
+
+
+def cut_at_settled(after_id: int, limit: int, events: list[Event], bound: tuple[int, int] | None) -> EventRead:
+    """``events`` (a read of at most ``limit`` past ``after_id``) cut at ``bound`` = ``(settled, newest)``,
+    which must have been taken *before* the read: then the read saw every event up to ``settled``."""
+    full = len(events) >= limit
+    if bound is None:
+        return EventRead(events, events[-1].id if events else after_id, not full)
+    settled, newest = bound
+    kept = [e for e in events if e.id <= settled]
+    cut = len(kept) < len(events)
+    # A read not cut by its limit covered the log up to the bound, past the reader's last event too (other
+    # tenants' events); one cut by its limit covered it up to its last event.
+    covered = min(settled, events[-1].id) if full else settled
+    # The newest id seen includes what the read saw: an event committed after the bound was taken.
+    newest = max(newest, settled, events[-1].id if events else 0)
+    return EventRead(kept, max(after_id, covered), cut or not full, settled, newest)
+
+
+#: Reads the log past a cursor, at most a limit, cut at the settled bound: ``Engine.read_settled_events``.
+Reader = Callable[[int, int], Awaitable[EventRead]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +118,9 @@ class EventFeed:
         buffer: int = 1000,
         poll_interval: float = 1.0,
         batch: int = 500,
-        settled: Settled | None = None,
         settle_poll: float = 0.05,
     ) -> None:
         self._read = read
-        self._settled = settled
         self._settle_poll = settle_poll
         self._unsettled = False  # the last store read stopped at a hole that may still fill
         self._bounds = bounds
@@ -140,25 +180,17 @@ class EventFeed:
 
     async def _read_store(self) -> list[Event]:
         horizon = max((e.id for e in self._held), default=0)
-        settled = newest = None
-        if self._settled is not None:
-            # First the settled bound, then the read: all it covers was committed before the read began.
-            settled, newest = await self._settled(self.cursor)
-        events = await self._read(self.cursor, self._batch)
+        read = await self._read(self.cursor, self._batch)
         self.reads += 1
-        complete = len(events) < self._batch
-        if settled is not None:
-            events = [e for e in events if e.id <= settled]
-        if events:
-            self.cursor = max(self.cursor, events[-1].id)
-        if complete:
-            # Every buffered bus event was committed before this read began, so the read covered it; with
-            # a settled bound, only up to that bound (the rest waits for its hole to fill).
-            self.cursor = max(self.cursor, horizon if settled is None else settled)
-        self._unsettled = settled is not None and newest is not None and settled < max(newest, horizon)
-        self._need_read = not complete or self._unsettled
+        self.cursor = max(self.cursor, read.cursor)
+        if read.complete and read.settled is None:
+            # Every buffered bus event was committed before this read began, so the read covered it. With
+            # a settled bound, the read's cursor already stops at it (the rest waits for its hole to fill).
+            self.cursor = max(self.cursor, horizon)
+        self._unsettled = read.settled is not None and read.settled < max(read.newest or 0, horizon)
+        self._need_read = not read.complete or self._unsettled
         self._held = [e for e in self._held if e.id > self.cursor]
-        return [e for e in events if self._match is None or self._match(e)]
+        return [e for e in read.events if self._match is None or self._match(e)]
 
     def _fast_path(self) -> list[Event]:
         out: list[Event] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jobengine.bus import EventBus
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event
-from jobengine.feed import EventFeed
+from jobengine.feed import EventFeed, EventRead, cut_at_settled
 
 
 class Log:
@@ -24,12 +24,12 @@ class Log:
             self.bus.publish([e])
         return e
 
-    async def read(self, after: int, limit: int, tenant: str | None = "a") -> list[Event]:
+    async def read(self, after: int, limit: int, tenant: str | None = "a") -> EventRead:
         self.reads += 1
         out = [
             e for e in self.events if e.id > after and e.id >= self.oldest and (tenant is None or e.tenant == tenant)
         ]
-        return out[:limit]
+        return cut_at_settled(after, limit, out[:limit], None)  # every id settled, as on SQLite
 
     async def bounds(self) -> tuple[int, int]:
         kept = [e.id for e in self.events if e.id >= self.oldest]
@@ -107,3 +107,25 @@ async def test_resuming_after_a_position_and_the_reset_of_a_pruned_one() -> None
     for f in (resumed, stale, future):
         f.close()
     assert not log.bus._subs
+
+
+def test_a_read_is_cut_at_the_settled_bound_and_its_cursor_never_passes_it() -> None:
+    log = Log()
+    events = [log.append(publish=False) for _ in range(6)]
+    # Every id settled (SQLite, memory): the cursor is the last event read; a full read is not complete.
+    assert cut_at_settled(0, 3, events[:3], None) == EventRead(events[:3], 3, False)
+    assert cut_at_settled(4, 3, [], None) == EventRead([], 4, True)
+    # A read past the bound (id 4 still open, 5 and 6 committed): cut before it, the cursor stops at 3.
+    read = cut_at_settled(0, 10, events[:2] + events[4:], (3, 6))
+    assert [e.id for e in read.events] == [1, 2] and read.cursor == 3 and read.complete and read.unsettled
+    read = cut_at_settled(0, 3, events[:2] + events[4:5], (3, 6))  # cut by its limit and by the bound
+    assert [e.id for e in read.events] == [1, 2] and read.cursor == 3 and read.complete
+    # Cut by its limit inside the bound: more to read at once, from the last event read.
+    read = cut_at_settled(0, 2, events[:2], (6, 6))
+    assert read.cursor == 2 and not read.complete and not read.unsettled
+    # A complete read of one tenant's events covers the log up to the bound (other tenants' events too).
+    read = cut_at_settled(0, 10, [events[1]], (6, 6))
+    assert read.cursor == 6 and read.complete and not read.unsettled
+    # An event committed after the bound was taken counts as seen: the reader looks again.
+    read = cut_at_settled(0, 10, events, (5, 5))
+    assert read.cursor == 5 and read.unsettled and [e.id for e in read.events] == [1, 2, 3, 4, 5]

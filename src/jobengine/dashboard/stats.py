@@ -1,11 +1,12 @@
 """Throughput and failures over time, for the overview's charts.
 
 The event log is the one source (DESIGN.md): a :class:`Recorder` reads the events appended since its last
-read (``engine.events``, every tenant, oldest first) whenever a page or stream asks for the series, and
-counts them per tenant in one-minute buckets, keeping the last ``BUCKETS``. No background task, so nothing
-to start or stop. On first use it reads back at most ``BACKFILL`` events, so a fresh process shows the
-recent past too; if more than ``MAX_READ`` events arrived since the last read, it skips ahead to the newest
-(the chart then shows a gap instead of a page waiting on a long read).
+read (``engine.read_settled_events``, every tenant, oldest first, never past an id that may still commit)
+whenever a page or stream asks for the series, and counts them per tenant in one-minute buckets, keeping
+the last ``BUCKETS``. No background task, so nothing to start or stop. On first use it reads back at most
+``BACKFILL`` events, so a fresh process shows the recent past too; if more than ``MAX_READ`` events arrived
+since the last read, it skips ahead to the newest (the chart then shows a gap instead of a page waiting on
+a long read).
 """
 
 from __future__ import annotations
@@ -52,17 +53,19 @@ class Recorder:
             if newest - self._cursor > MAX_READ:
                 self._cursor = newest - _PAGE
             while self._cursor < newest:
-                batch = await self._engine.events(self._cursor, _PAGE)
-                if not batch:
-                    break
-                for event in batch:
+                # Cut at the settled bound (PostgreSQL): an event that commits after a later id is counted
+                # by a later pull instead of being skipped.
+                read = await self._engine.read_settled_events(self._cursor, _PAGE)
+                for event in read.events:
                     name = _SERIES.get(event.type)
                     if name is not None:
                         bucket = int(event.at // BUCKET_SECONDS)
                         tenant = self._tenants.setdefault(event.tenant, _Tenant())
                         counts = tenant.buckets.setdefault(bucket, dict.fromkeys(SERIES, 0))
                         counts[name] += 1
-                self._cursor = batch[-1].id
+                self._cursor = max(self._cursor, read.cursor)
+                if read.complete:
+                    break
             self._trim()
 
     def _trim(self) -> None:

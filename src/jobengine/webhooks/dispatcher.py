@@ -144,10 +144,10 @@ class WebhookDispatcher:
             cursor = await store.get_cursor(CURSOR)
             if cursor is None:
                 return written  # no endpoint was ever created
-            # On PostgreSQL an event id can commit after a later one: never move the cursor past a hole that
-            # may still fill (Engine.settled_event_id), or its event would never be delivered.
-            settled, _newest = await self.engine.settled_event_id(cursor)
-            events = [e for e in await self.engine.events(cursor, _FAN_BATCH) if e.id <= settled]
+            # On PostgreSQL an event id can commit after a later one: the read stops before a hole that may
+            # still fill (Engine.read_settled_events), so the cursor never passes an event never delivered.
+            read = await self.engine.read_settled_events(cursor, _FAN_BATCH)
+            events = read.events
             if not events:
                 return written
             endpoints = [e for e in await store.list_endpoints(None) if e.enabled]
@@ -165,7 +165,7 @@ class WebhookDispatcher:
                         ))  # fmt: skip
             if await store.fan_out(CURSOR, cursor, events[-1].id, deliveries):
                 written += len(deliveries)
-            if len(events) < _FAN_BATCH:
+            if read.complete:
                 return written
 
     async def _deliver(self, d: Delivery, endpoint: Endpoint | None) -> bool:

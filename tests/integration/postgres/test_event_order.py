@@ -3,7 +3,9 @@
 On PostgreSQL an event's id is taken at insert. Here a transaction takes an id (an enqueue in the caller's
 own transaction, left open), then the store commits a later id. A feed must not deliver the later one and
 move on: it waits for the hole to fill (the open transaction commits) and then delivers both, in id order.
-A hole that never fills (a rollback) holds the feed back for ``event_settle_grace`` only.
+A hole that never fills (a rollback) holds the feed back for ``event_settle_grace`` only. The paged
+``GET /api/v1/events`` and the dashboard's recorder read through the same ``Engine.read_settled_events``:
+a page stops before the hole and its ``last_id`` does not pass it.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import psycopg
 
+from jobengine.dashboard.stats import Recorder
 from jobengine.engine import Engine
+from jobengine.http import create_app
 from jobengine.settings import Settings
 
 
@@ -87,3 +92,41 @@ async def test_without_holes_the_feed_delivers_at_once(postgres_dsn: str) -> Non
             assert got == sorted(set(got)) and len(got) == len(jobs)
         finally:
             feed.close()
+
+
+async def test_an_events_page_stops_before_an_id_that_commits_after_a_later_one(postgres_dsn: str) -> None:
+    settings = Settings(database=postgres_dsn)
+    async with Engine.from_settings(settings) as engine:
+        recorder = Recorder(engine)
+        _, key = await engine.create_api_key("default", ["jobs:read"])
+        app = create_app(engine, settings)
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pg",
+                                     headers=headers) as http:  # fmt: skip
+
+            async def page(after: int, **params: object) -> tuple[list[int], int]:
+                r = await http.get("/api/v1/events", params={"after": after, **params})
+                assert r.status_code == 200, r.text
+                return [e["id"] for e in r.json()["items"]], r.json()["last_id"]
+
+            await engine.enqueue("t", {"n": 0})
+            start = await engine.newest_event_id()
+            async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+                async with conn.transaction():
+                    early = await engine.enqueue("t", {"n": 1}, connection=conn)  # takes the next id, open
+                    late = await engine.enqueue("t", {"n": 2})  # a later id, committed at once
+                    assert await engine.newest_event_id() > start + 1
+                    # The page ends before the open id, and so does its cursor (also through the filters,
+                    # which read in batches of their own, and for a page of one).
+                    assert await page(0) == ([start], start)
+                    for params in ({}, {"type": "job.*"}, {"queue": "default"}, {"limit": 1}):
+                        assert await page(start, **params) == ([], start), params
+                    await recorder.pull()  # counts up to the hole only
+                    assert sum(recorder.series("default")["enqueued"]) == 1
+                # Committed now: the next page, from the cursor handed out, returns both in id order.
+                ids, last = await page(start)
+            events = await engine.events(start, 10)
+            assert [e.job_id for e in events] == [early.id, late.id]
+            assert ids == [e.id for e in events] and last == events[-1].id
+            await recorder.pull()  # the late commit is counted, not skipped
+            assert sum(recorder.series("default")["enqueued"]) == 3

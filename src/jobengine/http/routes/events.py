@@ -90,14 +90,16 @@ async def list_events(
     run_id: RunQuery = None,
 ) -> Response:
     """The tenant's events after ``after``, oldest first. ``last_id`` is where the next page starts (it
-    moves past events that the filters left out)."""
+    moves past events that the filters left out). On PostgreSQL a page ends before an event id whose
+    transaction is still open, and ``last_id`` stays before it: the next page returns it once committed."""
     engine = context(request).engine
     selector = EventSelector(engine, principal.tenant, type, queue, run_id)
     items: list[dict[str, Any]] = []
     cursor, scanned = after, 0
     size = 500 if selector.active else limit
     while len(items) < limit and scanned < _SCAN_LIMIT:
-        batch = await engine.events(cursor, size, job_id, principal.tenant)
+        read = await engine.read_settled_events(cursor, size, job_id=job_id, tenant=principal.tenant)
+        batch = read.events
         wanted = {e.id for e in await selector.select(batch)} if selector.active else None
         for e in batch:
             cursor = e.id
@@ -105,8 +107,10 @@ async def list_events(
                 items.append(event_to_json(e))
                 if len(items) >= limit:
                     break
+        else:  # the whole read was taken: its cursor may reach past events that are not the tenant's
+            cursor = max(cursor, read.cursor)
         scanned += len(batch)
-        if len(batch) < size:
+        if read.complete:
             break
     return json_response({"items": items, "last_id": cursor})
 
