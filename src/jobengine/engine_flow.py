@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed, Job, NewJob, check_name
@@ -30,7 +30,7 @@ from jobengine.errors import ConfigError, InvalidJob, Overloaded, QueueFull
 from jobengine.flow.aimd import Aimd
 from jobengine.flow.config import parse_flow_limits, shed_policy
 from jobengine.flow.limits import FlowLimits
-from jobengine.flow.pressure import Load, LoadState, Pressure, admits, load_state, pressure
+from jobengine.flow.pressure import Load, LoadState, Pressure, ShedPolicy, admits, load_state, pressure
 from jobengine.flow.scale import ScaleReport, Window, percentile, report
 from jobengine.flow.select import ClaimRule
 from jobengine.ports.flow import FlowCounts, FlowStore
@@ -60,6 +60,10 @@ class _FlowRuntime:
     refused: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, reason) → enqueues refused
     soft: Counter[str] = field(default_factory=Counter)  # queue → enqueues accepted under soft pressure
     load: LoadState = field(default_factory=lambda: LoadState(Load.NORMAL))
+    #: Whether the store keeps flow limits (a runtime-checkable Protocol check costs ~10 µs: asked once).
+    flow_store: bool = False
+    #: shed_policy(settings), built once: settings do not change under a running engine.
+    policy: ShedPolicy | None = None
 
 
 class FlowFacade:
@@ -79,7 +83,11 @@ class FlowFacade:
 
     def _flow(self) -> _FlowRuntime:
         if self._flow_runtime is None:
-            self._flow_runtime = _FlowRuntime(parse_flow_limits(self.settings.flow_limits))
+            self._flow_runtime = _FlowRuntime(
+                parse_flow_limits(self.settings.flow_limits),
+                flow_store=isinstance(self.store, FlowStore),
+                policy=shed_policy(self.settings),
+            )
         return self._flow_runtime
 
     def _flow_store(self) -> FlowStore:
@@ -91,10 +99,10 @@ class FlowFacade:
     async def flow_limits(self, *, fresh: bool = False) -> dict[str, FlowLimits]:
         """Limits by queue: configured ones, replaced by stored ones (cached ``flow_cache_seconds``)."""
         rt = self._flow()
-        if isinstance(self.store, FlowStore):
+        if rt.flow_store:
             ttl = max(self.settings.flow_cache_seconds, 0.0)
             if fresh or time.monotonic() - rt.stored_read_at > ttl:
-                rt.stored = {lim.queue: lim for lim in await self.store.list_flow_limits()}
+                rt.stored = {lim.queue: lim for lim in await cast(FlowStore, self.store).list_flow_limits()}
                 rt.stored_read_at = time.monotonic()
         return {**rt.configured, **rt.stored}
 
@@ -234,7 +242,8 @@ class FlowFacade:
         rt = self._flow()
         self.flow_arrived([j.queue for j in jobs])
         limits = await self.flow_limits()
-        policy = shed_policy(self.settings)
+        policy = rt.policy
+        assert policy is not None
         watched = policy.enabled or self.settings.flow_soft_limit or self.settings.flow_hard_limit
         if not watched and not any(
             (lim.soft_limit or lim.hard_limit) for q in {j.queue for j in jobs} if (lim := limits.get(q))

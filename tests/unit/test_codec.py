@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobengine.core import codec
@@ -149,3 +149,50 @@ def test_integers_beyond_the_safe_range_keep_every_digit() -> None:
     # The one documented departure from RFC 8785 (which would round to a double first).
     assert codec.dumps(2**64 + 1) == "18446744073709551617"
     assert codec.dumps(-(2**53) - 1) == "-9007199254740993"
+
+
+# -- normalize: the decoded copy, with a fast path for flat objects -----------------------------------------
+_PRIMITIVES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(), st.text(max_size=8)
+)
+_VALUES = st.recursive(
+    _PRIMITIVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=4)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(_VALUES, st.dictionaries(st.text(max_size=6), _PRIMITIVES, max_size=6)))
+def test_normalize_is_the_round_trip_through_the_canonical_text(value: object) -> None:
+    try:
+        expected = codec.loads(codec.dumps(value))
+    except InvalidJob as exc:
+        with pytest.raises(InvalidJob) as caught:
+            codec.normalize(value)
+        assert caught.value.field == exc.field
+        return
+    got = codec.normalize(value)
+    # repr: the same types (1.0 became 1 in both), the same key order, the same values.
+    assert repr(got) == repr(expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"b": 1.0, "a": -0.0}, {"a": 0, "b": 1}),
+        ({"t": 1.5, "s": "é"}, {"s": "é", "t": 1.5}),
+        ({"k": (1, 2)}, {"k": [1, 2]}),
+        ({1: "x"}, InvalidJob),
+        ({"x": math.nan}, InvalidJob),
+        ({"x": math.inf}, InvalidJob),
+    ],
+)
+def test_normalize_examples(value: object, expected: object) -> None:
+    if expected is InvalidJob:
+        with pytest.raises(InvalidJob):
+            codec.normalize(value)
+    else:
+        got = codec.normalize(value)
+        assert got == expected and list(got) == list(expected)  # type: ignore[arg-type]
+        assert got is not value

@@ -54,9 +54,9 @@ class InsertPlan:
         watermarks: Mapping[JobId, Sequence[Watermark]] | None,
     ) -> InsertPlan:
         keys = [(j.tenant, j.idempotency_key) for j in jobs if j.idempotency_key is not None]
-        # One codec call for the whole batch: it validates every payload (InvalidJob on "payload") and the
-        # decoded copy is what the memory store would keep.
-        payloads = codec.loads(codec.dumps([j.payload for j in jobs]))
+        # The codec validates every payload (InvalidJob on "payload"); the decoded copy is what the memory
+        # store would keep.
+        payloads = [codec.normalize(j.payload) for j in jobs]
         return cls(
             jobs=jobs,
             now=now,
@@ -118,21 +118,24 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
     jobs = [_new_job(plan, i, tr.initial_state(new, now, True)) for i, new in enumerate(plan.jobs)]
     cur = conn.cursor(row_factory=tuple_row)
     if len(jobs) == 1 and not plan.has_keys and not plan.watermarks:
-        (job,) = jobs
-        params = {"row": encode_rows(_job_row(job)), "now": now, "channel": channel, "queue": job.queue,
-                  "notify": job.state is JobState.QUEUED}  # fmt: skip
-        await cur.execute(q.insert_one, params)
+        row = _job_row(jobs[0])
+        row.append(now)
+        await cur.execute(q.insert_one, {"row": encode_rows(row)})
+        one = await cur.fetchone()
+        assert one is not None
+        ids = [one[0]]
     else:
         params = {"rows": _job_rows(jobs), "marks": plan.marks(jobs), "now": now, "channel": channel}
         await cur.execute(q.insert_fast, params)
-    row = await cur.fetchone()
-    assert row is not None
-    if not row[0]:
-        return None
+        many = await cur.fetchone()
+        assert many is not None
+        if not many[0]:
+            return None
+        ids = many[1]
     events = [
         Event(eid, now, ev.ENQUEUED, j.tenant, j.id, j.queue, j.task,
               {"state": j.state.value, "attempt": 0, "priority": j.priority})
-        for eid, j in zip(row[1], jobs, strict=True)
+        for eid, j in zip(ids, jobs, strict=True)
     ]  # fmt: skip
     return Inserted(jobs=jobs, created=[True] * len(jobs), events=events)
 

@@ -25,7 +25,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -86,10 +86,12 @@ def _disconnected(exc: psycopg.OperationalError, conn: Conn) -> bool:
     return conn.closed or conn.broken or state is None or state in _GONE or state.startswith("08")
 
 
-def _close_in(loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]) -> concurrent.futures.Future[None]:
-    """Close ``pool`` in its own ``loop`` (running in another thread). The coroutine is made in that loop
-    when it gets there: ``run_coroutine_threadsafe`` would make it here, and a loop that stops first would
-    leave it never awaited."""
+def _close_in(
+    loop: asyncio.AbstractEventLoop, closer: Callable[[], Coroutine[Any, Any, None]]
+) -> concurrent.futures.Future[None]:
+    """Run ``closer()`` (a pool's or a connection's close) in its own ``loop`` (running in another thread).
+    The coroutine is made in that loop when it gets there: ``run_coroutine_threadsafe`` would make it here,
+    and a loop that stops first would leave it never awaited."""
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def finished(task: asyncio.Task[None]) -> None:
@@ -97,10 +99,31 @@ def _close_in(loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]) -
             done.set_result(None)
 
     def start() -> None:
-        loop.create_task(pool.close()).add_done_callback(finished)
+        loop.create_task(closer()).add_done_callback(finished)
 
     loop.call_soon_threadsafe(start)
     return done
+
+
+class _Lane:
+    """A connection of one event loop, outside the pool, that serves the loop's store calls one at a time
+    whenever it is free. Taking and returning a pooled connection costs ~90,000 instructions (psycopg_pool's
+    locks, conditions and checks), a third of a whole single-row round trip; taking the lane is a flag. Calls
+    that overlap it (a worker's claim while its completions flush) use the pool as before."""
+
+    __slots__ = ("busy", "conn", "retry_at")
+
+    def __init__(self) -> None:
+        self.conn: Conn | None = None
+        self.busy = False
+        self.retry_at = 0.0  # after a failed connect, the pool serves until then
+
+    def drop(self) -> None:
+        """Close the connection at once, without its loop (which is closed, or not running here): libpq's
+        own close of the socket."""
+        if self.conn is not None and not self.conn.closed:
+            self.conn.pgconn.finish()
+        self.conn = None
 
 
 class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin, PostgresFlowMixin):
@@ -118,12 +141,14 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         self.dsn = dsn
         self.schema = sql.check_schema(schema)
         #: The NOTIFY channel (one per schema, so two stores in one database do not wake each other).
-        self.channel = f"jobengine_{schema}"[:63]
+        self.channel = sql.channel(schema)
         self._q = sql.build(schema)
         self._pool_min, self._pool_max, self._pool_timeout = pool_min, pool_max, pool_timeout
         # One pool per event loop: an async connection belongs to the loop that opened it, and the engine's
         # synchronous facade runs a loop of its own in another thread.
         self._pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
+        self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
+        self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
         self._notifier: PgNotifier | None = None
 
     # -- plumbing -----------------------------------------------------------------------------------
@@ -146,16 +171,76 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             await pool.open()
         return pool
 
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T:
-        """Run ``op`` on a pooled connection, translating driver errors. When the session turns out to be
-        gone (its backend was terminated, the server restarted), run it again on a fresh connection if
-        ``retry`` (the op is idempotent: every fenced transition and read), or if its statement cannot have
-        run (the server reported the termination, SQLSTATE 57P01 / 57P03, instead of an outcome)."""
-        for attempt in range(3):
+    async def _take_lane(self) -> _Lane | None:
+        """The running loop's lane, taken (busy), or None when it is busy or cannot connect now."""
+        if self._closed:
+            return None
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(loop)
+        if lane is None:
+            for other in [lp for lp in self._lanes if lp.is_closed()]:
+                self._lanes.pop(other).drop()
+            lane = self._lanes[loop] = _Lane()
+        if lane.busy:
+            return None
+        lane.busy = True
+        conn = lane.conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return lane
+        lane.conn = None
+        if loop.time() < lane.retry_at:
+            lane.busy = False
+            return None
+        try:
+            lane.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=5)
+        except (psycopg.Error, OSError) as exc:
+            log.warning("PostgreSQL lane connection failed (%s); using the pool", exc)
+            lane.retry_at = loop.time() + 1.0
+            lane.busy = False
+            return None
+        except BaseException:
+            lane.busy = False
+            raise
+        return lane
+
+    @staticmethod
+    async def _give_lane(lane: _Lane) -> None:
+        """Return the lane. A connection left anything but idle (a call cancelled mid-statement, a session
+        gone) is closed; the next call connects again."""
+        conn = lane.conn
+        try:
+            if conn is not None and (conn.broken or conn.info.transaction_status != TransactionStatus.IDLE):
+                lane.conn = None
+                with contextlib.suppress(Exception):
+                    await conn.close()
+        finally:
+            lane.busy = False
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Conn]:
+        """A connection for one store call: the loop's lane when free, else one of the pool."""
+        lane = await self._take_lane()
+        if lane is None:
             pool = await self._pool()
+            async with pool.connection() as conn:
+                yield conn
+            return
+        assert lane.conn is not None
+        try:
+            yield lane.conn
+        finally:
+            await self._give_lane(lane)
+
+    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T:
+        """Run ``op`` on a connection (the lane or the pool's), translating driver errors. When the session
+        turns out to be gone (its backend was terminated, the server restarted), run it again on a fresh
+        connection if ``retry`` (the op is idempotent: every fenced transition and read), or if its
+        statement cannot have run (the server reported the termination, SQLSTATE 57P01 / 57P03, instead of
+        an outcome)."""
+        for attempt in range(3):
             dead = False
             try:
-                async with pool.connection() as conn:
+                async with self._connection() as conn:
                     try:
                         return await op(conn)
                     except psycopg.OperationalError as exc:
@@ -166,7 +251,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             except psycopg.OperationalError as exc:
                 if dead and attempt < 2 and (retry or exc.sqlstate in _NOT_RUN):
                     log.warning("PostgreSQL connection lost (%s); retrying on a fresh one", exc)
-                    await pool.check()  # drop the other idle connections that died with it
+                    await (await self._pool()).check()  # drop the other idle connections that died with it
                     continue
                 raise StoreUnavailable(str(exc)) from exc
             except psycopg.Error as exc:
@@ -198,14 +283,26 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         if self._notifier is not None:
             await self._notifier.close()
         loop = asyncio.get_running_loop()
+        self._closed = True
+        lanes, self._lanes = self._lanes, {}
         pools, self._pools = self._pools, {}
-        for pool_loop, pool in pools.items():
-            if pool_loop is loop:
-                await pool.close()
-            elif pool_loop.is_running():
-                # A pool of another loop (the sync facade's) closes in that loop; wait for it, boundedly.
+        closers: list[tuple[asyncio.AbstractEventLoop, Callable[[], Coroutine[Any, Any, None]]]] = []
+        for lane_loop, lane in lanes.items():
+            if lane.conn is None:
+                continue
+            if lane_loop is loop or lane_loop.is_running():
+                closers.append((lane_loop, lane.conn.close))
+            else:
+                lane.drop()  # its loop is gone or stopped: nothing can await a close there
+        closers += [(pool_loop, pool.close) for pool_loop, pool in pools.items()]
+        for owner, closer in closers:
+            if owner is loop:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.wrap_future(_close_in(pool_loop, pool)), 10.0)
+                    await closer()
+            elif owner.is_running():
+                # A pool or lane of another loop (the sync facade's) closes in that loop; wait, boundedly.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.wrap_future(_close_in(owner, closer)), 10.0)
 
     async def drop_schema(self) -> None:
         """Drop this store's schema with every table in it: all jobs and events are gone (tests, uninstall)."""
