@@ -184,6 +184,7 @@ def test_normalize_is_the_round_trip_through_the_canonical_text(value: object) -
         ({"t": 1.5, "s": "é"}, {"s": "é", "t": 1.5}),
         ({"k": (1, 2)}, {"k": [1, 2]}),
         ({1: "x"}, InvalidJob),
+        ({"big": 2**80}, {"big": 2**80}),
         ({"x": math.nan}, InvalidJob),
         ({"x": math.inf}, InvalidJob),
     ],
@@ -196,3 +197,11 @@ def test_normalize_examples(value: object, expected: object) -> None:
         got = codec.normalize(value)
         assert got == expected and list(got) == list(expected)  # type: ignore[arg-type]
         assert got is not value
+
+
+def test_normalize_fails_as_the_round_trip_does_on_an_integer_past_the_digit_limit() -> None:
+    huge = {"n": 10**5000}  # beyond sys.get_int_max_str_digits(): int <-> str refuses it
+    with pytest.raises(ValueError) as expected:
+        codec.loads(codec.dumps(huge))
+    with pytest.raises(type(expected.value)):
+        codec.normalize(huge)

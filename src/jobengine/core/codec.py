@@ -187,8 +187,8 @@ _PLAIN: Final = frozenset({str, int, bool, type(None)})
 def normalize(value: Any, field: str = "payload") -> Any:
     """``loads(dumps(value, field))``: the value as a reader of its canonical text gets it back (tuples
     become lists, ``1.0`` becomes ``1``, keys come in canonical order), validated the same way. A flat
-    object of strings, integers, booleans, nulls and non-integral finite floats under ASCII keys, the
-    usual payload, is copied without the text round trip (a fifth of the cost)."""
+    object of strings, integers within 2**53, booleans, nulls and non-integral finite floats under ASCII
+    keys, the usual payload, is copied without the text round trip (a fifth of the cost)."""
     if type(value) is dict:
         keys = list(value)
         for key in keys:
@@ -196,7 +196,10 @@ def normalize(value: Any, field: str = "payload") -> Any:
                 return loads(dumps(value, field))
             item = value[key]
             kind = type(item)
-            if kind not in _PLAIN and not (kind is float and item - item == 0 and not item.is_integer()):
+            if kind is int:
+                if not -_SAFE_INT <= item <= _SAFE_INT:  # huge ones meet int <-> str limits in dumps / loads
+                    return loads(dumps(value, field))
+            elif kind not in _PLAIN and not (kind is float and item - item == 0 and not item.is_integer()):
                 return loads(dumps(value, field))
         keys.sort()
         return {key: value[key] for key in keys}

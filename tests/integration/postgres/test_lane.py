@@ -1,8 +1,9 @@
 """The store's lane: one connection per event loop that serves calls one at a time, outside the pool.
 
-Calls in sequence share the lane's session; calls that overlap it go to the pool; a call cancelled in the
-middle of a statement leaves no statement running and the store usable, and a terminated session is
-replaced.
+Calls in sequence share the lane's session once it is connected (in the background: meanwhile the pool
+serves); calls that overlap it go to the pool; a call cancelled in the middle of a statement leaves no
+statement running and the store usable; a terminated session is replaced; closing the store while a call
+uses the lane lets that call finish; a forked child never closes its parent's session.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import psycopg
 
 from jobengine.backends.postgres import PostgresStore
+from jobengine.backends.postgres import store as store_module
 
 
 async def _pid(store: PostgresStore, sleep: float = 0.0) -> int:
@@ -25,8 +27,20 @@ async def _pid(store: PostgresStore, sleep: float = 0.0) -> int:
     return await store._run(op)
 
 
+async def _lane_pid(store: PostgresStore) -> int:
+    """Call until two calls in a row share a session (the lane, connected), and return it."""
+    last = await _pid(store)
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        pid = await _pid(store)
+        if pid == last:
+            return pid
+        last = pid
+    raise AssertionError("the lane never served two calls in a row")
+
+
 async def test_calls_in_sequence_share_one_session_and_overlapping_ones_use_the_pool(store: PostgresStore) -> None:
-    first = await _pid(store)
+    first = await _lane_pid(store)
     assert [await _pid(store) for _ in range(5)] == [first] * 5
     overlapping = await asyncio.gather(*(_pid(store, 0.2) for _ in range(3)))
     assert len(set(overlapping)) == 3  # one on the lane, two from the pool, at the same time
@@ -35,7 +49,7 @@ async def test_calls_in_sequence_share_one_session_and_overlapping_ones_use_the_
 
 
 async def test_a_call_cancelled_mid_statement_leaves_a_usable_store(store: PostgresStore, postgres_dsn: str) -> None:
-    await _pid(store)
+    await _lane_pid(store)
     call = asyncio.create_task(_pid(store, 30.0))
     await asyncio.sleep(0.2)  # the statement is running on the lane
     call.cancel()
@@ -49,23 +63,24 @@ async def test_a_call_cancelled_mid_statement_leaves_a_usable_store(store: Postg
         )
         row = await cur.fetchone()
         assert row is not None and row[0] == 0
-    pids = {await _pid(store) for _ in range(3)}
-    assert len(pids) == 1
+    await _lane_pid(store)
 
 
 async def test_a_terminated_lane_session_is_replaced(store: PostgresStore, postgres_dsn: str) -> None:
-    first = await _pid(store)
+    first = await _lane_pid(store)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
         await admin.execute("SELECT pg_terminate_backend(%s)", (first,))
     # A read on a dead session is retried on a fresh one: no error reaches the caller.
-    second = await _pid(store)
-    assert second != first
-    assert await _pid(store) == second
+    assert await _pid(store) != first
+    assert await _lane_pid(store) != first
 
 
-async def test_close_closes_the_lane(store: PostgresStore, postgres_dsn: str) -> None:
-    lane = await _pid(store)
+async def test_close_lets_a_call_on_the_lane_finish_then_closes_it(store: PostgresStore, postgres_dsn: str) -> None:
+    lane = await _lane_pid(store)
+    call = asyncio.create_task(_pid(store, 0.5))
+    await asyncio.sleep(0.1)  # on the lane, in its statement
     await store.close()
+    assert await call == lane  # not cut off by the close (a pool closes a connection in use when returned)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
         for _ in range(50):
             cur = await admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (lane,))
@@ -75,3 +90,20 @@ async def test_close_closes_the_lane(store: PostgresStore, postgres_dsn: str) ->
             await asyncio.sleep(0.05)
         else:
             raise AssertionError(f"the lane's session {lane} is still open after close()")
+
+
+async def test_a_forked_child_forgets_the_lane_instead_of_closing_the_parents_session(store: PostgresStore) -> None:
+    lane_pid = await _lane_pid(store)
+    (lane,) = store._lanes.values()
+    conn = lane.conn
+    assert conn is not None
+    forks = store_module._FORKS[0]
+    store_module._FORKS[0] += 1  # what os.fork() does in the child (os.register_at_fork)
+    try:
+        lane.drop()
+        assert not conn.closed  # the socket is the parent's: not closed, only forgotten
+        assert lane.conn is None
+    finally:
+        store_module._FORKS[0] = forks
+    lane.conn = conn  # back in the parent: the session was never touched
+    assert await _pid(store) == lane_pid

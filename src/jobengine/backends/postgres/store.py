@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -105,23 +106,34 @@ def _close_in(
     return done
 
 
+#: Bumped in a forked child: a lane made before the fork shares its socket with the parent, so the child
+#: forgets it (closing it would end the parent's session) and makes its own.
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
+
 class _Lane:
     """A connection of one event loop, outside the pool, that serves the loop's store calls one at a time
-    whenever it is free. Taking and returning a pooled connection costs ~90,000 instructions (psycopg_pool's
-    locks, conditions and checks), a third of a whole single-row round trip; taking the lane is a flag. Calls
-    that overlap it (a worker's claim while its completions flush) use the pool as before."""
+    whenever it is free. Taking and returning a pooled connection costs ~60,000-90,000 instructions
+    (psycopg_pool's locks, conditions and checks), a third of a whole single-row round trip; taking the lane
+    is a flag. Calls that overlap it (a worker's claim while its completions flush) use the pool, and so
+    does every call while the lane connects in the background (no call ever waits for it)."""
 
-    __slots__ = ("busy", "conn", "retry_at")
+    __slots__ = ("backoff", "busy", "closing", "conn", "connecting", "fork", "retry_at")
 
     def __init__(self) -> None:
         self.conn: Conn | None = None
+        self.fork = _FORKS[0]
         self.busy = False
-        self.retry_at = 0.0  # after a failed connect, the pool serves until then
+        self.closing = False  # the store closed while a call used the lane: closed when it returns
+        self.connecting: asyncio.Task[None] | None = None
+        self.retry_at = 0.0  # after a failed connect, the pool serves alone until then
+        self.backoff = 0.0
 
     def drop(self) -> None:
-        """Close the connection at once, without its loop (which is closed, or not running here): libpq's
-        own close of the socket."""
-        if self.conn is not None and not self.conn.closed:
+        """Close the connection at once, without its loop (closed, or not running here): libpq's own close
+        of the socket. In a forked child the connection is the parent's: it is only forgotten."""
+        if self.conn is not None and not self.conn.closed and self.fork == _FORKS[0]:
             self.conn.pgconn.finish()
         self.conn = None
 
@@ -172,7 +184,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         return pool
 
     async def _take_lane(self) -> _Lane | None:
-        """The running loop's lane, taken (busy), or None when it is busy or cannot connect now."""
+        """The running loop's lane, taken (busy); None when it is busy, or not connected yet (then its
+        connection is made in the background, and the pool serves this call)."""
         if self._closed:
             return None
         loop = asyncio.get_running_loop()
@@ -183,33 +196,44 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             lane = self._lanes[loop] = _Lane()
         if lane.busy:
             return None
-        lane.busy = True
         conn = lane.conn
-        if conn is not None and not conn.closed and not conn.broken:
+        if conn is not None and lane.fork == _FORKS[0] and not conn.closed and not conn.broken:
+            lane.busy = True
             return lane
-        lane.conn = None
-        if loop.time() < lane.retry_at:
-            lane.busy = False
-            return None
+        if conn is not None:
+            lane.drop()
+        if lane.connecting is None and loop.time() >= lane.retry_at:
+            lane.connecting = loop.create_task(self._connect_lane(loop, lane), name="jobengine-pg-lane")
+        return None
+
+    async def _connect_lane(self, loop: asyncio.AbstractEventLoop, lane: _Lane) -> None:
         try:
-            lane.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=5)
-        except (psycopg.Error, OSError) as exc:
-            log.warning("PostgreSQL lane connection failed (%s); using the pool", exc)
-            lane.retry_at = loop.time() + 1.0
-            lane.busy = False
-            return None
-        except BaseException:
-            lane.busy = False
-            raise
-        return lane
+            # Bounded like a pool checkout; the DSN's own connect_timeout applies within it.
+            conn = await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(self.dsn, autocommit=True), self._pool_timeout
+            )
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            lane.backoff = min(30.0, max(1.0, lane.backoff * 2))
+            lane.retry_at = loop.time() + lane.backoff
+            log.warning("PostgreSQL lane connection failed (%s); the pool serves, next try in %gs", exc, lane.backoff)
+            return
+        finally:
+            lane.connecting = None
+        if self._closed or self._lanes.get(loop) is not lane:
+            await conn.close()
+            return
+        lane.conn, lane.fork, lane.backoff = conn, _FORKS[0], 0.0
 
     @staticmethod
     async def _give_lane(lane: _Lane) -> None:
-        """Return the lane. A connection left anything but idle (a call cancelled mid-statement, a session
-        gone) is closed; the next call connects again."""
+        """Return the lane. A connection left anything but idle (a call cancelled mid-statement that psycopg
+        could not bring back, a session gone), or whose store closed meanwhile, is closed; the next call
+        connects again."""
         conn = lane.conn
         try:
-            if conn is not None and (conn.broken or conn.info.transaction_status != TransactionStatus.IDLE):
+            if conn is not None and (
+                lane.closing or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE
+            ):
                 lane.conn = None
                 with contextlib.suppress(Exception):
                     await conn.close()
@@ -288,9 +312,13 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         pools, self._pools = self._pools, {}
         closers: list[tuple[asyncio.AbstractEventLoop, Callable[[], Coroutine[Any, Any, None]]]] = []
         for lane_loop, lane in lanes.items():
-            if lane.conn is None:
+            if lane.connecting is not None and not lane_loop.is_closed():
+                lane_loop.call_soon_threadsafe(lane.connecting.cancel)  # or it closes what it connected
+            if lane.busy:
+                lane.closing = True  # a call is using it: closed when that call returns, as a pool would
+            elif lane.conn is None:
                 continue
-            if lane_loop is loop or lane_loop.is_running():
+            elif lane_loop is loop or lane_loop.is_running():
                 closers.append((lane_loop, lane.conn.close))
             else:
                 lane.drop()  # its loop is gone or stopped: nothing can await a close there
