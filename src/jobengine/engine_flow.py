@@ -6,7 +6,8 @@ claims, admission of new work (backpressure, load shedding), the adaptive limite
   settings' cache time (``flow_cache_seconds``); a change made in this process applies at once.
 - **Claims**: a queue with a concurrency limit (its queue setting) or flow limits is claimed alone through
   ``FlowStore.claim_limited``, which decides inside the store's claim transaction (exact across
-  processes); other queues are claimed together as before.
+  processes); other queues are claimed together as before. Over a broker, the worker's source claims a
+  limited queue's deliveries the same way, restricted to their ids (``ClaimRule.ids``, delivery/source.py).
 - **Admission** (:meth:`admit`, called by ``enqueue_many`` before anything is written): depth and load are
   read from ``FlowStore.flow_counts`` (cached ``flow_cache_seconds``, so concurrent producers may pass a
   hard limit by what they enqueue within that time).

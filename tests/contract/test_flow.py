@@ -98,6 +98,21 @@ async def test_task_and_tenant_keys_and_filters(store: Store) -> None:
     assert await _claim(store, only) == [other[1].id]
 
 
+async def test_a_claim_of_delivered_ids_takes_only_those_under_the_limits(store: Store) -> None:
+    # A broker's deliveries are claimed by id under the queue's rule (delivery/source.py).
+    jobs = await enqueue(store, *[new(queue="q") for _ in range(6)])
+    capped = ClaimRule("q", 2, None, ids=(jobs[4].id, jobs[1].id, jobs[3].id))
+    assert await _claim(store, capped) == [jobs[1].id, jobs[3].id]  # claim order, up to the cap
+    assert await _claim(store, capped) == []  # the cap counts running jobs; jobs[4] waits
+    lim = FlowLimits("q", rate=1, burst=1)
+    rated = ClaimRule("q", None, lim, 1.0, ids=(jobs[5].id, jobs[0].id))
+    assert await _claim(store, rated) == [jobs[0].id]  # one token
+    assert await _claim(store, rated) == []
+    assert await _claim(store, ClaimRule("q", None, lim, 1.0, ids=())) == []
+    left = await store.get_jobs([jobs[2].id, jobs[4].id, jobs[5].id])
+    assert all(j.state is JobState.QUEUED for j in left)
+
+
 async def test_flow_counts(store: Store) -> None:
     await enqueue(store, new(queue="a"), new(queue="a"), new(queue="b"), new(queue="b", run_at=T0 + 60))
     await _claim(store, ClaimRule("a", 1))

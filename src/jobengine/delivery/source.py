@@ -10,6 +10,12 @@ to it. Over a broker, this source:
   lease; running under an expired lease -> the attempt is failed (as the rescuer would) and the job claimed
   again, or dead-lettered if that was its last attempt; due later -> retry at its run_at; of a queue this
   worker does not serve -> retry in a second.
+- **flow limits**: a delivery of a queue with a concurrency cap or flow limits is claimed under the queue's
+  rule, as a database claim is (``Engine.claim_limited`` restricted to the delivered ids: same transaction,
+  same slots and tokens). One the limits hold back (or of a paused queue) is *kept*: un-acked, its broker
+  lease extended, tried again at every fetch (after a rate-limited queue's next token, else the poll
+  interval). Keeping counts no delivery, so waiting never brings a message nearer to its dead letter; the
+  source keeps at most what the worker last asked for and receives nothing more while it does.
 - **outcomes**: the store first, then the broker, mirroring the store's decision: succeeded or cancelled ->
   ack; failed (will retry) -> retry at the job's new run_at; dead -> dead-letter with the error as the reason;
   released (shutdown) -> release. A report the store fenced out settles nothing (whoever holds the job now
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -44,6 +51,7 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.errors import TransportError
+from jobengine.flow.select import ClaimRule
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport
@@ -73,6 +81,22 @@ class EngineParts(Protocol):
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed: ...
 
     async def rescue_jobs(self) -> Changed: ...
+
+    async def flow_claim_plan(
+        self, queues: Sequence[str], limit: int
+    ) -> list[tuple[list[str], int, ClaimRule | None]]: ...
+
+    async def claim_limited(
+        self,
+        rule: ClaimRule,
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
+    ) -> Changed: ...
 
 
 Publish = Callable[[Sequence[Job], str], Awaitable[None]]
@@ -126,6 +150,7 @@ class BrokeredSource:
         self._ahead: list[Delivery] = []  # received while waiting, not yet claimed
         self._want = 1  # how many the last fetch came short of
         self._held: dict[JobId, Delivery] = {}  # job id -> the delivery it was claimed with
+        self._waiting: list[Delivery] = []  # held back by their queue's limits (or pause): claimed later
         self._notifier = BrokerNotifier(self)
 
     def notifier(self) -> BrokerNotifier:
@@ -138,22 +163,32 @@ class BrokeredSource:
     async def receive_ahead(self, timeout: float) -> bool:
         if self._ahead:
             return True
-        self._ahead = await self.transport.receive(max(1, self._want), wait=timeout)
+        want = max(1, self._want) - len(self._waiting)
+        if want <= 0:
+            # As many kept as the worker asked for: receive no more; the next fetch tries them again.
+            await asyncio.sleep(timeout)
+            return False
+        self._ahead = await self.transport.receive(want, wait=timeout)
         return bool(self._ahead)
 
     async def close(self) -> None:
         """Hand back what was received and never claimed."""
-        ahead, self._ahead = self._ahead, []
+        ahead, self._ahead = self._ahead + self._waiting, []
+        self._waiting = []
         if ahead:
             await self._quietly(self.transport.release(ahead), "releasing unclaimed deliveries")
 
     # -- claiming -----------------------------------------------------------------------------------
     async def fetch_jobs(self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float) -> list[Job]:
         deliveries, self._ahead = self._ahead[:limit], self._ahead[limit:]
+        room = limit - len(deliveries)
+        deliveries += self._waiting[:room]
+        self._waiting = self._waiting[room:]
         if len(deliveries) < limit:
             deliveries += await self.transport.receive(limit - len(deliveries), wait=0.0)
         jobs = await self._claim(deliveries, set(queues), worker, lease_seconds) if deliveries else []
         self._want = max(1, limit - len(jobs))
+        await self._extend_waiting()
         return jobs
 
     async def _claim(
@@ -174,30 +209,51 @@ class BrokeredSource:
         # logged, and those messages come back after their lease.
         if foreign:
             await self._quietly(self.transport.retry(foreign, FOREIGN_QUEUE_DELAY), "handing back")
-        jobs = await self._claim_ids(wanted, worker, lease)
+        jobs, limited = await self._claim_ids(wanted, worker, lease)
         rest = {i: d for i, d in wanted.items() if i not in self._held}
         if rest:
-            jobs += await self._settle_unclaimed(rest, worker, lease)
+            jobs += await self._settle_unclaimed(rest, limited, worker, lease)
         if extra:
             await self._quietly(self.transport.ack(extra), "acknowledging duplicates")
         return jobs
 
-    async def _claim_ids(self, wanted: dict[JobId, Delivery], worker: WorkerId, lease: float) -> list[Job]:
+    async def _claim_ids(
+        self, wanted: dict[JobId, Delivery], worker: WorkerId, lease: float
+    ) -> tuple[list[Job], set[str]]:
+        """Claim the delivered jobs: those of queues without limits by id; a queue with a cap or flow limits
+        under its rule, as a database claim (restricted to these ids); a paused queue's not at all. Also
+        returns the queues whose jobs the limits (or a pause) may have held back."""
         if not wanted:
-            return []
-        changed = await self.outbox.claim_jobs(list(wanted), worker, lease, self.clock.now())
-        if changed.events:
-            self.engine.bus.publish(changed.events)
-        for job in changed.jobs:
-            self._held[job.id] = wanted[job.id]
-        return changed.jobs
+            return [], set()
+        plan = await self.engine.flow_claim_plan(sorted({d.message.queue for d in wanted.values()}), len(wanted))
+        free = {q for group, _, rule in plan if rule is None for q in group}
+        limited = {d.message.queue for d in wanted.values()} - free
+        now = self.clock.now()
+        jobs: list[Job] = []
+        for group, _, rule in plan:
+            ids = [i for i, d in wanted.items() if d.message.queue in group]
+            if not ids:
+                continue
+            if rule is None:
+                changed = await self.outbox.claim_jobs(ids, worker, lease, now)
+            else:
+                changed = await self.engine.claim_limited(replace(rule, ids=tuple(ids)), len(ids), worker, lease, now)
+            if changed.events:
+                self.engine.bus.publish(changed.events)
+            for job in changed.jobs:
+                self._held[job.id] = wanted[job.id]
+            jobs += changed.jobs
+        return jobs, limited
 
-    async def _settle_unclaimed(self, rest: dict[JobId, Delivery], worker: WorkerId, lease: float) -> list[Job]:
+    async def _settle_unclaimed(
+        self, rest: dict[JobId, Delivery], limited: set[str], worker: WorkerId, lease: float
+    ) -> list[Job]:
         now = self.clock.now()
         found = {j.id: j for j in await self.store.get_jobs(list(rest))}
         ack: list[Delivery] = []
         later: dict[float, list[Delivery]] = {}
         expired: list[Failure] = []
+        keep: list[Delivery] = []  # due now, held back by the queue's limits: kept, claimed later
         for job_id, d in rest.items():
             job = found.get(job_id)
             if job is None or job.terminal or job.state in (JobState.BLOCKED, JobState.CANCELLED):
@@ -210,6 +266,8 @@ class BrokeredSource:
                 else:
                     wait = (job.lease_expires_at or now) - now + 1.0
                     later.setdefault(round(wait, 1), []).append(d)
+            elif job.state in RUNNABLE and job.run_at <= now and job.queue in limited:
+                keep.append(d)
             elif job.state in RUNNABLE:
                 later.setdefault(round(max(0.0, job.run_at - now), 3), []).append(d)
             else:
@@ -226,13 +284,32 @@ class BrokeredSource:
             # Claim them again (also those another rescuer failed first); one claimed by another worker
             # meanwhile comes back later and then finds it running or finished.
             again = {f.job_id: rest[f.job_id] for f in expired if f.job_id not in gone}
-            jobs = await self._claim_ids(again, worker, lease)
-            later.setdefault(1.0, []).extend(d for i, d in again.items() if i not in self._held)
+            jobs, limited_again = await self._claim_ids(again, worker, lease)
+            for i, d in again.items():
+                if i not in self._held:
+                    (keep if d.message.queue in limited_again else later.setdefault(1.0, [])).append(d)
         if ack:
             await self._quietly(self.transport.ack(ack), "acknowledging")
         for delay, ds in later.items():
             await self._quietly(self.transport.retry(ds, delay), "retrying later")
+        self._waiting += keep
         return jobs
+
+    async def _extend_waiting(self) -> None:
+        """Renew the broker's lease of kept deliveries past half their lease (an extension counts no
+        delivery), so no other receiver is handed a job that waits here for its queue's limits."""
+        lease = self.transport.options.lease_seconds
+        now = time.time()  # a Delivery's lease_until is the transport's wall clock
+        due = [d for d in self._waiting if d.lease_until - now < lease / 2]
+        if not due:
+            return
+        try:
+            await self.transport.extend(due)
+        except Exception as exc:
+            log.warning("extending the leases of deliveries waiting for their queue's limits failed (%s)", exc)
+            return
+        renewed = {d.receipt: replace(d, lease_until=now + lease) for d in due}
+        self._waiting = [renewed.get(d.receipt, d) for d in self._waiting]
 
     # -- outcomes -----------------------------------------------------------------------------------
     def _take(self, job_ids: Sequence[JobId]) -> list[Delivery]:
@@ -312,6 +389,7 @@ class BrokeredSource:
         self._forget([lease.job_id for lease in leases if lease.job_id not in hb.held])
         held = [d for i in hb.held if (d := self._held.get(i)) is not None]
         await self._quietly(self.transport.extend(held), "extending broker leases")
+        await self._extend_waiting()
         return hb
 
     async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
@@ -321,5 +399,11 @@ class BrokeredSource:
         return await self.engine.rescue_jobs()
 
     async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        """None: the relay publishes a job when it is due, so there is nothing to poll for."""
-        return None
+        """None (the relay publishes a job when it is due, so there is nothing to poll for), unless kept
+        deliveries wait for a rate-limited queue: then when its next token may be there, as for a database
+        claim (a cap waits for the poll interval)."""
+        if not self._waiting:
+            return None
+        plan = await self.engine.flow_claim_plan(sorted({d.message.queue for d in self._waiting}), 1)
+        rates = [rule.rate for _, _, rule in plan if rule is not None and rule.rate]
+        return self.clock.now() + min(1.0 / max(rates), 1.0) if rates else None

@@ -34,6 +34,8 @@ class ClaimRule:
     #: Only jobs of these tasks / this tenant (remote workers' claims); None: any.
     tasks: tuple[str, ...] | None = None
     tenant: str | None = None
+    #: Only these jobs (a broker's deliveries, claimed by id under the queue's limits); None: any.
+    ids: tuple[str, ...] | None = None
 
     @property
     def key(self) -> str | None:

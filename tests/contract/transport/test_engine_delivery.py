@@ -5,6 +5,7 @@ database (SQLite, PostgreSQL), Redis and NATS (both brokers with a SQLite store)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -353,3 +354,113 @@ async def test_enqueue_sync_from_another_thread_is_delivered(make_engine: Engine
                 await asyncio.to_thread(engine.enqueue_sync, "work", {"i": i})
             await until(lambda: _settled(engine, 3))
         assert sorted(runs) == [0, 1, 2]
+
+
+# -- flow limits: claims by id honour them as database claims do -----------------------------------------
+# ``max_deliveries=2``: a job held back by its queue's limits waits without counting deliveries (kept by the
+# source, its broker lease extended: the waits here outlast the lease), so none may reach a dead letter.
+
+
+async def _no_retries_or_dead_letters(engine: Engine) -> None:
+    runner = engine.transports.runner
+    assert all(j.state is JobState.SUCCEEDED for j in await engine.list_jobs())
+    if runner.capabilities.broker:
+        kind = runner.capabilities.name
+        assert engine.transports.metrics.value(kind, "runner", "retried") == 0
+        assert engine.transports.metrics.value(kind, "runner", "dead_lettered") == 0
+        assert engine.transports.metrics.value(kind, "runner", "lease_expired") == 0  # kept ones were extended
+        assert await runner.dead_letters() == []
+    assert await depth_settles_at(runner, 0) == 0
+
+
+async def test_a_queue_cap_holds_and_every_job_runs_once(make_engine: EngineFactory) -> None:
+    engine = await make_engine(max_deliveries=2, lease=1.0)
+    running, peak, runs = 0, 0, collections.Counter[int]()
+
+    @engine.task(queue="capped")
+    async def slow(ctx: Any) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        runs[ctx.payload["i"]] += 1
+        try:
+            await asyncio.sleep(0.3)
+        finally:
+            running -= 1
+
+    async with engine:
+        await engine.update_queue("capped", concurrency=2)
+        await engine.enqueue_many([engine.new_job("slow", {"i": i}) for i in range(10)])
+        async with worker(engine, concurrency=10, lease_seconds=1.0, heartbeat_every=0.2):
+            await until(lambda: _settled(engine, 10), timeout=30)
+        assert peak == 2  # never more, and the cap (not the worker) is what held the jobs back
+        assert runs == {i: 1 for i in range(10)}
+        await _no_retries_or_dead_letters(engine)
+
+
+async def test_a_key_concurrency_limit_holds(make_engine: EngineFactory) -> None:
+    engine = await make_engine(max_deliveries=2)
+    running: collections.Counter[str] = collections.Counter()
+    peak: collections.Counter[str] = collections.Counter()
+
+    @engine.task(queue="keyed")
+    async def slow(ctx: Any) -> None:
+        account = ctx.payload["account"]
+        running[account] += 1
+        peak[account] = max(peak[account], running[account])
+        try:
+            await asyncio.sleep(0.2)
+        finally:
+            running[account] -= 1
+
+    async with engine:
+        await engine.set_flow_limits("keyed", concurrency=1, concurrency_key="payload.account")
+        await engine.enqueue_many([engine.new_job("slow", {"account": "ab"[i % 2]}) for i in range(8)])
+        async with worker(engine, concurrency=8):
+            await until(lambda: _settled(engine, 8), timeout=30)
+        assert peak == {"a": 1, "b": 1}
+        await _no_retries_or_dead_letters(engine)
+
+
+@pytest.mark.serial
+async def test_a_rate_limit_spreads_the_starts(make_engine: EngineFactory) -> None:
+    engine = await make_engine(max_deliveries=2)
+    runs: collections.Counter[int] = collections.Counter()
+
+    @engine.task(queue="rated")
+    async def quick(ctx: Any) -> None:
+        runs[ctx.payload["i"]] += 1
+
+    async with engine:
+        await engine.set_flow_limits("rated", rate=5, burst=5)
+        await engine.enqueue_many([engine.new_job("quick", {"i": i}) for i in range(15)])
+        async with worker(engine, concurrency=15):
+            await until(lambda: _settled(engine, 15), timeout=30)
+        assert runs == {i: 1 for i in range(15)}
+        # The claims' own times (the bucket's clock): any 1 s holds at most rate + burst starts, and 15
+        # starts at 5/s after a burst of 5 take 2 s at least.
+        starts = sorted(j.started_at or 0.0 for j in await engine.list_jobs())
+        assert max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts) <= 10, starts
+        assert starts[-1] - starts[0] >= 1.5, starts
+        await _no_retries_or_dead_letters(engine)
+
+
+async def test_a_paused_queue_waits_and_runs_once_resumed(make_engine: EngineFactory) -> None:
+    engine = await make_engine(max_deliveries=2, lease=1.0)
+    runs: list[int] = []
+
+    @engine.task(queue="paused")
+    async def work(ctx: Any) -> None:
+        runs.append(ctx.payload["i"])
+
+    async with engine:
+        await engine.update_queue("paused", paused=True)
+        await engine.enqueue_many([engine.new_job("work", {"i": i}) for i in range(3)])
+        async with worker(engine, lease_seconds=1.0, heartbeat_every=0.2):
+            await asyncio.sleep(1.5)  # past the broker's lease: held deliveries are extended, not redelivered
+            assert runs == []
+            assert await states(engine) == {JobState.QUEUED: 3}
+            await engine.update_queue("paused", paused=False)
+            await until(lambda: _settled(engine, 3))
+        assert sorted(runs) == [0, 1, 2]
+        await _no_retries_or_dead_letters(engine)

@@ -73,7 +73,8 @@ class MemoryFlowMixin:
             running = [j for j in mine if j.state is JobState.RUNNING]
             ready = sorted((j for j in mine if j.state in RUNNABLE and j.run_at <= now
                             and (rule.tasks is None or j.task in rule.tasks)
-                            and (rule.tenant is None or j.tenant == rule.tenant)),
+                            and (rule.tenant is None or j.tenant == rule.tenant)
+                            and (rule.ids is None or j.id in rule.ids)),
                            key=lambda j: (-j.priority, j.run_at, j.id))[: rule.candidates(limit)]  # fmt: skip
             key_running: dict[str, int] = {}
             if rule.key is not None:

@@ -59,6 +59,7 @@ def _reads(rule: ClaimRule) -> str:
     WHERE queue = %(queue)s::text AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
     ORDER BY priority DESC, run_at, id LIMIT %(n)s::int4
 )
 SELECT 0, NULL::text, NULL::text, NULL::text, {key_sql}, count(*)::float8, NULL::float8, 0::int8 FROM {{s}}jobs
@@ -126,7 +127,8 @@ class PostgresFlowMixin:
 
         reads = _q(self, _reads(rule))
         params = {**base, "n": rule.candidates(limit), "tenant": rule.tenant,
-                  "tasks": list(rule.tasks) if rule.tasks is not None else None}  # fmt: skip
+                  "tasks": list(rule.tasks) if rule.tasks is not None else None,
+                  "ids": list(rule.ids) if rule.ids is not None else None}  # fmt: skip
 
         async def op(conn: Conn) -> Changed:
             async with conn.transaction():

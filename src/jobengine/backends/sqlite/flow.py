@@ -79,6 +79,9 @@ def claim_limited(
     if rule.tenant is not None:
         only += " AND tenant = ?"
         only_params.append(rule.tenant)
+    if rule.ids is not None:
+        only += f" AND id IN ({','.join('?' * len(rule.ids))})" if rule.ids else " AND 0"
+        only_params += list(rule.ids)
     cand_rows = conn.execute(
         f"SELECT id, tenant, task, {key_sql} FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?{only} "
         "ORDER BY priority DESC, run_at, id LIMIT ?",
