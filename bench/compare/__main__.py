@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=20_000)
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--duration", type=float, default=20.0)
-    p.add_argument("--jobengine", default="100/0", help="concurrency/fetch-batch per worker process (list)")
+    p.add_argument("--jobengine", default="100/0,300/0", help="concurrency/fetch-batch per worker process (list)")
     p.add_argument("--pgqueuer", default="16,64", help="dequeue batch sizes (list)")
     p.add_argument("--procrastinate", default="50", help="per-process concurrency (list)")
     p.add_argument("--json", type=Path, help="also write every measure here")
