@@ -80,8 +80,15 @@ def print_json(value: Any) -> None:
 
 
 def short_id(job_id: str | None) -> str:
-    """The random tail of a UUIDv7: its head is a timestamp, identical for jobs made in the same minute."""
-    return job_id[-8:] if job_id else "-"
+    """Eight characters that tell jobs apart in a listing. A jobengine id (UUIDv7,
+    ``mmmmmmmm-mmmm-7ccc-rrrr-rrrrrrrrrrrr``) keeps its random part per millisecond and counts ids within
+    one (``ccc``), so jobs enqueued together differ only there: the short form is the millisecond's low
+    digits and the counter (``mmmm.ccc``). Any other id: its last eight characters."""
+    if not job_id:
+        return "-"
+    if len(job_id) == 36 and job_id[14] == "7" and job_id[8] == job_id[13] == "-":
+        return f"{job_id[9:13]}.{job_id[15:18]}"
+    return job_id[-8:]
 
 
 def clock_time(ts: float | None, date: bool = False, millis: bool = True) -> str:
