@@ -27,6 +27,7 @@ from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, Key
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
 from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
+from jobengine.ports.store import supports
 
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
@@ -61,9 +62,6 @@ class _ApiState:
     queues_read_at: float = -1e18
     checks: dict[str, HealthCheck] = field(default_factory=dict)
     revoked: list[Callable[[str], None]] = field(default_factory=list)
-    #: isinstance(store, QueueSettingsStore), asked once: a runtime Protocol check costs ~10 µs, and every
-    #: claim reads the queue settings.
-    settings_store: bool | None = None
 
 
 class ApiFacade:
@@ -191,11 +189,9 @@ class ApiFacade:
     # -- queues -------------------------------------------------------------------------------------
     async def queue_settings(self, *, fresh: bool = False) -> dict[str, QueueSettings]:
         """Settings by queue name, cached for QUEUE_SETTINGS_TTL seconds (``fresh`` reads them now)."""
-        state = self._api()
-        if state.settings_store is None:
-            state.settings_store = isinstance(self.store, QueueSettingsStore)
-        if not state.settings_store:
+        if not supports(self.store, QueueSettingsStore):  # every claim reads the settings: asked once
             return {}
+        state = self._api()
         if fresh or time.monotonic() - state.queues_read_at > QUEUE_SETTINGS_TTL:
             state.queues = {s.queue: s for s in await cast(QueueSettingsStore, self.store).list_queue_settings()}
             state.queues_read_at = time.monotonic()

@@ -35,6 +35,7 @@ from jobengine.flow.pressure import Load, LoadState, Pressure, ShedPolicy, admit
 from jobengine.flow.scale import ScaleReport, Window, percentile, report
 from jobengine.flow.select import ClaimRule
 from jobengine.ports.flow import FlowCounts, FlowStore
+from jobengine.ports.store import supports
 
 if TYPE_CHECKING:
     from jobengine.core.clock import Clock
@@ -61,8 +62,6 @@ class _FlowRuntime:
     refused: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, reason) → enqueues refused
     soft: Counter[str] = field(default_factory=Counter)  # queue → enqueues accepted under soft pressure
     load: LoadState = field(default_factory=lambda: LoadState(Load.NORMAL))
-    #: Whether the store keeps flow limits (a runtime-checkable Protocol check costs ~10 µs: asked once).
-    flow_store: bool = False
     #: shed_policy(settings), built once: settings do not change under a running engine.
     policy: ShedPolicy | None = None
 
@@ -86,7 +85,6 @@ class FlowFacade:
         if self._flow_runtime is None:
             self._flow_runtime = _FlowRuntime(
                 parse_flow_limits(self.settings.flow_limits),
-                flow_store=isinstance(self.store, FlowStore),
                 policy=shed_policy(self.settings),
             )
         return self._flow_runtime
@@ -100,7 +98,7 @@ class FlowFacade:
     async def flow_limits(self, *, fresh: bool = False) -> dict[str, FlowLimits]:
         """Limits by queue: configured ones, replaced by stored ones (cached ``flow_cache_seconds``)."""
         rt = self._flow()
-        if rt.flow_store:
+        if supports(self.store, FlowStore):
             ttl = max(self.settings.flow_cache_seconds, 0.0)
             if fresh or time.monotonic() - rt.stored_read_at > ttl:
                 rt.stored = {lim.queue: lim for lim in await cast(FlowStore, self.store).list_flow_limits()}
@@ -166,7 +164,7 @@ class FlowFacade:
                 plain.append(q)
             else:
                 ruled.append(([q], limit, ClaimRule(q, cap, lim, self.flow_rate(lim) if lim else None)))
-        if ruled and not isinstance(self.store, FlowStore):
+        if ruled and not supports(self.store, FlowStore):
             raise ConfigError("queue limits: this store does not support flow control")
         return ([(plain, limit, None)] if plain else []) + ruled
 

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.processes import Processes
 from support.services import unavailable
 from support.waiting import wait_for
 
@@ -78,18 +79,16 @@ def go(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.Comp
     return subprocess.run(["go", *args], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-class Server:
+class Server(Processes):
     """A ``jobengine serve`` process on a SQLite file of its own, with a key of tenant ``gotest``."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.env = {
+        super().__init__(tmp, {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "JOBENGINE_DATABASE": str(tmp / "jobs.db"),
             "JOBENGINE_RESCUE_INTERVAL": "0.25",  # the server's rescuer of expired leases
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
+        }, ROOT)  # fmt: skip
         self.url = ""
         self.key = ""
 
@@ -100,25 +99,10 @@ class Server:
             env=self.env, cwd=ROOT, capture_output=True, timeout=60, check=True,
         )  # fmt: skip
         self.key = json.loads(out.stdout)["key"]
-        self.server = self.spawn("server", [sys.executable, "-m", "jobengine", "serve", "--port", "0"], self.env)
+        self.server = self.run("server", [sys.executable, "-m", "jobengine", "serve", "--port", "0"], self.env)
         found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", self.output("server")), 30, "the server")
         assert self.server.poll() is None, self.output("server")
         self.url = found.group(0)
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with open(self.tmp / f"{name}.out", "wb") as out:
-            p = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
-
-    def output(self, name: str) -> str:
-        return (self.tmp / f"{name}.out").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
 
 
 @pytest.fixture
@@ -176,8 +160,8 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
         assert enqueued.status_code == 201, enqueued.text
         names = {j["id"]: j["payload"]["name"] for j in enqueued.json()["jobs"]}
 
-        doomed = server.spawn("worker-a", argv, env)
-        survivor = server.spawn("worker-b", argv, env)
+        doomed = server.run("worker-a", argv, env)
+        survivor = server.run("worker-b", argv, env)
 
         def mid_way() -> bool:
             """The first worker finished 100 jobs and has at least half its slots busy."""

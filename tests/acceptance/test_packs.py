@@ -21,35 +21,22 @@ import pytest
 
 from jobengine.cli.main import main
 from support.packs import write_pack
+from support.processes import Processes
 from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Stack:
+class Stack(Processes):
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
         self.db = str(tmp / "jobs.db")
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": self.db,
-                    "JOBENGINE_POLL_INTERVAL": "0.2"}  # fmt: skip
-        self.procs: list[subprocess.Popen[bytes]] = []
+        super().__init__(tmp, {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": self.db,
+                               "JOBENGINE_POLL_INTERVAL": "0.2"}, tmp)  # fmt: skip
         self.url = ""
 
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with open(self.tmp / f"{name}.out", "wb") as out:
-            p = subprocess.Popen([sys.executable, "-m", "jobengine", *args], env={**self.env, **(env or {})},
-                                 cwd=self.tmp, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        self.procs.append(p)
-        return p
-
-    def output(self, name: str) -> str:
-        return (self.tmp / f"{name}.out").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
+        """``python -m jobengine <args>``."""
+        return self.run(name, [sys.executable, "-m", "jobengine", *args], env)
 
 
 @pytest.fixture

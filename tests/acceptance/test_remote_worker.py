@@ -16,23 +16,22 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.processes import Processes
 from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0
 
 
-class Cluster:
+class Cluster(Processes):
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.env = {
+        super().__init__(tmp, {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "JOBENGINE_DATABASE": str(tmp / "jobs.db"),
             "JOBENGINE_RESCUE_INTERVAL": "0.25",  # the server's rescuer of expired leases
             "LEDGER": str(tmp / "ledger.txt"),
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
+        }, ROOT)  # fmt: skip
         self.url = ""
         self.key = ""
 
@@ -42,14 +41,8 @@ class Cluster:
         return out.stdout.decode()
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.tmp / f"{name}.out", "wb") as out:
-            p = subprocess.Popen([sys.executable, "-m", "jobengine", *args], env=self.env, cwd=ROOT, stdout=out,
-                                 stderr=subprocess.STDOUT)  # fmt: skip
-        self.procs.append(p)
-        return p
-
-    def output(self, name: str) -> str:
-        return (self.tmp / f"{name}.out").read_text(errors="replace")
+        """``python -m jobengine <args>``."""
+        return self.run(name, [sys.executable, "-m", "jobengine", *args])
 
     def ledger(self) -> list[list[str]]:
         path = self.tmp / "ledger.txt"
@@ -58,12 +51,6 @@ class Cluster:
     def worker(self, name: str) -> subprocess.Popen[bytes]:
         return self.spawn(name, "worker", "--remote", self.url, "--key", self.key, "--app",
                           "tests.support.remote_app:app", "--lease", str(LEASE), "--concurrency", "2")  # fmt: skip
-
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
 
 
 @pytest.fixture

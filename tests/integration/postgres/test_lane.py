@@ -39,6 +39,20 @@ async def _lane_pid(store: PostgresStore) -> int:
     raise AssertionError("the lane never served two calls in a row")
 
 
+async def _sleeping(dsn: str, pid: int) -> None:
+    """Until session ``pid`` is running its pg_sleep (a call is in its statement on the lane)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        for _ in range(200):
+            cur = await admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active' AND query LIKE '%%pg_sleep%%'",
+                (pid,),
+            )
+            if await cur.fetchone():
+                return
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"session {pid} never ran the call's statement")
+
+
 async def test_calls_in_sequence_share_one_session_and_overlapping_ones_use_the_pool(store: PostgresStore) -> None:
     first = await _lane_pid(store)
     assert [await _pid(store) for _ in range(5)] == [first] * 5
@@ -49,9 +63,9 @@ async def test_calls_in_sequence_share_one_session_and_overlapping_ones_use_the_
 
 
 async def test_a_call_cancelled_mid_statement_leaves_a_usable_store(store: PostgresStore, postgres_dsn: str) -> None:
-    await _lane_pid(store)
+    lane = await _lane_pid(store)
     call = asyncio.create_task(_pid(store, 30.0))
-    await asyncio.sleep(0.2)  # the statement is running on the lane
+    await _sleeping(postgres_dsn, lane)
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)
     # The statement was cancelled on the server (psycopg cancels it), or its session closed: nothing of
@@ -78,7 +92,7 @@ async def test_a_terminated_lane_session_is_replaced(store: PostgresStore, postg
 async def test_close_lets_a_call_on_the_lane_finish_then_closes_it(store: PostgresStore, postgres_dsn: str) -> None:
     lane = await _lane_pid(store)
     call = asyncio.create_task(_pid(store, 0.5))
-    await asyncio.sleep(0.1)  # on the lane, in its statement
+    await _sleeping(postgres_dsn, lane)
     await store.close()
     assert await call == lane  # not cut off by the close (a pool closes a connection in use when returned)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
