@@ -1,11 +1,14 @@
-"""jobengine: a durable job engine. The public API is what ``__all__`` lists; everything else is private."""
+"""jobengine: a durable job engine. The public API is what ``__all__`` lists; everything else is private.
+
+The scheduler's types (schedules, runs, failure signatures, ``PlanContext``) are imported when first named
+(PEP 562): a worker process, which needs none of them, starts without loading their modules.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from jobengine.core.clock import ManualClock, SystemClock
 from jobengine.core.models import Job, JobFilter, NewJob, Phase, PhaseState
 from jobengine.core.retry import RetryPolicy
-from jobengine.core.runs import Run, RunFilter, RunState, RunSummary, RunTrigger, Segment
-from jobengine.core.schedules import JobTemplate, MisfirePolicy, OverlapPolicy, Schedule, ScheduleFilter, ScheduleSpec
-from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.errors import (
@@ -24,10 +27,48 @@ from jobengine.errors import (
     UnknownDependency,
     UnknownTask,
 )
-from jobengine.scheduler import PlanContext
 from jobengine.settings import Settings
 from jobengine.tasks import phase
 from jobengine.worker import JobContext, SyncJobContext, Worker, WorkerOptions
+
+if TYPE_CHECKING:
+    from jobengine.core.runs import Run, RunFilter, RunState, RunSummary, RunTrigger, Segment
+    from jobengine.core.schedules import (
+        JobTemplate,
+        MisfirePolicy,
+        OverlapPolicy,
+        Schedule,
+        ScheduleFilter,
+        ScheduleSpec,
+    )
+    from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
+    from jobengine.scheduler import PlanContext
+
+_LAZY = {
+    **dict.fromkeys(("Run", "RunFilter", "RunState", "RunSummary", "RunTrigger", "Segment"), "jobengine.core.runs"),
+    **dict.fromkeys(
+        ("JobTemplate", "MisfirePolicy", "OverlapPolicy", "Schedule", "ScheduleFilter", "ScheduleSpec"),
+        "jobengine.core.schedules",
+    ),
+    **dict.fromkeys(("Signature", "SignatureFilter", "SignatureStatus"), "jobengine.core.signatures"),
+    "PlanContext": "jobengine.scheduler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobengine' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

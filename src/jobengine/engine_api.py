@@ -22,9 +22,6 @@ from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, JobFilter, NewJob, check_name
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, UnknownDependency
-from jobengine.feed import EventFeed, EventRead, cut_at_settled
-from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
-from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
 from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
 from jobengine.ports.store import supports
@@ -32,6 +29,9 @@ from jobengine.ports.store import supports
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock
+    from jobengine.feed import EventFeed, EventRead
+    from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
+    from jobengine.ports.deadletter import DeadLetterStore
     from jobengine.ports.notifier import Notifier
     from jobengine.ports.store import Store
     from jobengine.ports.watermarks import Watermark
@@ -103,11 +103,15 @@ class ApiFacade:
 
     # One accessor per optional port: mypy cannot narrow to a Protocol passed as a value.
     def _keys(self) -> KeyStore:
+        from jobengine.ports.auth import KeyStore
+
         if not isinstance(self.store, KeyStore):
             raise ConfigError("database: this store does not keep API keys")
         return self.store
 
     def _idempotency(self) -> IdempotencyStore:
+        from jobengine.ports.auth import IdempotencyStore
+
         if not isinstance(self.store, IdempotencyStore):
             raise ConfigError("database: this store does not keep idempotency records")
         return self.store
@@ -118,6 +122,8 @@ class ApiFacade:
         return self.store
 
     def _dead_letter(self) -> DeadLetterStore:
+        from jobengine.ports.deadletter import DeadLetterStore
+
         if not isinstance(self.store, DeadLetterStore):
             raise ConfigError("database: this store cannot purge the dead-letter")
         return self.store
@@ -126,6 +132,8 @@ class ApiFacade:
     async def create_api_key(self, tenant: str, scopes: Sequence[str], name: str = "") -> tuple[ApiKey, str]:
         """Create a key; returns the stored key and the key text, which is shown once and never stored.
         Raises InvalidJob (field ``tenant`` / ``scopes`` / ``name``)."""
+        from jobengine.ports.auth import ApiKey
+
         check_name("tenant", tenant)
         try:
             checked = keymod.check_scopes(list(scopes))
@@ -182,6 +190,8 @@ class ApiFacade:
         await self._idempotency().release_idempotency_key(tenant, key)
 
     async def prune_requests(self, limit: int = 10_000) -> int:
+        from jobengine.ports.auth import IdempotencyStore
+
         if not isinstance(self.store, IdempotencyStore):
             return 0
         return await self.store.prune_idempotency_keys(self.clock.now(), limit)
@@ -309,6 +319,8 @@ class ApiFacade:
     ) -> EventFeed:
         """Follow the event log after ``after_id`` (see :mod:`jobengine.feed`); close() it when done."""
 
+        from jobengine.feed import EventFeed
+
         async def read(after: int, limit: int) -> EventRead:
             return await self.read_settled_events(after, limit, job_id=job_id, tenant=tenant)
 
@@ -340,6 +352,8 @@ class ApiFacade:
             handle(read.events)
             cursor = read.cursor  # read.complete: nothing more to read now
         """
+        from jobengine.feed import cut_at_settled
+
         bound = None
         if isinstance(self.store, SettlingEventLog):
             # First the bound, then the read: every id the bound settles was committed before the read began.

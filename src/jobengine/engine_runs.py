@@ -17,27 +17,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from jobengine.core import firing
 from jobengine.core.ids import RunId, new_run_id
 from jobengine.core.models import Job, NewJob
-from jobengine.core.runs import (
-    ENDED_RUN_STATES,
-    JobOutcome,
-    Run,
-    RunFilter,
-    RunState,
-    RunSummary,
-    RunTrigger,
-    Segment,
-)
-from jobengine.core.schedules import SCHEDULE_MISFIRED, Schedule, check_actor
 from jobengine.core.states import JobState
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import IllegalState, NotFound, StoreError
-from jobengine.ports.schedules import PlannedRun, TickClaim
-from jobengine.scheduler.planning import new_run
+
+if TYPE_CHECKING:
+    from jobengine.core.runs import (
+        JobOutcome,
+        Run,
+        RunFilter,
+        Segment,
+    )
+    from jobengine.core.schedules import Schedule
 
 log = logging.getLogger("jobengine.scheduler")
 
@@ -73,6 +68,8 @@ class RunFacade(SchedulingBase):
 
     async def list_runs(self, filter: RunFilter | None = None) -> list[Run]:
         """Newest first; filter by tenant, schedule, states, trigger and creation time."""
+        from jobengine.core.runs import RunFilter
+
         return await self._scheduling().list_runs(filter or RunFilter())
 
     async def run_segments(self, run_id: str, tenant: str | None = None) -> list[Segment]:
@@ -90,6 +87,8 @@ class RunFacade(SchedulingBase):
     ) -> Run:
         """Cancel an unfinished run: it becomes cancelled at once, its jobs that have not run are
         cancelled, running ones are asked to stop. Raises IllegalState for a run that already ended."""
+        from jobengine.core.schedules import check_actor
+
         check_actor(actor)
         run = await self.get_run(run_id, tenant)
         if run.ended:
@@ -112,6 +111,11 @@ class RunFacade(SchedulingBase):
     ) -> Run:
         """A new run (trigger ``retry``, ``parent_id`` the old one) with a copy of each segment of an ended
         run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed."""
+        from jobengine.core.runs import ENDED_RUN_STATES, RunSummary, RunTrigger
+        from jobengine.core.schedules import check_actor
+        from jobengine.ports.schedules import PlannedRun
+        from jobengine.scheduler.planning import new_run
+
         check_actor(actor)
         run = await self.get_run(run_id, tenant)
         if run.state not in ENDED_RUN_STATES:
@@ -160,6 +164,11 @@ class RunFacade(SchedulingBase):
         return out
 
     async def _fire(self, schedule: Schedule, now: float, fired_by: str | None) -> list[Run]:
+        from jobengine.core import firing
+        from jobengine.core.runs import RunTrigger
+        from jobengine.core.schedules import SCHEDULE_MISFIRED
+        from jobengine.ports.schedules import TickClaim
+
         spec = schedule.spec
         plan = firing.plan_ticks(
             spec.cadence(), schedule.cursor, now, self.settings.scheduler_misfire_grace, spec.misfire, spec.catch_up
@@ -227,6 +236,8 @@ class RunFacade(SchedulingBase):
             after = runs[-1].id
 
     async def _reconcile(self, run: Run) -> int:
+        from jobengine.core.runs import JobOutcome, RunState
+
         store = self._scheduling()
         segments = await store.run_segments(run.id)
         jobs = {j.id: j for j in await self.store.get_jobs([s.job_id for s in segments])}
@@ -271,16 +282,19 @@ class RunFacade(SchedulingBase):
 
     async def _runs_ended(self, jobs: Sequence[Job]) -> None:
         """Jobs changed: those of a run that ended count in its summary. Best effort (reconcile catches up)."""
-        outcomes = [
-            JobOutcome(j.id, j.run_id, j.state, _duration(j))
-            for j in jobs
-            if j.run_id is not None and j.state in _ENDED
-        ]
-        await self._record(outcomes)
+        ended = [(j, j.run_id) for j in jobs if j.run_id is not None and j.state in _ENDED]
+        if ended:  # checked first: a worker whose jobs belong to no run never imports the scheduler's modules
+            from jobengine.core.runs import JobOutcome
+
+            await self._record([JobOutcome(j.id, run, j.state, _duration(j)) for j, run in ended])
 
     async def _runs_reopened(self, jobs: Sequence[Job]) -> None:
         """Jobs were queued again by hand: their outcome no longer counts, and an ended run reopens."""
-        await self._record([JobOutcome(j.id, j.run_id, None) for j in jobs if j.run_id is not None])
+        reopened = [(j.id, j.run_id) for j in jobs if j.run_id is not None]
+        if reopened:
+            from jobengine.core.runs import JobOutcome
+
+            await self._record([JobOutcome(job, run, None) for job, run in reopened])
 
     async def _record(self, outcomes: Sequence[JobOutcome]) -> None:
         if not outcomes:

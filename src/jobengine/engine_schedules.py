@@ -22,15 +22,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from jobengine.core import schedules as sc
 from jobengine.core.ids import ScheduleId, new_run_id, new_schedule_id
-from jobengine.core.runs import Run, RunState, RunTrigger
-from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
-from jobengine.scheduler.planning import SimulatedRun, Simulation
+
+if TYPE_CHECKING:
+    from jobengine.core.runs import Run
+    from jobengine.core.schedules import Schedule, ScheduleFilter, ScheduleSpec
+    from jobengine.scheduler.planning import Simulation
 
 MAX_SIMULATION: Final = 1000
 #: Fields whose change moves the cursor to now and recomputes the next fire time.
@@ -40,6 +41,9 @@ _CADENCE: Final = frozenset({"cron", "every", "timezone", "enabled"})
 class ScheduleFacade(SchedulingBase):
     async def create_schedule(self, spec: ScheduleSpec, *, actor: str = "system") -> Schedule:
         """Store a new schedule; it first fires at its first tick after now."""
+        from jobengine.core import schedules as sc
+        from jobengine.core.schedules import Schedule
+
         sc.check_actor(actor)
         spec = await self._pack_template(spec)
         now = self.clock.now()
@@ -65,6 +69,8 @@ class ScheduleFacade(SchedulingBase):
         return by_name
 
     async def list_schedules(self, filter: ScheduleFilter | None = None) -> list[Schedule]:
+        from jobengine.core.schedules import ScheduleFilter
+
         return await self._scheduling().list_schedules(filter or ScheduleFilter())
 
     async def update_schedule(
@@ -73,6 +79,8 @@ class ScheduleFacade(SchedulingBase):
         """Change fields of the spec (``cron``, ``every``, ``timezone``, ``template`` (a JobTemplate or a
         mapping), ``overlap``, ``misfire``, ``catch_up``, ``jitter``, ``enabled``, ``name``). Giving ``cron``
         clears ``every`` and the reverse. A new cadence applies from now: ticks before are not fired."""
+        from jobengine.core import schedules as sc
+
         sc.check_actor(actor)
         if not changes:
             raise InvalidSchedule("changes", "give at least one field to change")
@@ -80,16 +88,22 @@ class ScheduleFacade(SchedulingBase):
 
     async def pause_schedule(self, ref: str, *, tenant: str | None = None, actor: str = "system") -> Schedule:
         """Stop firing (runs already going continue). Ticks while paused are never fired."""
+        from jobengine.core import schedules as sc
+
         sc.check_actor(actor)
         return await self._change(ref, tenant, actor, {"enabled": False}, sc.SCHEDULE_PAUSED)
 
     async def resume_schedule(self, ref: str, *, tenant: str | None = None, actor: str = "system") -> Schedule:
         """Fire again from the next tick after now (not the ticks missed while paused)."""
+        from jobengine.core import schedules as sc
+
         sc.check_actor(actor)
         return await self._change(ref, tenant, actor, {"enabled": True}, sc.SCHEDULE_RESUMED)
 
     async def delete_schedule(self, ref: str, *, tenant: str | None = None, actor: str = "system") -> None:
         """Delete the schedule; its runs and their jobs stay (history), and go on if still running."""
+        from jobengine.core import schedules as sc
+
         sc.check_actor(actor)
         schedule = await self.get_schedule(ref, tenant)
         event = sc.schedule_event(sc.SCHEDULE_DELETED, schedule, actor)
@@ -109,6 +123,8 @@ class ScheduleFacade(SchedulingBase):
     async def _change(
         self, ref: str, tenant: str | None, actor: str, changes: Mapping[str, Any], event_type: str
     ) -> Schedule:
+        from jobengine.core import schedules as sc
+
         current = await self.get_schedule(ref, tenant)
         spec = _changed_spec(current.spec, changes)
         if "template" in changes:
@@ -126,6 +142,9 @@ class ScheduleFacade(SchedulingBase):
 
     async def trigger_schedule(self, ref: str, *, reason: str, tenant: str | None = None, actor: str = "system") -> Run:
         """Fire a run now, by hand (also when paused; the overlap policy does not apply to it)."""
+        from jobengine.core import schedules as sc
+        from jobengine.core.runs import RunTrigger
+
         sc.check_actor(actor)
         if not isinstance(reason, str) or not 1 <= len(reason) <= 1000:
             raise InvalidSchedule("reason", "say why, in 1-1000 characters")
@@ -149,6 +168,10 @@ class ScheduleFacade(SchedulingBase):
     ) -> Simulation:
         """The next ``count`` fire times of a stored schedule (by id or name) or a proposed spec, and the
         jobs each run would have: planners are called with ``dry_run`` True. Writes nothing."""
+        from jobengine.core.runs import RunState, RunTrigger
+        from jobengine.core.schedules import ScheduleSpec
+        from jobengine.scheduler.planning import SimulatedRun, Simulation
+
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SIMULATION:
             raise InvalidSchedule("count", f"must be an integer from 1 to {MAX_SIMULATION}")
         start = after.timestamp() if isinstance(after, datetime) else after
@@ -184,6 +207,8 @@ class ScheduleFacade(SchedulingBase):
 
 
 def _changed_spec(spec: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
+    from jobengine.core.schedules import JobTemplate, ScheduleSpec
+
     known = {f.name for f in fields(ScheduleSpec)} - {"tenant"}
     values = dict(changes)
     for key in values:

@@ -16,31 +16,46 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jobengine.core.ids import RunId, ScheduleId
 from jobengine.core.models import Event, Job
-from jobengine.core.runs import Run, RunTrigger
-from jobengine.core.schedules import ScheduleSpec
 from jobengine.errors import ConfigError
 from jobengine.ports.leader import Leader
-from jobengine.ports.schedules import PlannedRun, SchedulingBackend, SchedulingStore
-from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, new_run, plan_run
 
+# The scheduler's modules are imported where first used, not here: a worker process never loads them
+# (tests/unit/test_lazy_imports.py).
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock
+    from jobengine.core.runs import Run, RunTrigger
+    from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.notifier import Notifier
+    from jobengine.ports.schedules import PlannedRun, SchedulingBackend, SchedulingStore
     from jobengine.ports.store import Store
+    from jobengine.scheduler.planning import PlannerFn, PlannerRegistry
     from jobengine.settings import Settings
     from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.scheduler")
 
-P = TypeVar("P", bound=PlannerFn)
+P = TypeVar("P", bound="PlannerFn")
+
+
+def _planner_registry() -> PlannerRegistry:
+    from jobengine.scheduler.planning import PlannerRegistry
+
+    return PlannerRegistry()
+
+
+def _backend(store: object) -> SchedulingBackend | None:
+    """``store`` if it offers the scheduling ports, else None."""
+    from jobengine.ports.schedules import SchedulingBackend
+
+    return store if isinstance(store, SchedulingBackend) else None
 
 
 @dataclass
 class _SchedulingState:
-    planners: PlannerRegistry = field(default_factory=PlannerRegistry)
+    planners: PlannerRegistry = field(default_factory=_planner_registry)
     store: SchedulingStore | None = None
     #: Runs this process saw start, so a claim of their next segments does not write again (bounded).
     started: dict[RunId, None] = field(default_factory=dict)
@@ -81,23 +96,25 @@ class SchedulingBase:
         """The scheduling ports of the store; ConfigError when it has none."""
         state = self._sched()
         if state.store is None:
-            if not isinstance(self.store, SchedulingBackend):
+            backend = _backend(self.store)
+            if backend is None:
                 raise ConfigError("database: this store does not support schedules, runs or failure signatures")
-            state.store = self.store.scheduling()
+            state.store = backend.scheduling()
         return state.store
 
     def _scheduling_or_none(self) -> SchedulingStore | None:
         state = self._sched()
-        if state.store is None and isinstance(self.store, SchedulingBackend):
-            state.store = self.store.scheduling()
+        if state.store is None and (backend := _backend(self.store)) is not None:
+            state.store = backend.scheduling()
         return state.store
 
     def leader(self, name: str) -> Leader:
         """A :class:`Leader` for ``name`` among every process of this engine's database (a lease row on
         SQLite, an advisory lock on PostgreSQL, always this process in memory)."""
-        if not isinstance(self.store, SchedulingBackend):
+        backend = _backend(self.store)
+        if backend is None:
             raise ConfigError("database: this store offers no leader election")
-        return self.store.leader(name)
+        return backend.leader(name)
 
     # -- planners -----------------------------------------------------------------------------------
     @property
@@ -151,6 +168,8 @@ class SchedulingBase:
         fired_by: str | None = None,
         dry_run: bool = False,
     ) -> PlannedRun:
+        from jobengine.scheduler.planning import new_run, plan_run
+
         run: Run = new_run(
             run_id, schedule_id, spec.tenant, trigger, now, tick=tick, reason=reason, actor=actor,
             parent_id=parent_id, fired_by=fired_by,

@@ -18,17 +18,17 @@ import os
 import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import jobengine
-from jobengine.core import signatures as sg
 from jobengine.core.ids import JobId
 from jobengine.core.models import Changed, FailOutcome, Failure
-from jobengine.core.schedules import audit_event, check_actor
-from jobengine.core.signatures import Fingerprint, Signature, SignatureFilter, SignatureHit, SignatureStatus
 from jobengine.core.states import JobState
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
+
+if TYPE_CHECKING:
+    from jobengine.core.signatures import Fingerprint, Signature, SignatureFilter, SignatureStatus
 
 log = logging.getLogger("jobengine.signatures")
 
@@ -49,6 +49,8 @@ EXCLUDED_FRAMES: Final = tuple(
 class SignatureFacade(SchedulingBase):
     async def list_signatures(self, filter: SignatureFilter | None = None) -> list[Signature]:
         """Most recently seen first."""
+        from jobengine.core.signatures import SignatureFilter
+
         return await self._scheduling().list_signatures(filter or SignatureFilter())
 
     async def get_signature(self, key: str, *, tenant: str = "default") -> Signature:
@@ -67,6 +69,10 @@ class SignatureFacade(SchedulingBase):
         actor: str = "system",
     ) -> Signature:
         """Set a signature's status (active / resolved / suppressed) and whether its failures may retry."""
+        from jobengine.core import signatures as sg
+        from jobengine.core.schedules import audit_event, check_actor
+        from jobengine.core.signatures import SignatureStatus
+
         check_actor(actor)
         if status is None and non_retryable is None:
             raise InvalidSchedule("status", "give a status or non_retryable")
@@ -88,6 +94,8 @@ class SignatureFacade(SchedulingBase):
 
     # -- the failure path (called by Engine.fail_jobs) ----------------------------------------------
     def _fingerprints(self, failures: Sequence[Failure]) -> dict[JobId, Fingerprint]:
+        from jobengine.core import signatures as sg
+
         if self._scheduling_or_none() is None:
             return {}
         return {
@@ -127,6 +135,8 @@ class SignatureFacade(SchedulingBase):
 
     async def _record_signatures(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None:
         """Count the failures the store applied (a fenced-out report is not counted). Best effort."""
+        from jobengine.core.signatures import SignatureHit
+
         store = self._scheduling_or_none()
         if store is None or not prints:
             return

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jobengine.errors import ConfigError
-from jobengine.webhooks.policy import RetrySchedule
-from jobengine.webhooks.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
     from jobengine.settings import Settings
+    from jobengine.webhooks.policy import RetrySchedule
+    from jobengine.webhooks.ssrf import AddressPolicy
 
 
 def check_webhook_settings(s: Settings) -> None:
@@ -32,16 +32,21 @@ def check_webhook_settings(s: Settings) -> None:
         raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
     if s.webhook_secret_overlap < 0:
         raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
-    try:
-        AddressPolicy.from_entries(s.webhook_allow_hosts)
-    except ValueError as exc:
-        raise ConfigError(f"webhook_allow_hosts: {exc}") from None
+    if s.webhook_allow_hosts:  # only then is the SSRF module loaded: most processes never send a webhook
+        try:
+            address_policy(s)
+        except ValueError as exc:
+            raise ConfigError(f"webhook_allow_hosts: {exc}") from None
 
 
 def retry_schedule(s: Settings) -> RetrySchedule:
+    from jobengine.webhooks.policy import RetrySchedule
+
     return RetrySchedule(base=s.webhook_retry_base, max_delay=s.webhook_retry_max_delay,
                          window=s.webhook_retry_window, jitter=s.webhook_retry_jitter)  # fmt: skip
 
 
 def address_policy(s: Settings) -> AddressPolicy:
+    from jobengine.webhooks.ssrf import AddressPolicy
+
     return AddressPolicy.from_entries(s.webhook_allow_hosts)

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -48,7 +48,6 @@ from jobengine.backends.postgres.outbox import PostgresOutboxMixin
 from jobengine.backends.postgres.packs import PostgresPackMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
-from jobengine.backends.postgres.scheduling import PostgresScheduling
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -67,6 +66,9 @@ from jobengine.core.models import (
 from jobengine.errors import StoreError, StoreUnavailable
 from jobengine.ports.store import StoreCapabilities
 from jobengine.ports.watermarks import Watermark
+
+if TYPE_CHECKING:
+    from jobengine.backends.postgres.scheduling import PostgresScheduling
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -351,6 +353,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
 
     def scheduling(self) -> PostgresScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
+        from jobengine.backends.postgres.scheduling import PostgresScheduling  # a worker never loads it
+
         return PostgresScheduling(self)
 
     # -- transitions --------------------------------------------------------------------------------

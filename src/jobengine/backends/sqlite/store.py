@@ -63,7 +63,6 @@ from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
 from .packs import SqlitePackMixin
-from .scheduling import SqliteScheduling
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -203,6 +202,8 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
 
     def scheduling(self) -> SqliteScheduling:
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
+        from .scheduling import SqliteScheduling  # a worker never loads it
+
         return SqliteScheduling(self)
 
     def leader(self, name: str) -> SqliteLeader:
@@ -306,6 +307,8 @@ def _same(value: T) -> T:
 
 if TYPE_CHECKING:
     from jobengine.ports.store import Store
+
+    from .scheduling import SqliteScheduling
 
     def _conforms(store: SqliteStore) -> Store:  # mypy checks SqliteStore against the port here
         return store
