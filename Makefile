@@ -11,6 +11,8 @@ PIP      := $(BIN)/python -m pip --disable-pip-version-check --no-input
 # Four workers on two cores: most tests wait on subprocesses, sockets and timers, not the CPU (serial:
 # 7m20s, 0.5 load average). `make test PYTEST_ARGS=` runs them one at a time.
 PYTEST_ARGS ?= -n 4 --durations=15
+# Some tests only: `make test TESTS="tests/unit tests/contract/test_x.py"` (both passes run just those).
+TESTS    ?=
 
 .PHONY: venv browser up test lint bench clean
 
@@ -37,9 +39,10 @@ test: venv browser
 	@# The Go worker SDK's tests (tests/acceptance/test_go_worker.py) need a Go toolchain: the system's.
 	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
 		|| echo "note: could not install golang-go; the Go SDK tests will skip"
-	$(BIN)/pytest $(PYTEST_ARGS) -m "not serial"
+	$(BIN)/pytest $(PYTEST_ARGS) -m "not serial" $(TESTS)
 	@# Tests that assert a bound in time run alone: four workers' load would stretch what they measure.
-	$(BIN)/pytest -m serial
+	@# Exit code 5 is "no test collected": TESTS named no serial test.
+	$(BIN)/pytest -m serial $(TESTS) || [ $$? -eq 5 ]
 
 lint: venv
 	$(BIN)/ruff check src tests
