@@ -10,7 +10,8 @@ import os
 import random
 import threading
 import time
-from typing import NewType
+from collections.abc import Callable
+from typing import NewType, cast
 
 JobId = NewType("JobId", str)
 WorkerId = NewType("WorkerId", str)
@@ -74,8 +75,9 @@ class _Uuid7:
 uuid7 = _Uuid7()
 
 
-def new_job_id() -> JobId:
-    return JobId(uuid7())
+#: A new job id: uuid7 itself, typed (a NewType is the identity at run time), so that NewJob's default
+#: costs no wrapper call (~1,000 instructions per job, callgrind).
+new_job_id = cast("Callable[[], JobId]", uuid7)
 
 
 def new_schedule_id() -> ScheduleId:
