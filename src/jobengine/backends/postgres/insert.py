@@ -57,10 +57,13 @@ class InsertPlan:
         # The codec validates every payload (InvalidJob on "payload"); the decoded copy is what the memory
         # store would keep.
         payloads = [codec.normalize(j.payload) for j in jobs]
+        # One template per distinct list of phase names (a batch has few tasks), shared by the jobs that
+        # have it: Phase is an immutable value.
+        templates = {names: tr.phases_template(names) for names in set(phases)}
         return cls(
             jobs=jobs,
             now=now,
-            phases=[tr.phases_template(phases[i]) if i < len(phases) else () for i in range(len(jobs))],
+            phases=[templates[p] for p in phases[: len(jobs)]] + [()] * (len(jobs) - len(phases)),
             payloads=payloads,
             watermarks=watermarks or {},
             fast=len(set(keys)) == len(keys) and not any(j.depends_on for j in jobs),
@@ -78,12 +81,28 @@ def raise_if_id_taken(exc: pg_errors.UniqueViolation) -> None:
 
 
 def _new_job(plan: InsertPlan, i: int, state: JobState) -> Job:
-    new, now = plan.jobs[i], plan.now
+    return _job(plan.jobs[i], plan.payloads[i], plan.phases[i], state, plan.now)
+
+
+def _job(new: NewJob, payload: Json, phases: tuple[Phase, ...], state: JobState, now: float) -> Job:
+    run_at = new.run_at if new.run_at is not None else now
+    if (
+        new.idempotency_key is None
+        and not new.depends_on
+        and new.timeout is None
+        and not phases
+        and new.run_id is None
+        and new.schedule_id is None
+    ):
+        # The usual job, by position (Job's first twelve fields, the rest default): all by keyword, a Job
+        # costs 14,400 instructions, by position 5,600 (callgrind).
+        return Job(new.id, new.tenant, new.queue, new.task, payload, new.priority, run_at, state, 0,
+                   new.max_attempts, now, now)  # fmt: skip
     return Job(
-        id=new.id, tenant=new.tenant, queue=new.queue, task=new.task, payload=plan.payloads[i],
-        priority=new.priority, run_at=new.run_at if new.run_at is not None else now, state=state, attempt=0,
+        id=new.id, tenant=new.tenant, queue=new.queue, task=new.task, payload=payload,
+        priority=new.priority, run_at=run_at, state=state, attempt=0,
         max_attempts=new.max_attempts, created_at=now, updated_at=now, idempotency_key=new.idempotency_key,
-        depends_on=new.depends_on, timeout=new.timeout, phases=plan.phases[i], run_id=new.run_id,
+        depends_on=new.depends_on, timeout=new.timeout, phases=phases, run_id=new.run_id,
         schedule_id=new.schedule_id,
     )  # fmt: skip
 
@@ -102,7 +121,7 @@ def _job_row(j: Job) -> list[Any]:
         j.payload,
         j.priority,
         j.run_at,
-        j.state.value,
+        j.state._value_,  # the enum's own attribute: ``.value`` is a property, ~1,400 instructions (callgrind)
         j.max_attempts,
         j.timeout,
         [p.to_json() for p in j.phases] if j.phases else None,
@@ -115,7 +134,10 @@ def _job_row(j: Job) -> list[Any]:
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
     """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
     now = plan.now
-    jobs = [_new_job(plan, i, tr.initial_state(new, now, True)) for i, new in enumerate(plan.jobs)]
+    jobs = [
+        _job(new, payload, phases, tr.initial_state(new, now, True), now)
+        for new, payload, phases in zip(plan.jobs, plan.payloads, plan.phases, strict=True)
+    ]
     cur = conn.cursor(row_factory=tuple_row)
     if len(jobs) == 1 and not plan.has_keys and not plan.watermarks:
         row = _job_row(jobs[0])
@@ -132,9 +154,10 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         if not many[0]:
             return None
         ids = many[1]
+    enqueued = ev.ENQUEUED
     events = [
-        Event(eid, now, ev.ENQUEUED, j.tenant, j.id, j.queue, j.task,
-              {"state": j.state.value, "attempt": 0, "priority": j.priority})
+        Event(eid, now, enqueued, j.tenant, j.id, j.queue, j.task,
+              {"state": j.state._value_, "attempt": 0, "priority": j.priority})
         for eid, j in zip(ids, jobs, strict=True)
     ]  # fmt: skip
     return Inserted(jobs=jobs, created=[True] * len(jobs), events=events)
