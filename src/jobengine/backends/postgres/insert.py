@@ -131,6 +131,21 @@ def _job_row(j: Job) -> list[Any]:
     ]
 
 
+def _short_row(j: Job, new: NewJob) -> list[Any]:
+    """:func:`_job_row` as INSERT_FAST's ``src`` also reads it: run_at null for a job that gave none (the
+    statement's ``now``), and the optional columns left out when all are null (see ``sql._SRC``)."""
+    row = [j.id, j.tenant, j.queue, j.task, j.payload, j.priority, new.run_at, j.state._value_, j.max_attempts]
+    if (
+        j.timeout is not None
+        or j.phases
+        or j.idempotency_key is not None
+        or j.run_id is not None
+        or j.schedule_id is not None
+    ):
+        row += _job_row(j)[9:]
+    return row
+
+
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
     """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
     now = plan.now
@@ -147,7 +162,8 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         assert one is not None
         ids = [one[0]]
     else:
-        params = {"rows": _job_rows(jobs), "marks": plan.marks(jobs), "now": now, "channel": channel}
+        rows = encode_rows([_short_row(j, new) for j, new in zip(jobs, plan.jobs, strict=True)])
+        params = {"rows": rows, "marks": plan.marks(jobs), "now": now, "channel": channel}
         await cur.execute(q.insert_fast, params)
         many = await cur.fetchone()
         assert many is not None
