@@ -131,28 +131,46 @@ def _job_row(j: Job) -> list[Any]:
     ]
 
 
-def _short_row(j: Job, new: NewJob) -> list[Any]:
-    """:func:`_job_row` as INSERT_FAST's ``src`` also reads it: run_at null for a job that gave none (the
-    statement's ``now``), and the optional columns left out when all are null (see ``sql._SRC``)."""
-    row = [j.id, j.tenant, j.queue, j.task, j.payload, j.priority, new.run_at, j.state._value_, j.max_attempts]
-    if (
-        j.timeout is not None
-        or j.phases
-        or j.idempotency_key is not None
-        or j.run_id is not None
-        or j.schedule_id is not None
-    ):
-        row += _job_row(j)[9:]
-    return row
+def _fast_batch(plan: InsertPlan) -> tuple[list[Job], list[list[Any]]]:
+    """The jobs of a batch without dependencies, and their rows as INSERT_FAST's ``src`` reads them, in one
+    pass: run_at null for a job that gave none (the statement's ``now``), and the optional columns left
+    out when all are null (see ``sql._SRC``). The usual job is built by position from locals (2,200 fewer
+    instructions per job than :func:`_job` and a row function, callgrind)."""
+    now = plan.now
+    queued = JobState.QUEUED
+    jobs: list[Job] = []
+    rows: list[list[Any]] = []
+    for new, payload, phases in zip(plan.jobs, plan.payloads, plan.phases, strict=True):
+        run_at = new.run_at
+        # tr.initial_state with its dependencies done: queued unless run_at is in the future
+        state = queued if run_at is None else tr.initial_state(new, now, True)
+        if (
+            new.idempotency_key is None
+            and not new.depends_on
+            and new.timeout is None
+            and not phases
+            and new.run_id is None
+            and new.schedule_id is None
+        ):
+            id_, tenant, queue, task, priority, attempts = (
+                new.id, new.tenant, new.queue, new.task, new.priority, new.max_attempts
+            )  # fmt: skip
+            jobs.append(Job(id_, tenant, queue, task, payload, priority, now if run_at is None else run_at, state,
+                            0, attempts, now, now))  # fmt: skip
+            rows.append([id_, tenant, queue, task, payload, priority, run_at, state._value_, attempts])
+        else:
+            job = _job(new, payload, phases, state, now)
+            row = _job_row(job)
+            row[6] = run_at
+            jobs.append(job)
+            rows.append(row)
+    return jobs, rows
 
 
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
     """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
     now = plan.now
-    jobs = [
-        _job(new, payload, phases, tr.initial_state(new, now, True), now)
-        for new, payload, phases in zip(plan.jobs, plan.payloads, plan.phases, strict=True)
-    ]
+    jobs, rows = _fast_batch(plan)
     cur = conn.cursor(row_factory=tuple_row)
     if len(jobs) == 1 and not plan.has_keys and not plan.watermarks:
         row = _job_row(jobs[0])
@@ -162,8 +180,7 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         assert one is not None
         ids = [one[0]]
     else:
-        rows = encode_rows([_short_row(j, new) for j, new in zip(jobs, plan.jobs, strict=True)])
-        params = {"rows": rows, "marks": plan.marks(jobs), "now": now, "channel": channel}
+        params = {"rows": encode_rows(rows), "marks": plan.marks(jobs), "now": now, "channel": channel}
         await cur.execute(q.insert_fast, params)
         many = await cur.fetchone()
         assert many is not None
