@@ -333,12 +333,14 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         """
         if not jobs:
             return []
-        if any("@" in j.task for j in jobs):  # a pack's task: resolved to an approved version's digest
+        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
+        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
             from jobengine.packs.jobs import resolve_jobs
 
             jobs = await resolve_jobs(self.packs, jobs)
+            tasks = {j.task for j in jobs}
         await self.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        names = {task: self._phase_names(task) for task in {j.task for j in jobs}}
+        names = {task: self._phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
         now = self.clock.now()
         store = self.store

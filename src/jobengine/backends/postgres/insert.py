@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import psycopg
@@ -30,6 +31,7 @@ from jobengine.errors import IdempotencyConflict, InvalidJob, StoreError, Unknow
 from jobengine.ports.watermarks import Watermark
 
 Conn = psycopg.AsyncConnection[Any]
+_DEPENDS_ON = attrgetter("depends_on")  # in C: any() over a generator costs ~250 instructions per job
 
 
 @dataclass(slots=True)
@@ -66,7 +68,7 @@ class InsertPlan:
             phases=[templates[p] for p in phases[: len(jobs)]] + [()] * (len(jobs) - len(phases)),
             payloads=payloads,
             watermarks=watermarks or {},
-            fast=len(set(keys)) == len(keys) and not any(j.depends_on for j in jobs),
+            fast=len(set(keys)) == len(keys) and not any(map(_DEPENDS_ON, jobs)),
             has_keys=bool(keys),
         )
 
