@@ -327,3 +327,21 @@ async def test_progress_is_saved_and_announced_while_the_job_runs(engine: Engine
     await engine.wait_for(job.id, timeout=5)
     await stop(worker, task)
     sub.close()
+
+
+@pytest.mark.parametrize("spacing", [0.0, 0.3])
+async def test_outcomes_finishing_within_flush_spacing_share_one_flush(engine: Engine, spacing: float) -> None:
+    # One flush is one store call at one engine time: jobs reported together have the same finished_at.
+    @engine.task()
+    async def nap(ctx: JobContext) -> None:
+        await asyncio.sleep(ctx.payload["s"])
+
+    worker, task = await start(engine, flush_spacing=spacing)
+    first = await engine.enqueue("nap", {"s": 0})
+    await engine.wait_for(first.id, timeout=5)  # its flush started the spacing window
+    later = [await engine.enqueue("nap", {"s": s}) for s in (0.02, 0.08)]
+    done = [await engine.wait_for(j.id, timeout=5) for j in later]
+    await stop(worker, task)
+    assert all(j.state is JobState.SUCCEEDED for j in done)
+    finished = {j.finished_at for j in done}
+    assert len(finished) == (1 if spacing else 2)
