@@ -45,8 +45,8 @@ test: venv browser
 	$(BIN)/pytest -m serial $(TESTS) || [ $$? -eq 5 ]
 
 lint: venv
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports --no-logo
 

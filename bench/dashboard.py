@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -98,8 +99,8 @@ async def measure(jobs: int, repeat: int) -> int:
                 p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
                 worst = max(worst, p95)
                 print(f"{path[:32]:32} {statistics.median(times):10.1f} {p95:8.1f} {times[-1]:8.1f} {cpu_ms:8.1f}")
-            print(f"worst p95: {worst:.1f} ms ({'under' if worst < 200 else 'OVER'} 200 ms); load average "
-                  f"{open('/proc/loadavg').read().split()[0] if Path('/proc/loadavg').exists() else '?'}")  # fmt: skip
+            load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "?"
+            print(f"worst p95: {worst:.1f} ms ({'under' if worst < 200 else 'OVER'} 200 ms); load average {load}")
     return 0
 
 

@@ -43,12 +43,12 @@ def test_mypy_strict_on_src() -> None:
 
 def test_ruff_check() -> None:
     _need("ruff", "ruff")
-    _run(sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests")
+    _run(sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "bench")
 
 
 def test_ruff_format() -> None:
     _need("ruff", "ruff")
-    _run(sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "src", "tests")
+    _run(sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "src", "tests", "bench")
 
 
 def test_import_layers() -> None:
