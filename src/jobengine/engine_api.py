@@ -318,7 +318,6 @@ class ApiFacade:
         poll_interval: float | None = None,
     ) -> EventFeed:
         """Follow the event log after ``after_id`` (see :mod:`jobengine.feed`); close() it when done."""
-
         from jobengine.feed import EventFeed
 
         async def read(after: int, limit: int) -> EventRead:

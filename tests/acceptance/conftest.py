@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -10,29 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import Processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Procs:
-    """Worker subprocesses of one test; all are killed at teardown, whatever happened."""
+class Procs(Processes):
+    """Worker subprocesses of one test (``worker<n>.out``); all are killed at teardown, whatever happened."""
 
     def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        self.tmp = tmp
-        self.env = env
-        self.procs: list[subprocess.Popen[bytes]] = []
+        super().__init__(tmp, env, ROOT)
 
     def worker(self, *args: str, app: str = "tests.support.ledger_app:app") -> subprocess.Popen[bytes]:
-        n = len(self.procs)
-        with open(self.tmp / f"worker{n}.out", "wb") as out:  # the child keeps its own descriptor
-            p = subprocess.Popen(
-                [sys.executable, "-m", "jobengine", "worker", "--app", app, *args],
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.procs.append(p)
-        return p
+        argv = [sys.executable, "-m", "jobengine", "worker", "--app", app, *args]
+        return self.run(f"worker{len(self.procs)}", argv)
 
     def wait_ready(self, p: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
         """Until the worker logged that it runs (its signal handlers are installed by then)."""
@@ -42,14 +32,9 @@ class Procs:
             assert time.monotonic() < deadline, f"worker did not start: {self.output(p)}"
             time.sleep(0.05)
 
-    def output(self, p: subprocess.Popen[bytes]) -> str:
-        return (self.tmp / f"worker{self.procs.index(p)}.out").read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
+    def output(self, p: subprocess.Popen[bytes] | str) -> str:
+        """A worker's output, by its process (or by name, as :class:`Processes` reads it)."""
+        return super().output(p if isinstance(p, str) else f"worker{self.procs.index(p)}")
 
 
 @pytest.fixture
@@ -62,4 +47,4 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     }
     p = Procs(tmp_path, env)
     yield p
-    p.kill_all()
+    p.stop_all()

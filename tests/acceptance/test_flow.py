@@ -70,7 +70,7 @@ def test_token_bucket_holds_10_per_second_across_2_workers(procs: Procs, tmp_pat
             break
         assert time.monotonic() < deadline, f"too few starts: {len(starts)}"
         time.sleep(0.2)
-    procs.kill_all()
+    procs.stop_all()
     rows = [r for r in _ledger(ledger) if r[0] == "start"]
     t0 = min(float(r[4]) for r in rows)
     window = [r for r in rows if float(r[4]) < t0 + 10.0]
@@ -100,7 +100,7 @@ def test_concurrency_limits_hold_across_2_worker_processes(procs: Procs, tmp_pat
         assert time.monotonic() < deadline, "jobs did not finish"
         assert all(w.poll() is None for w in workers), procs.output(workers[0])
         time.sleep(0.1)
-    procs.kill_all()
+    procs.stop_all()
     account = {i: accounts[i % 4] for i in range(32)}
     # Replay the ledger in time order: +1 at a start, -1 at an end.
     edges = []
