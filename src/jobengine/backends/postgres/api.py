@@ -4,20 +4,15 @@ filtered claims and the event log's bounds (tables: migration ``0003_api.sql``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
-
-import psycopg
+from collections.abc import Sequence
+from typing import Any
 
 from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.mixin import Conn, Row, StoreCalls, qualify
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed, Event
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
 from jobengine.ports.queues import QueueSettings
-
-T = TypeVar("T")
-Conn = psycopg.AsyncConnection[Any]
-Row = tuple[Any, ...]
 
 _KEY_COLUMNS = "id, tenant, name, scopes, secret_hash, created_at, revoked_at"
 _IDEM_COLUMNS = "tenant, key, fingerprint, created_at, expires_at, locked_until, status, content_type, body"
@@ -75,14 +70,6 @@ _PURGE_DEAD = """WITH cand AS (
 SELECT * FROM ev ORDER BY id"""
 
 
-class _Runs(Protocol):
-    schema: str
-
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
-
-    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
-
-
 # How far past a follower's cursor the gap check looks (ids, through the primary key): more than one read
 # of the feed takes, so the read never passes the checked range.
 _SETTLE_SCAN = 5000
@@ -98,10 +85,6 @@ SELECT (SELECT coalesce(prev, %(after)s::int8) FROM steps
        (SELECT max(id) FROM {s}events)"""
 
 
-def _q(store: _Runs, text: str) -> bytes:
-    return text.replace("{s}", sql.prefix(store.schema)).encode()
-
-
 def _key(r: Row) -> ApiKey:
     return ApiKey(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
 
@@ -112,9 +95,9 @@ def _idem(r: Row) -> IdempotencyRecord:
 
 class PostgresApiMixin:
     # -- KeyStore -----------------------------------------------------------------------------------
-    async def insert_api_key(self: _Runs, key: ApiKey) -> None:
-        q = _q(self, f"INSERT INTO {{s}}api_keys ({_KEY_COLUMNS}) VALUES (%(id)s, %(tenant)s, %(name)s, "
-                     "%(scopes)s, %(hash)s, %(created)s, %(revoked)s)")  # fmt: skip
+    async def insert_api_key(self: StoreCalls, key: ApiKey) -> None:
+        q = qualify(self, f"INSERT INTO {{s}}api_keys ({_KEY_COLUMNS}) VALUES (%(id)s, %(tenant)s, %(name)s, "
+                          "%(scopes)s, %(hash)s, %(created)s, %(revoked)s)")  # fmt: skip
         params = {"id": key.id, "tenant": key.tenant, "name": key.name, "scopes": list(key.scopes),
                   "hash": key.secret_hash, "created": key.created_at, "revoked": key.revoked_at}  # fmt: skip
 
@@ -123,29 +106,29 @@ class PostgresApiMixin:
 
         await self._run(op, retry=False)
 
-    async def get_api_key(self: _Runs, key_id: str) -> ApiKey | None:
-        rows = await self._rows(_q(self, f"SELECT {_KEY_COLUMNS} FROM {{s}}api_keys WHERE id = %(id)s::text"),
+    async def get_api_key(self: StoreCalls, key_id: str) -> ApiKey | None:
+        rows = await self._rows(qualify(self, f"SELECT {_KEY_COLUMNS} FROM {{s}}api_keys WHERE id = %(id)s::text"),
                                 {"id": key_id})  # fmt: skip
         return _key(rows[0]) if rows else None
 
-    async def list_api_keys(self: _Runs, tenant: str | None = None) -> list[ApiKey]:
+    async def list_api_keys(self: StoreCalls, tenant: str | None = None) -> list[ApiKey]:
         q = f"SELECT {_KEY_COLUMNS} FROM {{s}}api_keys WHERE (%(t)s::text IS NULL OR tenant = %(t)s::text) "
-        rows = await self._rows(_q(self, q + "ORDER BY created_at, id"), {"t": tenant})
+        rows = await self._rows(qualify(self, q + "ORDER BY created_at, id"), {"t": tenant})
         return [_key(r) for r in rows]
 
-    async def revoke_api_key(self: _Runs, key_id: str, now: float) -> ApiKey | None:
+    async def revoke_api_key(self: StoreCalls, key_id: str, now: float) -> ApiKey | None:
         q = (f"UPDATE {{s}}api_keys SET revoked_at = coalesce(revoked_at, %(now)s::float8) WHERE id = %(id)s::text "
              f"RETURNING {_KEY_COLUMNS}")  # fmt: skip
-        rows = await self._rows(_q(self, q), {"id": key_id, "now": now})
+        rows = await self._rows(qualify(self, q), {"id": key_id, "now": now})
         return _key(rows[0]) if rows else None
 
     # -- IdempotencyStore ---------------------------------------------------------------------------
     async def claim_idempotency_key(
-        self: _Runs, tenant: str, key: str, fingerprint: str, now: float, lock_seconds: float, ttl: float
+        self: StoreCalls, tenant: str, key: str, fingerprint: str, now: float, lock_seconds: float, ttl: float
     ) -> IdempotencyClaim:
-        claim = _q(self, _CLAIM)
-        select = _q(self, f"SELECT {_IDEM_COLUMNS} FROM {{s}}http_idempotency "
-                          "WHERE tenant = %(tenant)s::text AND key = %(key)s::text")  # fmt: skip
+        claim = qualify(self, _CLAIM)
+        select = qualify(self, f"SELECT {_IDEM_COLUMNS} FROM {{s}}http_idempotency "
+                               "WHERE tenant = %(tenant)s::text AND key = %(key)s::text")  # fmt: skip
         params = {"tenant": tenant, "key": key, "fp": fingerprint, "now": now, "expires": now + ttl,
                   "locked": now + lock_seconds}  # fmt: skip
         for _ in range(5):  # the row may be released between the two statements: try again
@@ -160,50 +143,50 @@ class PostgresApiMixin:
         raise AssertionError("idempotency claim kept racing with releases")
 
     async def finish_idempotency_key(
-        self: _Runs, tenant: str, key: str, status: int, content_type: str, body: bytes
+        self: StoreCalls, tenant: str, key: str, status: int, content_type: str, body: bytes
     ) -> None:
         q = ("UPDATE {s}http_idempotency SET status = %(status)s::int4, content_type = %(ct)s::text, "
              "body = %(body)s::bytea, locked_until = NULL WHERE tenant = %(tenant)s::text AND key = %(key)s::text "
              "RETURNING 1")  # fmt: skip
         await self._rows(
-            _q(self, q), {"status": status, "ct": content_type, "body": body, "tenant": tenant, "key": key}
+            qualify(self, q), {"status": status, "ct": content_type, "body": body, "tenant": tenant, "key": key}
         )
 
-    async def release_idempotency_key(self: _Runs, tenant: str, key: str) -> None:
+    async def release_idempotency_key(self: StoreCalls, tenant: str, key: str) -> None:
         q = ("DELETE FROM {s}http_idempotency WHERE tenant = %(tenant)s::text AND key = %(key)s::text "
              "AND status IS NULL RETURNING 1")  # fmt: skip
-        await self._rows(_q(self, q), {"tenant": tenant, "key": key})
+        await self._rows(qualify(self, q), {"tenant": tenant, "key": key})
 
-    async def prune_idempotency_keys(self: _Runs, now: float, limit: int) -> int:
+    async def prune_idempotency_keys(self: StoreCalls, now: float, limit: int) -> int:
         q = ("DELETE FROM {s}http_idempotency WHERE (tenant, key) IN (SELECT tenant, key FROM {s}http_idempotency "
              "WHERE expires_at <= %(now)s::float8 ORDER BY expires_at LIMIT %(limit)s::int4) RETURNING 1")  # fmt: skip
-        return len(await self._rows(_q(self, q), {"now": now, "limit": limit}))
+        return len(await self._rows(qualify(self, q), {"now": now, "limit": limit}))
 
     # -- QueueSettingsStore -------------------------------------------------------------------------
-    async def list_queue_settings(self: _Runs) -> list[QueueSettings]:
+    async def list_queue_settings(self: StoreCalls) -> list[QueueSettings]:
         rows = await self._rows(
-            _q(self, "SELECT queue, paused, concurrency, updated_at FROM {s}queue_settings ORDER BY queue"), {}
+            qualify(self, "SELECT queue, paused, concurrency, updated_at FROM {s}queue_settings ORDER BY queue"), {}
         )
         return [QueueSettings(r[0], bool(r[1]), r[2], r[3]) for r in rows]
 
-    async def set_queue_settings(self: _Runs, settings: QueueSettings) -> QueueSettings:
+    async def set_queue_settings(self: StoreCalls, settings: QueueSettings) -> QueueSettings:
         q = ("INSERT INTO {s}queue_settings (queue, paused, concurrency, updated_at) VALUES (%(q)s::text, "
              "%(p)s::bool, %(c)s::int4, %(at)s::float8) ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, "
              "concurrency = EXCLUDED.concurrency, updated_at = EXCLUDED.updated_at RETURNING 1")  # fmt: skip
         params = {"q": settings.queue, "p": settings.paused, "c": settings.concurrency, "at": settings.updated_at}
-        await self._rows(_q(self, q), params)
+        await self._rows(qualify(self, q), params)
         return settings
 
-    async def running_counts(self: _Runs, queues: Sequence[str]) -> dict[str, int]:
+    async def running_counts(self: StoreCalls, queues: Sequence[str]) -> dict[str, int]:
         if not queues:
             return {}
         q = ("SELECT queue, count(*) FROM {s}jobs WHERE state = 'running' AND queue = ANY(%(queues)s::text[]) "
              "GROUP BY queue")  # fmt: skip
-        return {r[0]: int(r[1]) for r in await self._rows(_q(self, q), {"queues": list(set(queues))})}
+        return {r[0]: int(r[1]) for r in await self._rows(qualify(self, q), {"queues": list(set(queues))})}
 
     # -- FilteredClaimStore -------------------------------------------------------------------------
     async def fetch_jobs_filtered(
-        self: _Runs,
+        self: StoreCalls,
         queues: Sequence[str],
         limit: int,
         worker: WorkerId,
@@ -223,17 +206,17 @@ class PostgresApiMixin:
             "tenant": tenant,
         }  # fmt: skip
         out = _Collect(now)
-        out.add(await self._rows(_q(self, _FILTERED_CLAIM), params))
+        out.add(await self._rows(qualify(self, _FILTERED_CLAIM), params))
         return out.changed()
 
     # -- EventLogStore ------------------------------------------------------------------------------
-    async def event_bounds(self: _Runs) -> tuple[int, int]:
-        rows = await self._rows(_q(self, "SELECT min(id), max(id) FROM {s}events"), {})
+    async def event_bounds(self: StoreCalls) -> tuple[int, int]:
+        rows = await self._rows(qualify(self, "SELECT min(id), max(id) FROM {s}events"), {})
         return int(rows[0][0] or 0), int(rows[0][1] or 0)
 
-    async def settled_event_id(self: _Runs, after_id: int, now: float, grace: float) -> tuple[int, int]:
+    async def settled_event_id(self: StoreCalls, after_id: int, now: float, grace: float) -> tuple[int, int]:
         rows = await self._rows(
-            _q(self, _SETTLED),
+            qualify(self, _SETTLED),
             {"after": after_id, "young": now - grace, "scan": _SETTLE_SCAN},
         )
         before_hole, newest = rows[0]
@@ -242,14 +225,14 @@ class PostgresApiMixin:
             return int(before_hole), newest
         return min(newest, after_id + _SETTLE_SCAN), newest  # past the scan: not checked yet
 
-    async def prune_events(self: _Runs, before: float, limit: int) -> int:
+    async def prune_events(self: StoreCalls, before: float, limit: int) -> int:
         q = ("DELETE FROM {s}events WHERE id IN (SELECT id FROM {s}events WHERE at < %(before)s::float8 "
              "ORDER BY id LIMIT %(limit)s::int4) RETURNING 1")  # fmt: skip
-        return len(await self._rows(_q(self, q), {"before": before, "limit": limit}))
+        return len(await self._rows(qualify(self, q), {"before": before, "limit": limit}))
 
     # -- DeadLetterStore ----------------------------------------------------------------------------
     async def purge_dead_jobs(
-        self: _Runs,
+        self: StoreCalls,
         now: float,
         limit: int,
         *,
@@ -261,4 +244,4 @@ class PostgresApiMixin:
 
         params = {"now": now, "limit": max(0, limit), "tenant": tenant, "queue": queue,
                   "ids": list(ids) if ids is not None else None}  # fmt: skip
-        return [event_from_row(r) for r in await self._rows(_q(self, _PURGE_DEAD), params)]
+        return [event_from_row(r) for r in await self._rows(qualify(self, _PURGE_DEAD), params)]

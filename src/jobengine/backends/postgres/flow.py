@@ -11,14 +11,15 @@ buckets back. Completions need no lock: they only free slots.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
-from jobengine.backends.postgres.changes import Row, _Collect
+from jobengine.backends.postgres.changes import _Collect
+from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
 from jobengine.backends.postgres.outbox import _CLAIM_IDS
-from jobengine.backends.postgres.sql import RUNNABLE, prefix
+from jobengine.backends.postgres.sql import RUNNABLE
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
@@ -27,7 +28,6 @@ from jobengine.flow.limits import FlowLimits
 from jobengine.flow.select import Candidate, ClaimRule, select
 from jobengine.ports.flow import FlowCounts
 
-T = TypeVar("T")
 Conn = Any
 
 _UPSERT_BUCKETS: Final = """INSERT INTO {s}flow_buckets (key, tokens, updated_at)
@@ -68,18 +68,6 @@ UNION ALL SELECT 1, id, tenant, task, k, NULL, NULL, row_number() OVER (ORDER BY
 {buckets}"""
 
 
-class _Runs(Protocol):
-    schema: str
-
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
-
-    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
-
-
-def _q(store: _Runs, text: str) -> bytes:
-    return text.replace("{s}", prefix(store.schema)).encode()
-
-
 def _key_sql(rule: ClaimRule) -> str:
     if rule.key == "task":
         return "task"
@@ -97,35 +85,37 @@ async def _all(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]
 
 
 class PostgresFlowMixin:
-    async def list_flow_limits(self: _Runs) -> list[FlowLimits]:
-        rows = await self._rows(_q(self, "SELECT queue, spec::text, updated_at FROM {s}flow_limits ORDER BY queue"), {})
+    async def list_flow_limits(self: StoreCalls) -> list[FlowLimits]:
+        q = qualify(self, "SELECT queue, spec::text, updated_at FROM {s}flow_limits ORDER BY queue")
+        rows = await self._rows(q, {})
         return [FlowLimits.from_json(r[0], codec.loads(r[1]), r[2]) for r in rows]
 
-    async def set_flow_limits(self: _Runs, limits: FlowLimits) -> None:
+    async def set_flow_limits(self: StoreCalls, limits: FlowLimits) -> None:
         q = ("INSERT INTO {s}flow_limits (queue, spec, updated_at) VALUES (%(q)s::text, %(spec)s::jsonb, "
              "%(at)s::float8) ON CONFLICT (queue) DO UPDATE SET spec = EXCLUDED.spec, updated_at = EXCLUDED.updated_at "
              "RETURNING 1")  # fmt: skip
         spec = codec.dumps(limits.to_json(), "limits")
-        await self._rows(_q(self, q), {"q": limits.queue, "spec": spec, "at": limits.updated_at})
+        await self._rows(qualify(self, q), {"q": limits.queue, "spec": spec, "at": limits.updated_at})
 
-    async def delete_flow_limits(self: _Runs, queue: str) -> None:
-        await self._rows(_q(self, "DELETE FROM {s}flow_limits WHERE queue = %(q)s::text RETURNING 1"), {"q": queue})
+    async def delete_flow_limits(self: StoreCalls, queue: str) -> None:
+        q = qualify(self, "DELETE FROM {s}flow_limits WHERE queue = %(q)s::text RETURNING 1")
+        await self._rows(q, {"q": queue})
 
-    async def flow_counts(self: _Runs) -> FlowCounts:
+    async def flow_counts(self: StoreCalls) -> FlowCounts:
         q = (f"SELECT queue, count(*) FILTER (WHERE state IN {RUNNABLE}), count(*) FILTER (WHERE state = 'running') "
              f"FROM {{s}}jobs WHERE state IN {RUNNABLE} OR state = 'running' GROUP BY queue")  # fmt: skip
-        rows = await self._rows(_q(self, q), {})
+        rows = await self._rows(qualify(self, q), {})
         return FlowCounts({r[0]: int(r[1]) for r in rows if r[1]}, {r[0]: int(r[2]) for r in rows if r[2]})
 
     async def claim_limited(
-        self: _Runs, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self: StoreCalls, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
     ) -> Changed:
         if limit <= 0:
             return Changed()
         base = {"queue": rule.queue, "now": now, "field": rule.payload_field or ""}
         lock = f"jobengine-flow:{self.schema}:{rule.queue}"
 
-        reads = _q(self, _reads(rule))
+        reads = qualify(self, _reads(rule))
         params = {**base, "n": rule.candidates(limit), "tenant": rule.tenant,
                   "tasks": list(rule.tasks) if rule.tasks is not None else None,
                   "ids": list(rule.ids) if rule.ids is not None else None}  # fmt: skip
@@ -160,7 +150,7 @@ class PostgresFlowMixin:
                     claim["b"] = Jsonb(rows)
                     query = _CLAIM_AND_BUCKETS
                 out = _Collect(now)
-                out.add(await _all(conn, _q(self, query), claim))
+                out.add(await _all(conn, qualify(self, query), claim))
                 return out.changed()
 
         return await self._run(op, retry=False)  # a claim that committed must not run twice

@@ -9,22 +9,19 @@ workers handed the same message never both start the job.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import psycopg
 
 from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
 from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed, Inserted, Job, NewJob
 from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
-
-T = TypeVar("T")
-Conn = psycopg.AsyncConnection[Any]
-Row = tuple[Any, ...]
 
 _INSERT = """INSERT INTO {s}outbox (job_id, queue, available_at, headers, held_until)
 SELECT e->>0, e->>1, (e->>2)::float8, e->3,
@@ -59,13 +56,7 @@ _OVERDUE = (
 )
 
 
-class _Runs(Protocol):
-    schema: str
-
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
-
-    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
-
+class _Runs(StoreCalls, Protocol):
     async def insert_jobs_in(
         self,
         connection: object,
@@ -75,10 +66,6 @@ class _Runs(Protocol):
         *,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted: ...
-
-
-def _q(store: _Runs, text: str) -> bytes:
-    return text.replace("{s}", sql.prefix(store.schema)).encode()
 
 
 def _outbox_rows(inserted: Inserted, headers: Mapping[JobId, Mapping[str, str]]) -> list[list[Any]]:
@@ -106,7 +93,7 @@ async def _insert_outboxed(
     assert isinstance(connection, psycopg.AsyncConnection)
     # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
     params = {"rows": codec.dumps(owed, "headers"), "now": now, "held_until": now + hold if hold > 0 else 0.0}
-    cur = await connection.execute(_q(store, _INSERT), params)
+    cur = await connection.execute(qualify(store, _INSERT), params)
     ids = {r[1]: int(r[0]) for r in await cur.fetchall()}
     rows = [OutboxRow(ids[job_id], JobId(job_id), queue, at, h) for job_id, queue, at, h in owed]
     return Outboxed(inserted, rows)
@@ -150,7 +137,8 @@ class PostgresOutboxMixin:
     async def claim_outbox(self: _Runs, now: float, limit: int, lease_seconds: float) -> list[OutboxRow]:
         if limit <= 0:
             return []
-        rows = await self._rows(_q(self, _CLAIM_OUTBOX), {"now": now, "limit": limit, "until": now + lease_seconds})
+        params = {"now": now, "limit": limit, "until": now + lease_seconds}
+        rows = await self._rows(qualify(self, _CLAIM_OUTBOX), params)
         out = [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
         out.sort(key=lambda r: (r.available_at, r.id))
         return out
@@ -158,11 +146,11 @@ class PostgresOutboxMixin:
     async def delete_outbox(self: _Runs, ids: Sequence[int]) -> None:
         if ids:
             await self._rows(
-                _q(self, "DELETE FROM {s}outbox WHERE id = ANY(%(ids)s::int8[]) RETURNING 1"), {"ids": list(ids)}
+                qualify(self, "DELETE FROM {s}outbox WHERE id = ANY(%(ids)s::int8[]) RETURNING 1"), {"ids": list(ids)}
             )
 
     async def outbox_due(self: _Runs, now: float) -> tuple[bool, float | None]:
-        rows = await self._rows(_q(self, _DUE), {"now": now})
+        rows = await self._rows(qualify(self, _DUE), {"now": now})
         later = rows[0][1]
         return bool(rows[0][0]), (float(later) if later is not None else None)
 
@@ -175,9 +163,9 @@ class PostgresOutboxMixin:
             return Changed()
         params = {"ids": list(dict.fromkeys(ids)), "worker": worker, "expires": now + lease_seconds, "now": now}
         out = _Collect(now)
-        out.add(await self._rows(_q(self, _CLAIM_IDS), params))
+        out.add(await self._rows(qualify(self, _CLAIM_IDS), params))
         return out.changed()
 
     async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
-        rows = await self._rows(_q(self, _OVERDUE), {"before": before, "limit": limit})
+        rows = await self._rows(qualify(self, _OVERDUE), {"before": before, "limit": limit})
         return [job_from_row(r) for r in rows]

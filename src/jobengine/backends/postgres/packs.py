@@ -7,18 +7,14 @@ migrations ``0006_packs.sql``, ``0009_pack_blob_store.sql``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Collection
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.mixin import Conn, Row, StoreCalls, qualify
 from jobengine.ports.packs import NewPackEvent, PackEvent, PackStatus, PackVersion
-
-T = TypeVar("T")
-Conn = psycopg.AsyncConnection[Any]
-Row = tuple[Any, ...]
 
 _COLUMNS = (
     "name, version, sha256, size, status, manifest, description, uploaded_by, uploaded_at, updated_at, "
@@ -26,18 +22,6 @@ _COLUMNS = (
 )
 _EVENT = """INSERT INTO {s}pack_events (name, version, type, actor, reason, at)
 VALUES (%(name)s, %(version)s, %(type)s, %(actor)s, %(reason)s, %(at)s)"""
-
-
-class _Runs(Protocol):
-    schema: str
-
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
-
-    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
-
-
-def _q(store: _Runs, text: str) -> bytes:
-    return text.replace("{s}", sql.prefix(store.schema)).encode()
 
 
 def _version(r: Row) -> PackVersion:
@@ -55,17 +39,21 @@ def _rollback(tx: psycopg.AsyncTransaction) -> None:
 
 
 class PostgresPackMixin:
-    async def insert_pack_version(self: _Runs, version: PackVersion, event: NewPackEvent) -> tuple[PackVersion, bool]:
+    async def insert_pack_version(
+        self: StoreCalls, version: PackVersion, event: NewPackEvent
+    ) -> tuple[PackVersion, bool]:
         v = version
-        row = _q(self, f"INSERT INTO {{s}}pack_versions ({_COLUMNS}) VALUES (%(name)s, %(version)s, %(sha)s, "
-                       "%(size)s, %(status)s, %(manifest)s, %(description)s, %(by)s, %(at)s, %(at)s, %(reason)s, "
-                       "%(approved_by)s) ON CONFLICT (name, version) DO NOTHING RETURNING 1")  # fmt: skip
-        get = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
+        row = qualify(self, f"INSERT INTO {{s}}pack_versions ({_COLUMNS}) VALUES (%(name)s, %(version)s, %(sha)s, "
+                            "%(size)s, %(status)s, %(manifest)s, %(description)s, %(by)s, %(at)s, %(at)s, %(reason)s, "
+                            "%(approved_by)s) ON CONFLICT (name, version) DO NOTHING RETURNING 1")  # fmt: skip
+        get = qualify(
+            self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s"
+        )
         params = {"sha": v.sha256, "size": v.size, "at": v.uploaded_at, "name": v.name,
                   "version": v.version, "status": v.status.value, "manifest": Jsonb(dict(v.manifest)),
                   "description": v.description, "by": v.uploaded_by, "reason": v.status_reason,
                   "approved_by": v.approved_by}  # fmt: skip
-        ev = _q(self, _EVENT)
+        ev = qualify(self, _EVENT)
 
         async def op(conn: Conn) -> tuple[PackVersion, bool]:
             created = False
@@ -85,17 +73,19 @@ class PostgresPackMixin:
 
         return await self._run(op, retry=False)
 
-    async def get_pack_version(self: _Runs, name: str, version: str) -> PackVersion | None:
-        q = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
+    async def get_pack_version(self: StoreCalls, name: str, version: str) -> PackVersion | None:
+        q = qualify(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE name = %(name)s AND version = %(version)s")
         rows = await self._rows(q, {"name": name, "version": version})
         return _version(rows[0]) if rows else None
 
-    async def pack_versions_by_digest(self: _Runs, sha256: str) -> list[PackVersion]:
-        q = _q(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE sha256 = %(sha)s ORDER BY name, version")
+    async def pack_versions_by_digest(self: StoreCalls, sha256: str) -> list[PackVersion]:
+        q = qualify(self, f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE sha256 = %(sha)s ORDER BY name, version")
         return [_version(r) for r in await self._rows(q, {"sha": sha256})]
 
-    async def list_pack_versions(self: _Runs, name: str | None = None, query: str | None = None) -> list[PackVersion]:
-        q = _q(self, f"""SELECT {_COLUMNS} FROM {{s}}pack_versions
+    async def list_pack_versions(
+        self: StoreCalls, name: str | None = None, query: str | None = None
+    ) -> list[PackVersion]:
+        q = qualify(self, f"""SELECT {_COLUMNS} FROM {{s}}pack_versions
             WHERE (%(name)s::text IS NULL OR name = %(name)s::text)
               AND (%(q)s::text IS NULL OR strpos(lower(name), %(q)s::text) > 0
                    OR strpos(lower(description), %(q)s::text) > 0)
@@ -103,7 +93,7 @@ class PostgresPackMixin:
         return [_version(r) for r in await self._rows(q, {"name": name, "q": query.lower() if query else None})]
 
     async def set_pack_status(
-        self: _Runs,
+        self: StoreCalls,
         name: str,
         version: str,
         expected: Collection[PackStatus],
@@ -111,11 +101,11 @@ class PostgresPackMixin:
         event: NewPackEvent,
         approved_by: str | None = None,
     ) -> PackVersion | None:
-        q = _q(self, f"""UPDATE {{s}}pack_versions SET status = %(status)s, status_reason = %(reason)s,
+        q = qualify(self, f"""UPDATE {{s}}pack_versions SET status = %(status)s, status_reason = %(reason)s,
                 updated_at = %(at)s, approved_by = coalesce(%(approved_by)s::text, approved_by)
             WHERE name = %(name)s AND version = %(version)s AND status = ANY(%(expected)s::text[])
             RETURNING {_COLUMNS}""")  # fmt: skip
-        ev = _q(self, _EVENT)
+        ev = qualify(self, _EVENT)
         params = {"status": status.value, "reason": event.reason, "at": event.at, "approved_by": approved_by,
                   "name": name, "version": version, "expected": [s.value for s in expected]}  # fmt: skip
 
@@ -129,8 +119,8 @@ class PostgresPackMixin:
 
         return await self._run(op, retry=False)
 
-    async def list_pack_events(self: _Runs, name: str, version: str | None = None) -> list[PackEvent]:
-        q = _q(
+    async def list_pack_events(self: StoreCalls, name: str, version: str | None = None) -> list[PackEvent]:
+        q = qualify(
             self,
             """SELECT id, name, version, type, actor, at, reason FROM {s}pack_events
             WHERE name = %(name)s AND (%(version)s::text IS NULL OR version = %(version)s::text) ORDER BY id""",

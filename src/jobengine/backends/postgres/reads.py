@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
-
-import psycopg
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.mixin import StoreCalls
 from jobengine.backends.postgres.rows import event_from_row, job_from_row
 from jobengine.core import codec
 from jobengine.core.ids import JobId
@@ -15,18 +14,9 @@ from jobengine.core.models import Event, Job, JobFilter
 from jobengine.core.states import JobState
 from jobengine.ports.watermarks import WatermarkValue
 
-T = TypeVar("T")
-Conn = psycopg.AsyncConnection[Any]
-Row = tuple[Any, ...]
 
-
-class _Runs(Protocol):
-    schema: str
+class _Runs(StoreCalls, Protocol):
     _q: sql.Queries
-
-    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T: ...
-
-    async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]: ...
 
 
 class PostgresReadsMixin:
