@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,6 +24,7 @@ from jobengine.core.models import Job, JobFilter
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.settings import Settings
+from support.processes import Processes
 from support.waiting import wait_for
 
 T = TypeVar("T")
@@ -31,13 +32,11 @@ T = TypeVar("T")
 TERMINAL = {"succeeded", "dead", "cancelled"}
 
 
-class Cli:
+class Cli(Processes):
     """Runs ``jobengine`` commands in ``cwd``; processes it spawned are killed at teardown."""
 
     def __init__(self, cwd: Path) -> None:
-        self.cwd = cwd
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("JOBENGINE_")}
-        self._spawned: list[tuple[subprocess.Popen[bytes], IO[bytes], Path]] = []
+        super().__init__(cwd, {k: v for k, v in os.environ.items() if not k.startswith("JOBENGINE_")}, cwd)
 
     def __call__(self, *args: str, expect: int = 0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
@@ -59,37 +58,12 @@ class Cli:
     def json(self, *args: str, stdin: str | None = None) -> Any:
         return json.loads(self(*args, "--json", stdin=stdin).stdout)
 
-    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
-        log = self.cwd / f"spawned{len(self._spawned)}.log"
-        out = log.open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jobengine", *args],
-            cwd=self.cwd,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        self._spawned.append((proc, out, log))
-        return proc
-
-    def output(self, proc: subprocess.Popen[bytes]) -> str:
-        (log,) = [log for p, _, log in self._spawned if p is proc]
-        return log.read_text(errors="replace")
-
-    def close(self) -> None:
-        for proc, out, _ in self._spawned:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            out.close()
-
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(tmp_path)
     yield runner
-    runner.close()
+    runner.stop_all()
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -187,7 +161,7 @@ def test_cancel_a_waiting_job_then_retry_it(cli: Cli) -> None:
 
 def test_retry_a_dead_job(cli: Cli) -> None:
     job_id = cli("enqueue", "flaky", "--payload", '{"fail_rate": 1}', "--max-attempts", "1").stdout.strip()
-    worker = cli.spawn("worker", "--app", "jobengine.examples:app", "--db", "jobengine.db")
+    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app", "--db", "jobengine.db")
     dead = wait_for(
         lambda: (job := cli.json("jobs", "show", job_id))["state"] == "dead" and job, 30, "the flaky job to die"
     )
@@ -265,7 +239,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
     # ./jobengine.yaml is read by `up` itself: a short grace period, so a long job gets released.
     # api_port 0: the API `up` serves listens on a free port, so the test never collides with a real 8080.
     (cli.cwd / "jobengine.yaml").write_text("grace_period: 1\npoll_interval: 0.2\napi_port: 0\n")
-    up = cli.spawn("up")
+    up = cli.spawn("up", "up")
 
     def demo_done() -> list[dict[str, Any]] | None:
         if up.poll() is not None:
@@ -300,7 +274,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
     assert "Traceback" not in shown
 
     # A second start finds the database in use: no new demo jobs; SIGINT stops it the same way.
-    again = cli.spawn("up")
+    again = cli.spawn("up-again", "up")
     wait_for(lambda: "Ctrl-C to stop" in cli.output(again), 30, "the second start")
     again.send_signal(signal.SIGINT)
     assert again.wait(timeout=30) == 0, cli.output(again)
@@ -317,7 +291,7 @@ def test_worker_second_signal_releases_jobs_at_once(cli: Cli) -> None:
     job_id = cli("enqueue", "resize_image", "--payload", '{"images": 2000, "delay": 0.05}', "--db", "jobs.db")
     job_id_text = job_id.stdout.strip()
     worker = cli.spawn(
-        "worker", "--app", "jobengine.examples:app", "--db", "jobs.db", "--queues", "media,default",
+        "worker", "worker", "--app", "jobengine.examples:app", "--db", "jobs.db", "--queues", "media,default",
         "--concurrency", "2", "--lease", "5", "--grace", "120",
     )  # fmt: skip
     wait_for(lambda: cli.json("jobs", "show", job_id_text, "--db", "jobs.db")["state"] == "running", 30, "start")
@@ -358,12 +332,10 @@ def test_worker_sigterm_under_load_leaves_no_job_running(cli: Cli) -> None:
             await engine.enqueue_many([engine.new_job("hello", {"name": str(i)}) for i in range(300)])
 
         with_engine(database, fill)
-        worker = cli.spawn("worker", "--app", "jobengine.examples:app", "--db", str(database), "--concurrency", "3")
+        worker = cli.spawn(f"worker{round_}", "worker", "--app", "jobengine.examples:app", "--db", str(database),
+                           "--concurrency", "3")  # fmt: skip
         # Until its signal handlers are installed (it logs that it started); a loaded machine may take a while.
-        deadline = time.monotonic() + 60
-        while "started on queues" not in cli.output(worker):
-            assert worker.poll() is None and time.monotonic() < deadline, cli.output(worker)
-            time.sleep(0.05)
+        cli.wait_output(worker, "started on queues", timeout=60)
         time.sleep(0.2 + round_ * 0.3)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, cli.output(worker)

@@ -68,8 +68,7 @@ async def test_sigkill_a_worker_every_second(procs: Procs) -> None:
         await asyncio.sleep(1.0)
         while await remaining() and time.monotonic() < deadline:
             victim = rng.choice(workers)
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
+            procs.kill(victim)
             kills[victim.pid] = time.time()
             workers[workers.index(victim)] = procs.worker()
             await asyncio.sleep(1.0)

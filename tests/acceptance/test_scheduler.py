@@ -11,11 +11,9 @@ import asyncio
 import itertools
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +22,7 @@ from jobengine.core.schedules import JobTemplate, OverlapPolicy, ScheduleSpec
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 
-from .conftest import ROOT, Procs
+from .conftest import Procs
 
 #: Fail-over settings of the replicas: a dead SQLite leader's lease expires within 2 s; a follower asks to
 #: lead every 0.2 s; ticks up to 10 s late still fire as on time.
@@ -37,38 +35,23 @@ FAST = {
 
 @dataclass
 class Schedulers:
-    """``jobengine scheduler`` processes of one test (killed at teardown with the rest of ``procs``)."""
+    """``jobengine scheduler`` processes of one test, started through ``procs`` (which kills them at teardown
+    with the rest); ``alive`` are those not killed yet."""
 
     procs: Procs
     env: dict[str, str]
     alive: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    outputs: dict[int, Path] = field(default_factory=dict)  # by pid
 
     def start(self) -> subprocess.Popen[bytes]:
-        out = self.procs.tmp / f"scheduler{len(self.outputs)}.out"
-        with open(out, "wb") as f:  # the child keeps its own descriptor
-            p = subprocess.Popen(
-                [sys.executable, "-m", "jobengine", "scheduler"], cwd=ROOT, env=self.env, stdout=f,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        self.outputs[p.pid] = out
-        self.procs.procs.append(p)  # the fixture kills it whatever happens
+        p = self.procs.spawn(f"scheduler{len(self.procs.procs)}", "scheduler", env=self.env)
         self.alive.append(p)
         return p
 
     def wait_ready(self, p: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while "scheduler started" not in self.output(p):
-            assert p.poll() is None, self.output(p)
-            assert time.monotonic() < deadline, f"scheduler did not start: {self.output(p)}"
-            time.sleep(0.05)
-
-    def output(self, p: subprocess.Popen[bytes]) -> str:
-        return self.outputs[p.pid].read_text(errors="replace")
+        self.procs.wait_output(p, "scheduler started", timeout)
 
     def kill(self, p: subprocess.Popen[bytes]) -> None:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        self.procs.kill(p)
         self.alive.remove(p)
 
 
