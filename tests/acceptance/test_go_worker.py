@@ -99,7 +99,7 @@ class Server(Processes):
             env=self.env, cwd=ROOT, capture_output=True, timeout=60, check=True,
         )  # fmt: skip
         self.key = json.loads(out.stdout)["key"]
-        self.server = self.run("server", [sys.executable, "-m", "jobengine", "serve", "--port", "0"], self.env)
+        self.server = self.spawn("server", "serve", "--port", "0")
         found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", self.output("server")), 30, "the server")
         assert self.server.poll() is None, self.output("server")
         self.url = found.group(0)
@@ -170,8 +170,7 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
             return done >= 100 and len(kinds) - 2 * done >= CONCURRENCY // 2
 
         wait_for(mid_way, 60, "the first worker to be mid-way")
-        doomed.send_signal(signal.SIGKILL)
-        doomed.wait()
+        server.kill(doomed)
         killed_at = time.monotonic()
 
         # A job whose handler panics, first in line (priority) for the surviving worker.

@@ -11,8 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,10 +31,6 @@ class Stack(Processes):
         super().__init__(tmp, {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": self.db,
                                "JOBENGINE_POLL_INTERVAL": "0.2"}, tmp)  # fmt: skip
         self.url = ""
-
-    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """``python -m jobengine <args>``."""
-        return self.run(name, [sys.executable, "-m", "jobengine", *args], env)
 
 
 @pytest.fixture

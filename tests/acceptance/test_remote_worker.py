@@ -40,10 +40,6 @@ class Cluster(Processes):
                              timeout=60, check=True)  # fmt: skip
         return out.stdout.decode()
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        """``python -m jobengine <args>``."""
-        return self.run(name, [sys.executable, "-m", "jobengine", *args])
-
     def ledger(self) -> list[list[str]]:
         path = self.tmp / "ledger.txt"
         return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
@@ -81,8 +77,7 @@ def run_scenario(cluster: Cluster, server: subprocess.Popen[bytes], api: httpx.C
     start = wait_for(lambda: [r for r in cluster.ledger() if r[0] == "start"], 30, "the first attempt")
     [_, job_id, attempt, old_token, pid] = start[0]  # type: ignore[index]
     assert (job_id, attempt, int(pid)) == (job["id"], "1", doomed.pid)
-    doomed.send_signal(signal.SIGKILL)
-    doomed.wait()
+    cluster.kill(doomed)
     killed_at = time.monotonic()
 
     cluster.worker("worker-b")
