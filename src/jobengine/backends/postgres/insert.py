@@ -1,9 +1,12 @@
 """insert_jobs on one connection: the store's pooled one, or a caller's inside its own transaction.
 
-Two paths:
+Three paths:
 - fast, one statement: no job of the batch has dependencies and no idempotency key repeats within it. The
   statement writes nothing if a key is already taken (or the unique index finds one taken concurrently);
   then the general path runs.
+- piped, for a large batch without keys, dependencies or watermarks: the fast statement once per chunk of
+  ``PIPE_CHUNK`` jobs, sent in one pipeline inside one transaction, so that the client encodes a chunk while
+  the server writes the one before (see :func:`insert_piped`).
 - general, in a transaction (a savepoint inside a caller's transaction): look up the keys, lock and flag the
   parents, decide every state in Python exactly as the memory store does, then write it all in one statement.
 """
@@ -32,6 +35,9 @@ from jobengine.ports.watermarks import Watermark
 
 Conn = psycopg.AsyncConnection[Any]
 _DEPENDS_ON = attrgetter("depends_on")  # in C: any() over a generator costs ~250 instructions per job
+_KEY = attrgetter("idempotency_key")
+#: Rows per statement of a piped batch, and the smallest batch that is piped (two chunks).
+PIPE_CHUNK = 250
 
 
 @dataclass(slots=True)
@@ -168,6 +174,12 @@ def _fast_batch(plan: InsertPlan) -> tuple[list[Job], list[list[Any]]]:
     return jobs, rows
 
 
+def _fast_params(rows: list[list[Any]], jobs: Sequence[Job], marks: str, now: float, channel: str) -> dict[str, Any]:
+    queued = JobState.QUEUED
+    queues = sorted({j.queue for j in jobs if j.state is queued})
+    return {"rows": encode_rows(rows), "marks": marks, "now": now, "channel": channel, "queues": queues}
+
+
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
     """One statement; None when an idempotency key of the batch is taken (the general path decides)."""
     now = plan.now
@@ -181,20 +193,59 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         assert one is not None
         ids = [one[0]]
     else:
-        params = {"rows": encode_rows(rows), "marks": plan.marks(jobs), "now": now, "channel": channel}
-        await cur.execute(q.insert_fast, params)
+        await cur.execute(q.insert_fast, _fast_params(rows, jobs, plan.marks(jobs), now, channel))
         many = await cur.fetchone()
         assert many is not None
         if not many[0]:
             return None
         ids = many[1]
+    return Inserted(jobs=jobs, created=[True] * len(jobs), events=_enqueued(ids, jobs, now))
+
+
+def pipes(jobs: Sequence[NewJob], watermarks: Mapping[JobId, Sequence[Watermark]] | None) -> bool:
+    """Whether :func:`insert_piped` writes this batch: two chunks or more, no keys, dependencies or watermarks."""
+    return (
+        len(jobs) >= 2 * PIPE_CHUNK and not watermarks and not any(map(_KEY, jobs)) and not any(map(_DEPENDS_ON, jobs))
+    )
+
+
+async def insert_piped(
+    conn: Conn, q: Queries, channel: str, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]
+) -> Inserted:
+    """A large batch (see :func:`pipes`) as one INSERT_FAST per chunk of ``PIPE_CHUNK`` jobs, sent without
+    waiting in one pipeline, in one transaction: the client validates and encodes chunk k+1 while the server
+    writes chunk k. All of it or none: a bad payload in a later chunk (InvalidJob, raised while encoding) or
+    a taken id rolls the transaction back. Event ids ascend with the batch's order, as the chunks run in
+    order. The client's share is small (~10 ms of ~40 per 1,000 jobs, the server's CPU ~29), so the gain is
+    too: ``store.insert_jobs`` of 1,000 jobs 41.1 -> 39.3 ms, the standard batch phase +6% (interleaved runs;
+    see bench/README). A key, a dependency or a watermark needs the whole batch in one statement's guard."""
+    sent: list[tuple[psycopg.AsyncCursor[Any], list[Job]]] = []
+    async with conn.pipeline(), conn.transaction():
+        for start in range(0, len(jobs), PIPE_CHUNK):
+            end = start + PIPE_CHUNK
+            part = InsertPlan.of(jobs[start:end], now, phases[start:end], None)
+            built, rows = _fast_batch(part)
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(q.insert_fast, _fast_params(rows, built, "[]", now, channel))
+            sent.append((cur, built))
+    out: list[Job] = []
+    events: list[Event] = []
+    for cur, built in sent:
+        row = await cur.fetchone()
+        assert row is not None and row[0], "a batch without keys is always written"
+        out += built
+        events += _enqueued(row[1], built, now)
+    return Inserted(jobs=out, created=[True] * len(out), events=events)
+
+
+def _enqueued(ids: Sequence[int], jobs: Sequence[Job], now: float) -> list[Event]:
+    """The ``job.enqueued`` events of jobs written by INSERT_FAST (its event data, built the same way)."""
     enqueued = ev.ENQUEUED
-    events = [
+    return [
         Event(eid, now, enqueued, j.tenant, j.id, j.queue, j.task,
               {"state": j.state._value_, "attempt": 0, "priority": j.priority})
         for eid, j in zip(ids, jobs, strict=True)
     ]  # fmt: skip
-    return Inserted(jobs=jobs, created=[True] * len(jobs), events=events)
 
 
 async def insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted:

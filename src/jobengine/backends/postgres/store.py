@@ -40,7 +40,14 @@ from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.changes import _EXTRA, _J, _STATE, Row, _cut_after, _jobs, _unique
 from jobengine.backends.postgres.changes import _Collect as _Collect  # api.py and outbox.py import it from here
 from jobengine.backends.postgres.flow import PostgresFlowMixin
-from jobengine.backends.postgres.insert import InsertPlan, insert_fast, insert_general, raise_if_id_taken
+from jobengine.backends.postgres.insert import (
+    InsertPlan,
+    insert_fast,
+    insert_general,
+    insert_piped,
+    pipes,
+    raise_if_id_taken,
+)
 from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
 from jobengine.backends.postgres.notifier import PgNotifier
@@ -368,6 +375,16 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     ) -> Inserted:
         if not jobs:
             return Inserted([], [], [])
+        if pipes(jobs, watermarks):
+
+            async def piped(conn: Conn) -> Inserted:
+                try:
+                    return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
+                except pg_errors.UniqueViolation as exc:
+                    raise_if_id_taken(exc)
+                    raise
+
+            return await self._run(piped, retry=False)
         plan = InsertPlan.of(jobs, now, phases, watermarks)
 
         async def op(conn: Conn) -> Inserted:
