@@ -556,6 +556,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             rescue_interval=s.rescue_interval,
             grace_period=s.grace_period,
             fetch_batch=s.fetch_batch,
+            flush_spacing=s.worker_flush_spacing,
         )
         for key in overrides:
             if not hasattr(options, key):

@@ -39,6 +39,9 @@ class Settings:
     rescue_interval: float = 5.0
     fetch_batch: int = 0  # 0: up to the free slots
     grace_period: float = 30.0
+    #: A worker reports finished jobs at most once per this many seconds (WorkerOptions.flush_spacing):
+    #: fewer commits at a modest rate, at the cost of a job's outcome being stored up to this much later.
+    worker_flush_spacing: float = 0.05
     retention_interval: float = 60.0
     stale_after: float = 7 * 86400.0
     delete_after: float = 30 * 86400.0
@@ -121,6 +124,8 @@ class Settings:
             raise ConfigError("worker_concurrency: must be at least 1")
         if self.grace_period < 0:
             raise ConfigError("grace_period: must be >= 0 seconds")
+        if not 0 <= self.worker_flush_spacing <= 10:
+            raise ConfigError("worker_flush_spacing: must be between 0 and 10 seconds")
         if self.delete_after < self.stale_after:
             raise ConfigError("delete_after: must be >= stale_after")
         if self.heartbeat_interval and self.heartbeat_interval >= self.lease_seconds:

@@ -74,6 +74,8 @@ def test_an_empty_file_means_defaults(tmp_path: Path) -> None:
         ("lease_seconds: 0\n", {}, "lease_seconds: must be a positive number of seconds"),
         ("worker_concurrency: 0\n", {}, "worker_concurrency: must be at least 1"),
         ("grace_period: -1\n", {}, "grace_period: must be >= 0 seconds"),
+        ("", {"JOBENGINE_WORKER_FLUSH_SPACING": "-0.1"}, "worker_flush_spacing: must be between 0 and 10 seconds"),
+        ("worker_flush_spacing: 60\n", {}, "worker_flush_spacing: must be between 0 and 10 seconds"),
         ("stale_after: 10\ndelete_after: 5\n", {}, "delete_after: must be >= stale_after"),
         ("lease_seconds: 3\nheartbeat_interval: 3\n", {}, "heartbeat_interval: must be shorter than lease_seconds"),
         ("sqlite_synchronous: sometimes\n", {}, "sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA"),

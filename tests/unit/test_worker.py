@@ -15,6 +15,7 @@ from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.errors import IllegalState, NonRetryable
+from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
 
 FAST = RetryPolicy(base=0.01, cap=0.02)
@@ -345,3 +346,10 @@ async def test_outcomes_finishing_within_flush_spacing_share_one_flush(engine: E
     assert all(j.state is JobState.SUCCEEDED for j in done)
     finished = {j.finished_at for j in done}
     assert len(finished) == (1 if spacing else 2)
+
+
+def test_the_flush_spacing_setting_reaches_the_worker() -> None:
+    assert Engine(MemoryStore()).worker().options.flush_spacing == Settings().worker_flush_spacing
+    engine = Engine(MemoryStore(), settings=Settings(worker_flush_spacing=0.01))
+    assert engine.worker().options.flush_spacing == 0.01
+    assert engine.worker(flush_spacing=0).options.flush_spacing == 0

@@ -61,12 +61,14 @@ class WorkerOptions:
     #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
     tune_gc: bool = True
     #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds: a job
-    #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile. Each
-    #: flush is a commit, whose WAL flush every other commit of the database queues behind: at 200 jobs/s
-    #: one commit per completion made the claims and enqueues wait (latency p50 3.2-4.1 ms, p90 8.1-9.9
-    #: ms) and 5 ms between flushes gave p50 2.5-3.9, p90 4.3-9.0 (4 interleaved pairs of the benchmark's
-    #: latency phase on PostgreSQL). Busy workers flush back to back anyway. 0: after every loop turn.
-    flush_spacing: float = 0.005
+    #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile, so its
+    #: outcome (and the start of its dependents) is stored up to this much later. Each flush is a commit,
+    #: whose WAL flush every other commit of the database queues behind. The benchmark's latency phase on
+    #: PostgreSQL (200 jobs/s, 2 workers; 3 interleaved runs, session 5's machine), p50 / p90 ms: 5 ms
+    #: between flushes 7.33 / 12.45, 25 ms 5.00 / 10.41, 50 ms 4.47 / 9.64 (PgQueuer, whose completion
+    #: buffer waits 10 ms: 4.58 / 8.52). Busy workers flush back to back anyway. 0: after every loop turn.
+    #: The setting ``worker_flush_spacing``.
+    flush_spacing: float = 0.05
 
 
 class _LeaseLost(Exception):
