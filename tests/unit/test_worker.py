@@ -17,6 +17,7 @@ from jobengine.engine import Engine
 from jobengine.errors import IllegalState, NonRetryable
 from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
+from jobengine.worker.runtime import FLUSH_EARLY
 
 FAST = RetryPolicy(base=0.01, cap=0.02)
 
@@ -353,3 +354,20 @@ def test_the_flush_spacing_setting_reaches_the_worker() -> None:
     engine = Engine(MemoryStore(), settings=Settings(worker_flush_spacing=0.01))
     assert engine.worker().options.flush_spacing == 0.01
     assert engine.worker(flush_spacing=0).options.flush_spacing == 0
+
+
+async def test_a_busy_worker_flushes_without_waiting_out_the_spacing(engine: Engine) -> None:
+    @engine.task()
+    async def noop(ctx: JobContext) -> None:
+        return None
+
+    worker, task = await start(engine, flush_spacing=30.0, concurrency=FLUSH_EARLY + 10)
+    first = await engine.enqueue("noop")
+    await engine.wait_for(first.id, timeout=5)  # the first flush goes at once and starts a 30 s window
+    few = [await engine.enqueue("noop") for _ in range(3)]
+    await asyncio.sleep(0.3)
+    assert {(await engine.get_job(j.id)).state for j in few} == {JobState.RUNNING}  # ran, not yet reported
+    many = await engine.enqueue_many([engine.new_job("noop") for _ in range(FLUSH_EARLY)])
+    done = [await engine.wait_for(j.id, timeout=5) for j in [*few, *many]]  # long before the window ends
+    assert {j.state for j in done} == {JobState.SUCCEEDED}
+    await stop(worker, task)
