@@ -365,8 +365,8 @@ async def test_a_busy_worker_flushes_without_waiting_out_the_spacing(engine: Eng
     first = await engine.enqueue("noop")
     await engine.wait_for(first.id, timeout=5)  # the first flush goes at once and starts a 30 s window
     few = [await engine.enqueue("noop") for _ in range(3)]
-    await asyncio.sleep(0.3)
-    assert {(await engine.get_job(j.id)).state for j in few} == {JobState.RUNNING}  # ran, not yet reported
+    await until(lambda: worker.processed == 4)  # finished in the worker...
+    assert {(await engine.get_job(j.id)).state for j in few} == {JobState.RUNNING}  # ...not yet reported
     many = await engine.enqueue_many([engine.new_job("noop") for _ in range(FLUSH_EARLY)])
     done = [await engine.wait_for(j.id, timeout=5) for j in [*few, *many]]  # long before the window ends
     assert {j.state for j in done} == {JobState.SUCCEEDED}

@@ -79,8 +79,6 @@ class _LeaseLost(Exception):
 #: A busy worker does not wait out ``flush_spacing``: this many outcomes waiting are flushed at once.
 FLUSH_EARLY = 64
 
-_gc_tuned = False
-
 
 def _tune_gc() -> None:
     """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (modules, the engine, the
@@ -89,11 +87,9 @@ def _tune_gc() -> None:
     Jobs allocate many short-lived tracked objects (rows, jobs, events): measured on a worker draining 20,000
     jobs, the collector took ~220 ms of its ~1.2 s CPU (5 full passes of 16-35 ms each), and 16 ms after
     this. Garbage cycles made before the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
-    the interpreter's settings."""
-    global _gc_tuned
-    if _gc_tuned or not gc.isenabled():
+    the interpreter's settings; so does a process that froze objects itself (or whose first worker did)."""
+    if not gc.isenabled() or gc.get_freeze_count():
         return
-    _gc_tuned = True
     gc.freeze()
     if gc.get_threshold() == (700, 10, 10):
         gc.set_threshold(7000, 10, 10)
@@ -462,8 +458,10 @@ class Worker:
             # is stopping: see WorkerOptions.flush_spacing.
             await asyncio.sleep(0)
             deadline = last + spacing
-            while not self._closing and self._waiting_outcomes() < FLUSH_EARLY and loop.time() < deadline:
-                self._flush_wanted.clear()
+            while True:
+                self._flush_wanted.clear()  # before the test: an outcome added after it sets the event again
+                if self._closing or self._waiting_outcomes() >= FLUSH_EARLY or loop.time() >= deadline:
+                    break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._flush_wanted.wait(), deadline - loop.time())
             last = loop.time()

@@ -174,10 +174,12 @@ def _fast_batch(plan: InsertPlan) -> tuple[list[Job], list[list[Any]]]:
     return jobs, rows
 
 
-def _fast_params(rows: list[list[Any]], jobs: Sequence[Job], marks: str, now: float, channel: str) -> dict[str, Any]:
+def _fast_params(plan: InsertPlan, jobs: Sequence[Job], rows: list[list[Any]], channel: str) -> dict[str, Any]:
+    """INSERT_FAST's parameters; ``queues``: those of the queued jobs, which the statement NOTIFYs."""
     queued = JobState.QUEUED
     queues = sorted({j.queue for j in jobs if j.state is queued})
-    return {"rows": encode_rows(rows), "marks": marks, "now": now, "channel": channel, "queues": queues}
+    return {"rows": encode_rows(rows), "marks": plan.marks(jobs), "now": plan.now, "channel": channel,
+            "queues": queues}  # fmt: skip
 
 
 async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) -> Inserted | None:
@@ -193,7 +195,7 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
         assert one is not None
         ids = [one[0]]
     else:
-        await cur.execute(q.insert_fast, _fast_params(rows, jobs, plan.marks(jobs), now, channel))
+        await cur.execute(q.insert_fast, _fast_params(plan, jobs, rows, channel))
         many = await cur.fetchone()
         assert many is not None
         if not many[0]:
@@ -215,19 +217,24 @@ async def insert_piped(
     """A large batch (see :func:`pipes`) as one INSERT_FAST per chunk of ``PIPE_CHUNK`` jobs, sent without
     waiting in one pipeline, in one transaction: the client validates and encodes chunk k+1 while the server
     writes chunk k. All of it or none: a bad payload in a later chunk (InvalidJob, raised while encoding) or
-    a taken id rolls the transaction back. Event ids ascend with the batch's order, as the chunks run in
-    order. The client's share is small (~10 ms of ~40 per 1,000 jobs, the server's CPU ~29), so the gain is
+    a taken id rolls the transaction back (InvalidJob on ``id``). Event ids ascend with the batch's order, as
+    the chunks run in order. Never inside a caller's transaction (``insert_jobs_in`` takes the other paths).
+    The client's share is small (~10 ms of ~40 per 1,000 jobs, the server's CPU ~29), so the gain is
     too: ``store.insert_jobs`` of 1,000 jobs 41.1 -> 39.3 ms, the standard batch phase +6% (interleaved runs;
     see bench/README). A key, a dependency or a watermark needs the whole batch in one statement's guard."""
     sent: list[tuple[psycopg.AsyncCursor[Any], list[Job]]] = []
-    async with conn.pipeline(), conn.transaction():
-        for start in range(0, len(jobs), PIPE_CHUNK):
-            end = start + PIPE_CHUNK
-            part = InsertPlan.of(jobs[start:end], now, phases[start:end], None)
-            built, rows = _fast_batch(part)
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(q.insert_fast, _fast_params(rows, built, "[]", now, channel))
-            sent.append((cur, built))
+    try:
+        async with conn.pipeline(), conn.transaction():
+            for start in range(0, len(jobs), PIPE_CHUNK):
+                end = start + PIPE_CHUNK
+                part = InsertPlan.of(jobs[start:end], now, phases[start:end], None)
+                built, rows = _fast_batch(part)
+                cur = conn.cursor(row_factory=tuple_row)
+                await cur.execute(q.insert_fast, _fast_params(part, built, rows, channel))
+                sent.append((cur, built))
+    except pg_errors.UniqueViolation as exc:
+        raise_if_id_taken(exc)
+        raise
     out: list[Job] = []
     events: list[Event] = []
     for cur, built in sent:

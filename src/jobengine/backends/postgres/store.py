@@ -378,11 +378,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         if pipes(jobs, watermarks):
 
             async def piped(conn: Conn) -> Inserted:
-                try:
-                    return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
-                except pg_errors.UniqueViolation as exc:
-                    raise_if_id_taken(exc)
-                    raise
+                return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
 
             return await self._run(piped, retry=False)
         plan = InsertPlan.of(jobs, now, phases, watermarks)
