@@ -374,7 +374,9 @@ async def _no_retries_or_dead_letters(engine: Engine) -> None:
 
 
 async def test_a_queue_cap_holds_and_every_job_runs_once(make_engine: EngineFactory) -> None:
-    engine = await make_engine(max_deliveries=2, lease=1.0)
+    # The last jobs wait 5 rounds of 0.6 s, twice the 1.5 s broker lease, which only extensions keep (a lease
+    # of 1 s, 0.8 s of slack, expired on a loaded machine).
+    engine = await make_engine(max_deliveries=2, lease=1.5)
     running, peak, runs = 0, 0, collections.Counter[int]()
 
     @engine.task(queue="capped")
@@ -384,14 +386,14 @@ async def test_a_queue_cap_holds_and_every_job_runs_once(make_engine: EngineFact
         peak = max(peak, running)
         runs[ctx.payload["i"]] += 1
         try:
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.6)
         finally:
             running -= 1
 
     async with engine:
         await engine.update_queue("capped", concurrency=2)
         await engine.enqueue_many([engine.new_job("slow", {"i": i}) for i in range(10)])
-        async with worker(engine, concurrency=10, lease_seconds=1.0, heartbeat_every=0.2):
+        async with worker(engine, concurrency=10, lease_seconds=1.5, heartbeat_every=0.2):
             await until(lambda: _settled(engine, 10), timeout=30)
         assert peak == 2  # never more, and the cap (not the worker) is what held the jobs back
         assert runs == {i: 1 for i in range(10)}

@@ -90,12 +90,12 @@ async def test_an_expired_lease_delivers_again_counting_the_attempt(make_env: En
 
 
 async def test_extend_keeps_the_lease(make_env: EnvFactory) -> None:
-    env = await make_env(lease_seconds=0.6)
+    env = await make_env(lease_seconds=1.2)
     other = await env.other()
     await env.put(1)
     (d,) = await receive_all(env.transport, 1)
-    for _ in range(5):  # 1 s in all, beyond the 0.6 s lease
-        await asyncio.sleep(0.2)
+    for _ in range(6):  # 1.8 s in all, beyond the 1.2 s lease; extended every 0.3 s (a loaded machine's loop
+        await asyncio.sleep(0.3)  # may stall a few hundred ms: 0.6 s leases extended every 0.2 s did not hold)
         await env.transport.extend([d])
     assert await other.receive(1, wait=0.1) == []
     await env.transport.ack([d])
