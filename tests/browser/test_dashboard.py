@@ -82,7 +82,8 @@ def test_log_in_sets_a_strict_http_only_cookie_and_shows_the_overview(page: Any,
     assert page.get_by_text("tenant default").is_visible()
     # The overview is live: a job enqueued now appears in its counts without a reload.
     page.evaluate("window.__notReloaded = true")
-    assert page.locator("#chart canvas").count() >= 1  # uPlot drew the chart (under the CSP)
+    # uPlot drew the chart (under the CSP); it draws after the heading is in place, so wait for it.
+    expect(page.locator("#chart canvas").first).to_be_attached()
     before = int(page.locator("#overview-live dd a[href='/jobs?state=queued']").inner_text())
     enqueue(server, "later", queue="parked")
     expect(page.locator("#overview-live dd a[href='/jobs?state=queued']")).to_have_text(str(before + 1))
