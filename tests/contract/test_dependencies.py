@@ -209,3 +209,18 @@ async def test_a_dependency_deleted_by_retention_after_succeeding_still_counts(s
     unblocked = await get(store, child.id)
     assert unblocked.state is JobState.QUEUED
     assert unblocked.depends_on == (a.id, b.id)
+
+
+async def test_a_job_that_others_depend_on_says_so(store: Store) -> None:
+    # The worker reports such a job's outcome at once (its dependents wait on it), others' in batches.
+    parent, loner = NewJob(task="parent"), NewJob(task="loner")
+    p, _, lone = await enqueue(store, parent, NewJob(task="child", depends_on=(parent.id,)), loner)
+    assert p.has_dependents and not lone.has_dependents  # as returned, read back and claimed
+    assert (await get(store, parent.id)).has_dependents and not (await get(store, loner.id)).has_dependents
+    claimed = {j.id: j.has_dependents for j in await claim(store, T0 + 1)}
+    assert claimed == {parent.id: True, loner.id: False}
+    # A dependent enqueued later, while its dependency runs, is seen from then on.
+    (later,) = await enqueue(store, NewJob(task="later"))
+    (running,) = await claim(store, T0 + 2)
+    await enqueue(store, NewJob(task="child", depends_on=(later.id,)))
+    assert (await get(store, running.id)).has_dependents

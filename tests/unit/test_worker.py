@@ -371,3 +371,23 @@ async def test_a_busy_worker_flushes_without_waiting_out_the_spacing(engine: Eng
     done = [await engine.wait_for(j.id, timeout=5) for j in [*few, *many]]  # long before the window ends
     assert {j.state for j in done} == {JobState.SUCCEEDED}
     await stop(worker, task)
+
+
+async def test_a_job_that_others_wait_on_is_reported_without_waiting_out_the_spacing(engine: Engine) -> None:
+    @engine.task()
+    async def step(ctx: JobContext) -> None:
+        return None
+
+    worker, task = await start(engine, flush_spacing=30.0)
+    first = await engine.enqueue("step")
+    await engine.wait_for(first.id, timeout=5)  # the first flush goes at once and starts a 30 s window
+    a = engine.new_job("step")
+    b = engine.new_job("step", depends_on=[a.id])
+    c = engine.new_job("step", depends_on=[b.id])
+    await engine.enqueue_many([a, b, c])
+    # a and b are reported at once (their dependents wait on them); c has none, so it waits for the window.
+    assert (await engine.wait_for(b.id, timeout=5)).state is JobState.SUCCEEDED
+    await until(lambda: worker.processed == 4)
+    assert (await engine.get_job(c.id)).state is JobState.RUNNING
+    await stop(worker, task)
+    assert (await engine.get_job(c.id)).state is JobState.SUCCEEDED  # reported as the worker stopped

@@ -233,6 +233,9 @@ class Job:
     finished_at: float | None = None
     run_id: RunId | None = None  # the run whose segment this job is (jobs a schedule created)
     schedule_id: ScheduleId | None = None
+    #: A job was enqueued depending on this one. A worker reports the outcome of such a job at once instead
+    #: of batching it (``worker_flush_spacing``), so its dependents start without waiting for the batch.
+    has_dependents: bool = False
 
     @property
     def terminal(self) -> bool:

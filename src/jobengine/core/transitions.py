@@ -6,6 +6,7 @@ contract suite holds them to the same behaviour.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from jobengine.core import events as ev
@@ -20,6 +21,14 @@ def initial_state(new: NewJob, now: float, deps_done: bool) -> JobState:
     if new.run_at is not None and new.run_at > now:
         return JobState.SCHEDULED
     return JobState.QUEUED
+
+
+def with_dependents(jobs: list[Job], batch: Sequence[NewJob]) -> list[Job]:
+    """``jobs`` (an insert's result) with ``has_dependents`` set on those a job of ``batch`` depends on."""
+    parents = {d for new in batch for d in new.depends_on}
+    if not parents:
+        return jobs
+    return [replace(j, has_dependents=True) if j.id in parents and not j.has_dependents else j for j in jobs]
 
 
 def ready_state(job: Job, now: float) -> JobState:

@@ -140,6 +140,7 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         def lookup(job_id: JobId) -> Job | None:
             return staged.get(job_id) or self._jobs.get(job_id)
 
+        parents = {d for new in jobs for d in new.depends_on}
         for i, new in enumerate(jobs):
             payload_text = codec.dumps(new.payload)
             if new.idempotency_key is not None:
@@ -174,7 +175,7 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
                 max_attempts=new.max_attempts, created_at=now, updated_at=now,
                 idempotency_key=new.idempotency_key, depends_on=new.depends_on, timeout=new.timeout,
                 phases=tr.phases_template(phases[i]) if i < len(phases) else (),
-                run_id=new.run_id, schedule_id=new.schedule_id,
+                run_id=new.run_id, schedule_id=new.schedule_id, has_dependents=new.id in parents,
             )  # fmt: skip
             new_events.append(ev.job_event(ev.ENQUEUED, job, {"priority": job.priority}))
             if broken is not None:
@@ -192,6 +193,9 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         for job in staged.values():
             for d in job.depends_on:
                 self._dependents.setdefault(d, set()).add(job.id)
+                parent = self._jobs.get(d)
+                if parent is not None and not parent.has_dependents:
+                    self._jobs[d] = replace(parent, has_dependents=True)
         extra: list[Job] = []
         for _, job in cancelled_roots:
             self._cascade_cancel(job, now, extra, new_events)

@@ -1,7 +1,7 @@
 """The results of the store's transitions: rows to jobs and events, and batch helpers.
 
-A transition statement returns job rows (``ev_id`` NULL, the job from ``_J`` on, statement-specific columns
-from ``_EXTRA`` on) and event rows (``ev_id, ev_type, ev_data, job_id``): see ``sql._changed``.
+A transition statement returns job rows (``ev_id`` NULL, the job from ``_J`` on, then statement-specific
+columns) and event rows (``ev_id, ev_type, ev_data, job_id``): see ``sql._changed``.
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from jobengine.backends.postgres.rows import N_JOB_COLUMNS, job_from_row, loads
+from jobengine.backends.postgres.rows import HAS_DEPENDENTS, job_from_row, loads
 from jobengine.core.models import Changed, Event, Job
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
 
 _J = 3
-_EXTRA = _J + N_JOB_COLUMNS
 _STATE = _J + 7
+_DEPENDENTS = _J + HAS_DEPENDENTS
 
 
 def _jobs(rows: Sequence[Row]) -> list[Row]:

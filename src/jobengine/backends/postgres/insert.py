@@ -356,4 +356,4 @@ async def _insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan
         Event(eid, now, e.type, e.tenant, e.job_id, e.queue, e.task, e.data)
         for eid, (_, e) in zip(row[1], new_events, strict=True)
     ]
-    return Inserted(jobs=out, created=created, events=events)
+    return Inserted(jobs=tr.with_dependents(out, jobs), created=created, events=events)

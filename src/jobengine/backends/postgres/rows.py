@@ -52,8 +52,11 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("finished_at", "finished_at"),
     ("run_id", "run_id"),  # 0002_scheduler: the run (and schedule) a scheduler-made job belongs to
     ("schedule_id", "schedule_id"),
+    ("has_dependents", "has_dependents"),
 )
 N_JOB_COLUMNS = len(_COLUMNS)
+#: Where has_dependents is among the job columns (the store reads it to choose a transition's slow path).
+HAS_DEPENDENTS = [name for _, name in _COLUMNS].index("has_dependents")
 
 
 def job_columns(table: str) -> str:
@@ -127,6 +130,7 @@ def job_from_row(r: Sequence[Any], o: int = 0) -> Job:
         r[o + 26],  # finished_at
         r[o + 27],  # run_id
         r[o + 28],  # schedule_id
+        r[o + 29],  # has_dependents
     )
 
 

@@ -195,7 +195,7 @@ COMPLETE = f"""WITH {_rows("c", "id text, token text, result jsonb")}, guard AS 
     FROM c
     WHERE j.id = c.id AND j.lease_token = c.token
       AND (%(all)s::bool OR ((SELECT ok FROM guard) AND NOT j.has_dependents))
-    RETURNING {_J}, c.ord, j.has_dependents
+    RETURNING {_J}, c.ord
 ), {_EV_SUCCEEDED},
 wm AS (
     INSERT INTO {{s}}watermarks AS w (source, key, value, job_id, updated_at)
@@ -206,7 +206,7 @@ wm AS (
         SET value = EXCLUDED.value, job_id = EXCLUDED.job_id, updated_at = EXCLUDED.updated_at
         WHERE w.value < EXCLUDED.value
 )
-{_changed("done", "done.ord", "done.has_dependents")}"""
+{_changed("done", "done.ord")}"""
 
 _FAIL_TYPE = "CASE how WHEN 'retry' THEN 'job.failed' WHEN 'dead' THEN 'job.dead' ELSE 'job.cancelled' END"
 _FAIL_DATA = """CASE how
@@ -234,10 +234,10 @@ guard AS (
     WHERE j.id = f.id AND j.lease_token = f.token
       AND (f.expired_at IS NULL OR j.lease_expires_at < f.expired_at)
       AND (%(all)s::bool OR ((SELECT ok FROM guard) AND (f.outcome = 'retry' OR NOT j.has_dependents)))
-    RETURNING {_J}, f.ord, f.outcome AS how, f.error, j.has_dependents
+    RETURNING {_J}, f.ord, f.outcome AS how, f.error
 ), {_ev("upd", _FAIL_TYPE, _FAIL_DATA, "ord")},
 {_notify("upd", "how = 'retry' AND run_at <= %(now)s::float8")}
-{_changed("upd", "upd.ord", "upd.has_dependents", "(SELECT count(*) FROM n)")}"""
+{_changed("upd", "upd.ord", "(SELECT count(*) FROM n)")}"""
 
 RELEASE = f"""WITH {_rows("l", "id text, token text")}, upd AS (
     UPDATE {{s}}jobs j SET state = 'queued', attempt = greatest(0, j.attempt - 1), updated_at = %(now)s::float8,
@@ -275,9 +275,9 @@ CANCEL = f"""WITH x AS (
         lease_token = CASE WHEN j.state = 'running' THEN j.lease_token END,
         lease_expires_at = CASE WHEN j.state = 'running' THEN j.lease_expires_at END
     FROM locked WHERE j.id = locked.id
-    RETURNING {_J}, locked.ord, j.has_dependents
+    RETURNING {_J}, locked.ord
 ), {_EV_CANCEL}
-{_changed("upd", "upd.ord", "upd.has_dependents")}"""
+{_changed("upd", "upd.ord")}"""
 
 _EV_RETRIED = _ev(
     "upd", "'job.retried'", "jsonb_build_object('state', state, 'attempt', attempt, 'previous', previous)", "ord"
@@ -330,9 +330,9 @@ CASCADE = f"""WITH par AS (
     UPDATE {{s}}jobs j SET state = 'cancelled', reason = 'dependency ' || par.parent || ' ended ' || par.pstate,
         finished_at = %(now)s::float8, updated_at = %(now)s::float8, {_CLEAR_LEASE}
     FROM par WHERE j.id = par.job_id AND j.state = 'blocked'
-    RETURNING {_J}, j.has_dependents
+    RETURNING {_J}
 ), {_ev("cx", "'job.cancelled'", "jsonb_build_object('state', state, 'attempt', attempt, 'reason', reason)", "id")}
-{_changed("cx", "cx.id", "cx.has_dependents")}"""
+{_changed("cx", "cx.id")}"""
 
 # -- insert ---------------------------------------------------------------------------------------------
 _SRC_COLUMNS = (
@@ -442,10 +442,10 @@ JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS k(tenant, key)
 # Lock the parents of new dependents (like an update, in id order) and flag them: a completion that was
 # waiting on this lock then re-reads has_dependents and leaves the job to the slow path.
 LOCK_PARENTS = f"""WITH l AS (
-    SELECT {_J}, j.has_dependents AS flagged FROM {{s}}jobs j WHERE j.id = ANY(%(ids)s::text[])
+    SELECT {_J} FROM {{s}}jobs j WHERE j.id = ANY(%(ids)s::text[])
     ORDER BY j.id FOR NO KEY UPDATE
 ), f AS (
-    UPDATE {{s}}jobs j SET has_dependents = true FROM l WHERE j.id = l.id AND NOT l.flagged
+    UPDATE {{s}}jobs j SET has_dependents = true FROM l WHERE j.id = l.id AND NOT l.has_dependents
 )
 SELECT {job_names("l")} FROM l"""
 

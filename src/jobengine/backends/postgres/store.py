@@ -37,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
-from jobengine.backends.postgres.changes import _EXTRA, _J, _STATE, Row, _cut_after, _jobs, _unique
+from jobengine.backends.postgres.changes import _DEPENDENTS, _J, _STATE, Row, _cut_after, _jobs, _unique
 from jobengine.backends.postgres.changes import _Collect as _Collect  # api.py and outbox.py import it from here
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
@@ -518,7 +518,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         async def step(conn: Conn, chunk: Sequence[Completion]) -> list[list[Row]]:
             rows = await self._fetch(conn, self._q.complete, params(chunk, True))
             out = [rows]
-            for parent in [r[_J] for r in _jobs(rows) if r[_EXTRA]]:
+            for parent in [r[_J] for r in _jobs(rows) if r[_DEPENDENTS]]:
                 locked = await self._fetch(conn, self._q.lock_dependents, {"ids": [parent]})
                 if locked:
                     unblock = {"ids": [r[0] for r in locked], "now": now, "channel": self.channel}
@@ -547,7 +547,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             rows = await self._fetch(conn, self._q.fail, params(chunk, True))
             out = [rows]
             for r in _jobs(rows):
-                if r[_EXTRA] and r[_STATE] in ("dead", "cancelled"):
+                if r[_DEPENDENTS] and r[_STATE] in ("dead", "cancelled"):
                     out += await self._cascade(conn, r[_J], now)
             return out
 
@@ -602,7 +602,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         while stack:
             rows = await self._fetch(conn, self._q.cascade, {"id": stack.pop(), "now": now})
             levels.append(rows)
-            stack += [r[_J] for r in _jobs(rows) if r[_EXTRA]]  # only a job with dependents can cascade further
+            stack += [r[_J] for r in _jobs(rows) if r[_DEPENDENTS]]  # only a job with dependents can cascade further
         return levels
 
     async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
@@ -637,7 +637,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
                         rows += await self._fetch(conn, self._q.cancel, {**params, "ids": missing})
                     out.append(rows)
                     for r in _jobs(rows):
-                        if r[_EXTRA] and r[_STATE] == "cancelled":
+                        if r[_DEPENDENTS] and r[_STATE] == "cancelled":
                             out += await self._cascade(conn, r[_J], now)
                 return out
 

@@ -57,11 +57,9 @@ RESTART_PHASES_FN: Final = "jobengine_restart_phases"
 
 _CLEAR_LEASE: Final = "lease_worker = NULL, lease_token = NULL, lease_expires_at = NULL"
 _FENCE: Final = "jobs.id = b.id AND jobs.lease_token = b.token AND jobs.state = 'running'"
-#: Whether any job depends on the row's job: one probe of job_deps_depends_on per row returned, so a batch
-#: whose jobs have no dependents (the usual case) skips the dependents' queries altogether.
-_HAS_DEPENDENTS: Final = "EXISTS (SELECT 1 FROM job_deps WHERE job_deps.depends_on = jobs.id)"
-
-# Positions in a row of JOB_COLUMNS (see rows.job_from_row), and of the _HAS_DEPENDENTS column after them.
+# Positions in a row of JOB_COLUMNS (see rows.job_from_row). _DEPENDENTS: whether any job depends on the
+# row's job (one probe of job_deps_depends_on per row), so a batch whose jobs have no dependents (the usual
+# case) skips the dependents' queries altogether.
 _ID, _TENANT, _QUEUE, _TASK, _PRIORITY, _RUN_AT, _STATE, _ATTEMPT = 0, 1, 2, 3, 5, 6, 7, 8
 _REASON, _STARTED_AT = 18, 24
 _DEPENDENTS: Final = 29
@@ -92,7 +90,7 @@ UPDATE jobs SET state = 'succeeded', result = b.result, progress = 1.0, finished
     cancel_requested = 0, {_CLEAR_LEASE}
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS result FROM json_each(?)) AS b
 WHERE {_FENCE}
-RETURNING {JOB_COLUMNS}, {_HAS_DEPENDENTS}
+RETURNING {JOB_COLUMNS}
 """
 
 # errors is always a codec-written JSON array, so appending one element is text surgery, not a re-encode.
@@ -109,7 +107,7 @@ UPDATE jobs SET
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS state, value ->> 3 AS retry_at,
              value ->> 4 AS expired_at, value ->> 5 AS error, value ->> 6 AS message FROM json_each(?)) AS b
 WHERE {_FENCE} AND (b.expired_at IS NULL OR jobs.lease_expires_at < b.expired_at)
-RETURNING {JOB_COLUMNS}, {_HAS_DEPENDENTS}
+RETURNING {JOB_COLUMNS}
 """
 
 _RELEASE: Final = f"""

@@ -286,7 +286,7 @@ def built(w: Written) -> Inserted:
             events.append(Event(next_id, now, e.type, e.tenant, e.job_id, e.queue, e.task, e.data))
             next_id += 1
     out = [made[x] if isinstance(x, int) else x for x in w.out]
-    return Inserted(jobs=out, created=w.created, events=events)
+    return Inserted(jobs=tr.with_dependents(out, jobs), created=w.created, events=events)
 
 
 def insert_jobs(

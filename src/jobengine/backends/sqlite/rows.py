@@ -50,7 +50,9 @@ _COLUMNS: Final = (
 #: (the inner ORDER BY is kept by SQLite because an aggregate's subquery is never flattened).
 JOB_COLUMNS: Final = ", ".join(f"jobs.{c}" for c in _COLUMNS) + (
     ", (SELECT group_concat(depends_on, ' ') FROM "
-    "(SELECT depends_on FROM job_deps WHERE job_deps.job_id = jobs.id ORDER BY position))"
+    "(SELECT depends_on FROM job_deps WHERE job_deps.job_id = jobs.id ORDER BY position)), "
+    # has_dependents: one probe of job_deps_depends_on per row.
+    "EXISTS (SELECT 1 FROM job_deps WHERE job_deps.depends_on = jobs.id)"
 )
 
 #: The states a worker may claim, spelled exactly as in the partial index ``jobs_claim``: SQLite uses a
@@ -167,6 +169,7 @@ def job_from_row(r: Sequence[Any]) -> Job:
         run_id=r[26],
         schedule_id=r[27],
         depends_on=tuple(r[28].split(" ")) if r[28] else (),
+        has_dependents=bool(r[29]),
     )
 
 
