@@ -78,6 +78,7 @@ def job_to_json(job: Job) -> JsonObject:
         "finished_at": iso(job.finished_at),
         "run_id": job.run_id,
         "schedule_id": job.schedule_id,
+        "has_dependents": job.has_dependents,
     }
 
 

@@ -10,6 +10,7 @@ from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, FailOutcome, Failure
 from jobengine.engine import Engine
+from jobengine.sdk.convert import job_from_json
 from jobengine.serialize import event_to_json, job_to_json
 from jobengine.settings import Settings
 
@@ -17,7 +18,7 @@ JOB_KEYS = [
     "id", "tenant", "queue", "task", "state", "outcome", "payload", "priority", "run_at", "attempt",
     "max_attempts", "idempotency_key", "depends_on", "timeout", "lease", "cancel_requested", "reason",
     "progress", "phases", "result", "errors", "created_at", "updated_at", "started_at", "finished_at", "run_id",
-    "schedule_id",
+    "schedule_id", "has_dependents",
 ]  # fmt: skip
 
 
@@ -78,3 +79,17 @@ async def test_phases_serialise_with_iso_times() -> None:
             "started_at": None,
             "finished_at": None,
         }
+
+
+async def test_a_remote_worker_reads_back_the_job_it_was_handed() -> None:
+    # What the worker protocol hands out (job_to_json) is what the SDK's worker runs (job_from_json): every
+    # field but the lease token, which the claim answer carries beside the job. has_dependents included:
+    # the worker reports such a job's outcome at once.
+    clock = ManualClock(1_700_000_000.0)
+    async with Engine(MemoryStore(), Settings(database="memory"), clock) as engine:
+        parent = await engine.enqueue("work", {"a": [1, 2]}, priority=3, idempotency_key="k")
+        await engine.enqueue("next", depends_on=[parent.id])
+        (running,) = await engine.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)
+        assert running.has_dependents
+        lease = {"token": running.lease_token, "expires_at": job_to_json(running)["lease"]["expires_at"]}
+        assert job_from_json(json.loads(json.dumps(job_to_json(running))), lease) == running

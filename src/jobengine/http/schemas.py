@@ -189,6 +189,9 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     run_id: str | None = Field(None, description="The run whose segment this job is (jobs of a schedule)")
     schedule_id: str | None = None
+    has_dependents: bool = Field(
+        False, description="A job was enqueued depending on this one (a worker reports its outcome at once)"
+    )
 
 
 class JobPage(BaseModel):

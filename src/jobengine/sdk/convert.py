@@ -48,4 +48,5 @@ def job_from_json(d: Mapping[str, Any], lease: Mapping[str, Any] | None = None) 
         started_at=seconds(d.get("started_at")), finished_at=seconds(d.get("finished_at")),
         run_id=RunId(d["run_id"]) if d.get("run_id") else None,
         schedule_id=ScheduleId(d["schedule_id"]) if d.get("schedule_id") else None,
+        has_dependents=bool(d.get("has_dependents")),
     )  # fmt: skip
