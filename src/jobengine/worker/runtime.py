@@ -62,14 +62,10 @@ class WorkerOptions:
     tune_gc: bool = True
     #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds: a job
     #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile, so its
-    #: outcome (and the start of its dependents) is stored up to this much later. Each flush is a commit,
-    #: whose WAL flush every other commit of the database queues behind. The benchmark's latency phase on
-    #: PostgreSQL (200 jobs/s, 2 workers; 3 interleaved runs, session 5's machine), p50 / p90 ms: 5 ms
-    #: between flushes 7.33 / 12.45, 25 ms 5.00 / 10.41, 50 ms 4.47 / 9.64 (PgQueuer, whose completion
-    #: buffer waits 10 ms: 4.58 / 8.52). A busy worker does not wait: FLUSH_EARLY outcomes waiting are
-    #: flushed at once (without that, 50 ms cost the process phase 7%: 5,337 -> 4,960 jobs/s, 2 pairs),
-    #: and so is the outcome of a job that others depend on (``Job.has_dependents``), so a chain of jobs
-    #: does not pay the spacing per link. 0: after every loop turn. The setting ``worker_flush_spacing``.
+    #: outcome is stored up to this much later. Each flush is a commit, whose WAL flush the database's other
+    #: commits queue behind (the measurements: docs/architecture.md, "Outcomes are batched"). Not waited
+    #: out: FLUSH_EARLY outcomes waiting (a busy worker), or a job that others depend on
+    #: (``Job.has_dependents``). 0: after every loop turn. The setting ``worker_flush_spacing``.
     flush_spacing: float = 0.05
 
 

@@ -6,8 +6,10 @@ import asyncio
 import time
 
 import psycopg
+import pytest
 
 from jobengine.backends.postgres import PostgresStore
+from jobengine.backends.postgres.insert import PIPE_CHUNK
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Completion, NewJob
 
@@ -34,6 +36,20 @@ async def test_a_commit_elsewhere_wakes_the_waiter_at_once(store: PostgresStore,
         await other.insert_jobs([NewJob(task="t")], time.time(), [()])
         assert await asyncio.wait_for(waiter, 5.0) is True
         assert time.monotonic() - started < 1.0
+    finally:
+        await other.close()
+
+
+@pytest.mark.parametrize("n", [2, 2 * PIPE_CHUNK], ids=["batch", "piped batch"])
+async def test_a_batch_committed_elsewhere_wakes_the_waiter(store: PostgresStore, postgres_dsn: str, n: int) -> None:
+    other = PostgresStore(postgres_dsn)  # another process, as far as PostgreSQL can tell
+    try:
+        notifier = store.notifier()
+        await notifier.started()
+        await other.insert_jobs([NewJob(task="t", run_at=time.time() + 3600)], time.time(), [()])
+        assert await notifier.wait(0.3) is False  # (not runnable: no notification)
+        await other.insert_jobs([NewJob(task="t") for _ in range(n)], time.time(), [()] * n)
+        assert await notifier.wait(5.0) is True
     finally:
         await other.close()
 

@@ -353,11 +353,6 @@ _WATERMARKS = f"""{_rows("wm", "job_id text, source text, key text, value jsonb"
     SELECT job_id, source, key, value FROM wm WHERE (SELECT ok FROM go)
 )"""
 
-# Jobs without dependencies, in one statement. ``go`` guards the idempotency keys: when any key of the batch
-# is already taken, nothing is written and the caller takes the general path (which decides between
-# returning the existing job and raising IdempotencyConflict). A key taken concurrently makes the unique
-# index raise, and the caller takes the general path too. ``queues``: the distinct queues of the batch's queued
-# jobs, which the caller knows (a DISTINCT over ``src`` sorted 1,000 rows: ~1 ms of 29 of server CPU).
 # The job columns an insert writes from ``src`` (shared by INSERT_FAST and INSERT_ONE).
 _INSERT_JOBS = """INSERT INTO {s}jobs (id, tenant, queue, task, payload, priority, run_at, state, max_attempts,
                           created_at, updated_at, timeout, phases, idempotency_key, run_id, schedule_id)
@@ -372,6 +367,11 @@ _ENQUEUED = """SELECT %(now)s::float8, 'job.enqueued', tenant, id, queue, task,
                 ELSE jsonb_build_object('state', state, 'attempt', 0, 'priority', priority) END
     FROM src"""
 
+# Jobs without dependencies, in one statement. ``go`` guards the idempotency keys: when any key of the batch
+# is already taken, nothing is written and the caller takes the general path (which decides between
+# returning the existing job and raising IdempotencyConflict). A key taken concurrently makes the unique
+# index raise, and the caller takes the general path too. ``queues``: the distinct queues of the batch's queued
+# jobs, which the caller knows (a DISTINCT over ``src`` sorted 1,000 rows: ~1 ms of 29 of server CPU).
 INSERT_FAST = f"""WITH {_SRC}, existing AS (
     SELECT e.id FROM src CROSS JOIN LATERAL (
         SELECT j.id FROM {{s}}jobs j WHERE j.tenant = src.tenant AND j.idempotency_key = src.key LIMIT 1) e
@@ -384,9 +384,7 @@ INSERT_FAST = f"""WITH {_SRC}, existing AS (
     {_INSERT_EVENTS}
     {_ENQUEUED} WHERE (SELECT ok FROM go) ORDER BY ord
     RETURNING id
-), n AS (
-    SELECT pg_notify(%(channel)s::text, q) FROM unnest(%(queues)s::text[]) x(q) WHERE (SELECT ok FROM go)
-)
+), {_notify("unnest(%(queues)s::text[]) AS x(queue)", "(SELECT ok FROM go)")}
 SELECT (SELECT ok FROM go), (SELECT array_agg(id ORDER BY id) FROM ev), (SELECT count(*) FROM n)"""
 
 # One job without idempotency key or watermarks (a single enqueue): the same rows as INSERT_FAST from a

@@ -375,15 +375,11 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     ) -> Inserted:
         if not jobs:
             return Inserted([], [], [])
-        if pipes(jobs, watermarks):
-
-            async def piped(conn: Conn) -> Inserted:
-                return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
-
-            return await self._run(piped, retry=False)
-        plan = InsertPlan.of(jobs, now, phases, watermarks)
+        plan = None if pipes(jobs, watermarks) else InsertPlan.of(jobs, now, phases, watermarks)
 
         async def op(conn: Conn) -> Inserted:
+            if plan is None:  # a large plain batch: chunks piped in one transaction (each makes its own plan)
+                return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
             return await self._insert(conn, plan)
 
         return await self._run(op, retry=False)
