@@ -164,6 +164,14 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         #: The NOTIFY channel (one per schema, so two stores in one database do not wake each other).
         self.channel = sql.channel(schema)
         self._q = sql.build(schema)
+        q = self._q
+        # Planned at every execution, never prepared: statements that join a batch with the jobs table. A
+        # prepared statement's generic plan is costed at the table's size when it was made; the jobs table
+        # keeps every finished job, so a plan made while it was small (a seq scan and a hash join) got
+        # slower with every job until an ANALYZE replaced it: a completion of 3 jobs took 0.9 ms at the
+        # start of a 20 s run at 200 jobs/s and 6.6 ms at its end. Planned each time, with the batch's size
+        # known (sql._rows), they probe the primary key (docs/architecture.md).
+        self._replan = frozenset((q.complete, q.fail, q.release, q.heartbeat, q.save_phases, q.next_run_at))
         self._pool_min, self._pool_max, self._pool_timeout = pool_min, pool_max, pool_timeout
         # One pool per event loop: an async connection belongs to the loop that opened it, and the engine's
         # synchronous facade runs a loop of its own in another thread.
@@ -292,17 +300,18 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         raise AssertionError("unreachable")
 
     async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]:
+        prepare = False if query in self._replan else None
+
         async def op(conn: Conn) -> list[Row]:
             cur = conn.cursor(binary=True)
-            await cur.execute(query, params)
+            await cur.execute(query, params, prepare=prepare)
             return await cur.fetchall()
 
         return await self._run(op, retry=retry)
 
-    @staticmethod
-    async def _fetch(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]:
+    async def _fetch(self, conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]:
         cur = conn.cursor(binary=True, row_factory=tuple_row)
-        await cur.execute(query, params)
+        await cur.execute(query, params, prepare=False if query in self._replan else None)
         return await cur.fetchall()
 
     # -- lifecycle ----------------------------------------------------------------------------------

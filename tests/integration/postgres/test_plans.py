@@ -1,0 +1,71 @@
+"""Statements that join a batch with the jobs table are planned for the table they meet.
+
+The jobs table keeps every finished job, so it only grows. A prepared statement's generic plan is costed
+at the size the table had when it was made: the completion of a few jobs, prepared while the table was
+small, hash-joined a seq scan of it, and every completion got slower with every job until an ANALYZE.
+The store therefore never prepares these statements, and tells the planner a batch's size (the LIMIT of
+``sql._rows``): a small batch probes the primary key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from jobengine.backends.postgres import PostgresStore
+from jobengine.core import codec
+from jobengine.core.models import Completion, NewJob
+
+
+async def _lane_pid(store: PostgresStore) -> int:
+    """Call until two calls in a row share a session (the lane, connected), and return it."""
+
+    async def pid() -> int:
+        rows = await store._rows(b"SELECT pg_backend_pid()", {})
+        return int(rows[0][0])
+
+    last = await pid()
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if (now := await pid()) == last:
+            return now
+        last = now
+    raise AssertionError("the lane never served two calls in a row")
+
+
+async def test_batch_transitions_are_never_prepared_while_the_claim_is(store: PostgresStore) -> None:
+    now = time.time()
+    await store.insert_jobs([NewJob(task="t", payload={"i": i}) for i in range(12)], now, [()] * 12)
+    lane = await _lane_pid(store)
+    for _ in range(12):  # psycopg prepares a statement at its 5th execution on a connection
+        claimed = await store.fetch_jobs(["default"], 1, "w", 30.0, time.time())
+        (job,) = claimed.jobs
+        await store.complete_jobs([Completion(job.id, job.lease_token or "", None)], time.time())
+        await store.next_run_at(["default"])
+    assert await _lane_pid(store) == lane  # all of it ran on one session: the one asked below
+
+    rows = await store._rows(b"SELECT statement FROM pg_prepared_statements", {})
+    prepared = [r[0] for r in rows]
+    assert any("SKIP LOCKED" in s for s in prepared), prepared  # the claim: prepared, as every other
+    assert not [s for s in prepared if "'succeeded'" in s and "SKIP LOCKED" not in s]  # the completion
+    assert not [s for s in prepared if "min(run_at)" in s]  # next_run_at
+
+
+async def test_a_small_completion_probes_the_primary_key_of_a_larger_table(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    now = time.time()
+    for _ in range(2):
+        await store.insert_jobs([NewJob(task="t", payload={"i": i}) for i in range(1000)], now, [()] * 1000)
+    claimed = await store.fetch_jobs(["default"], 3, "w", 30.0, now)
+    rows = codec.dumps([[j.id, j.lease_token, None] for j in claimed.jobs], "result")
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        cur = conn.cursor()
+        params: dict[str, Any] = {"rows": rows, "now": now, "all": False}
+        await cur.execute(b"EXPLAIN " + store._q.complete, params, prepare=False)  # as the store runs it
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+    assert "Seq Scan on jobs" not in plan, plan
+    assert "jobs_pkey" in plan, plan
