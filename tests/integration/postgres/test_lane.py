@@ -9,34 +9,13 @@ uses the lane lets that call finish; a forked child never closes its parent's se
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
 
 from jobengine.backends.postgres import PostgresStore
 from jobengine.backends.postgres import store as store_module
 
-
-async def _pid(store: PostgresStore, sleep: float = 0.0) -> int:
-    async def op(conn: psycopg.AsyncConnection[Any]) -> int:
-        cur = await conn.execute("SELECT pg_backend_pid(), pg_sleep(%s)", (sleep,))
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row[0])
-
-    return await store._run(op)
-
-
-async def _lane_pid(store: PostgresStore) -> int:
-    """Call until two calls in a row share a session (the lane, connected), and return it."""
-    last = await _pid(store)
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        pid = await _pid(store)
-        if pid == last:
-            return pid
-        last = pid
-    raise AssertionError("the lane never served two calls in a row")
+from .helpers import lane_session, session_pid
 
 
 async def _sleeping(dsn: str, pid: int) -> None:
@@ -54,17 +33,17 @@ async def _sleeping(dsn: str, pid: int) -> None:
 
 
 async def test_calls_in_sequence_share_one_session_and_overlapping_ones_use_the_pool(store: PostgresStore) -> None:
-    first = await _lane_pid(store)
-    assert [await _pid(store) for _ in range(5)] == [first] * 5
-    overlapping = await asyncio.gather(*(_pid(store, 0.2) for _ in range(3)))
+    first = await lane_session(store)
+    assert [await session_pid(store) for _ in range(5)] == [first] * 5
+    overlapping = await asyncio.gather(*(session_pid(store, 0.2) for _ in range(3)))
     assert len(set(overlapping)) == 3  # one on the lane, two from the pool, at the same time
     assert first in overlapping
-    assert await _pid(store) == first
+    assert await session_pid(store) == first
 
 
 async def test_a_call_cancelled_mid_statement_leaves_a_usable_store(store: PostgresStore, postgres_dsn: str) -> None:
-    lane = await _lane_pid(store)
-    call = asyncio.create_task(_pid(store, 30.0))
+    lane = await lane_session(store)
+    call = asyncio.create_task(session_pid(store, 30.0))
     await _sleeping(postgres_dsn, lane)
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)
@@ -77,21 +56,21 @@ async def test_a_call_cancelled_mid_statement_leaves_a_usable_store(store: Postg
         )
         row = await cur.fetchone()
         assert row is not None and row[0] == 0
-    await _lane_pid(store)
+    await lane_session(store)
 
 
 async def test_a_terminated_lane_session_is_replaced(store: PostgresStore, postgres_dsn: str) -> None:
-    first = await _lane_pid(store)
+    first = await lane_session(store)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
         await admin.execute("SELECT pg_terminate_backend(%s)", (first,))
     # A read on a dead session is retried on a fresh one: no error reaches the caller.
-    assert await _pid(store) != first
-    assert await _lane_pid(store) != first
+    assert await session_pid(store) != first
+    assert await lane_session(store) != first
 
 
 async def test_close_lets_a_call_on_the_lane_finish_then_closes_it(store: PostgresStore, postgres_dsn: str) -> None:
-    lane = await _lane_pid(store)
-    call = asyncio.create_task(_pid(store, 0.5))
+    lane = await lane_session(store)
+    call = asyncio.create_task(session_pid(store, 0.5))
     await _sleeping(postgres_dsn, lane)
     await store.close()
     assert await call == lane  # not cut off by the close (a pool closes a connection in use when returned)
@@ -107,7 +86,7 @@ async def test_close_lets_a_call_on_the_lane_finish_then_closes_it(store: Postgr
 
 
 async def test_a_forked_child_forgets_the_lane_instead_of_closing_the_parents_session(store: PostgresStore) -> None:
-    lane_pid = await _lane_pid(store)
+    lane_pid = await lane_session(store)
     (lane,) = store._lanes.values()
     conn = lane.conn
     assert conn is not None
@@ -120,4 +99,4 @@ async def test_a_forked_child_forgets_the_lane_instead_of_closing_the_parents_se
     finally:
         store_module._FORKS[0] = forks
     lane.conn = conn  # back in the parent: the session was never touched
-    assert await _pid(store) == lane_pid
+    assert await session_pid(store) == lane_pid

@@ -9,7 +9,6 @@ The store therefore never prepares these statements, and tells the planner a bat
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -19,33 +18,19 @@ from jobengine.backends.postgres import PostgresStore
 from jobengine.core import codec
 from jobengine.core.models import Completion, NewJob
 
-
-async def _lane_pid(store: PostgresStore) -> int:
-    """Call until two calls in a row share a session (the lane, connected), and return it."""
-
-    async def pid() -> int:
-        rows = await store._rows(b"SELECT pg_backend_pid()", {})
-        return int(rows[0][0])
-
-    last = await pid()
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if (now := await pid()) == last:
-            return now
-        last = now
-    raise AssertionError("the lane never served two calls in a row")
+from .helpers import lane_session
 
 
 async def test_batch_transitions_are_never_prepared_while_the_claim_is(store: PostgresStore) -> None:
     now = time.time()
     await store.insert_jobs([NewJob(task="t", payload={"i": i}) for i in range(12)], now, [()] * 12)
-    lane = await _lane_pid(store)
+    lane = await lane_session(store)
     for _ in range(12):  # psycopg prepares a statement at its 5th execution on a connection
         claimed = await store.fetch_jobs(["default"], 1, "w", 30.0, time.time())
         (job,) = claimed.jobs
         await store.complete_jobs([Completion(job.id, job.lease_token or "", None)], time.time())
         await store.next_run_at(["default"])
-    assert await _lane_pid(store) == lane  # all of it ran on one session: the one asked below
+    assert await lane_session(store) == lane  # all of it ran on one session: the one asked below
 
     rows = await store._rows(b"SELECT statement FROM pg_prepared_statements", {})
     prepared = [r[0] for r in rows]
