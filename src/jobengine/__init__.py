@@ -29,6 +29,7 @@ from jobengine.errors import (
 )
 from jobengine.settings import Settings
 from jobengine.tasks import phase
+from jobengine.version import __version__
 from jobengine.worker import JobContext, SyncJobContext, Worker, WorkerOptions
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",

@@ -52,10 +52,12 @@ from jobengine.engine_runs import RunFacade
 from jobengine.engine_schedules import ScheduleFacade
 from jobengine.engine_signatures import SignatureFacade
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
+from jobengine.fleet import Fleet
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.store import Store
 from jobengine.ports.transactional import TransactionalStore
 from jobengine.ports.watermarks import Watermark, WatermarkStore
+from jobengine.ports.workers import WorkerInfo
 from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.runtime import Worker, WorkerOptions
@@ -137,6 +139,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._packs: PackRegistry | None = None
         self._webhook_store: WebhookStore | None = None
         self._webhooks: Webhooks | None = None
+        self._fleet: Fleet | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -207,6 +210,15 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
             self._webhooks = Webhooks(self)
         return self._webhooks
+
+    @property
+    def fleet(self) -> Fleet:
+        """The live workers (:class:`jobengine.fleet.Fleet`): who runs what, and the rescue of dead ones."""
+        if self._fleet is None:
+            self._fleet = Fleet(
+                self.store.workers(), self.clock, expiry=self.settings.lease_seconds, fail_jobs=self.fail_jobs
+            )
+        return self._fleet
 
     def notifier(self) -> Notifier:
         if self._notifier is None:
@@ -345,6 +357,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
             jobs = await resolve_jobs(self.packs, jobs)
             tasks = {j.task for j in jobs}
+        if self.settings.refuse_unknown_tasks:
+            await self._refuse_unknown(tasks)
         await self.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         names = {task: self._phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
@@ -373,6 +387,16 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
     def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
         return self._sync(self.enqueue_many(jobs))
+
+    async def _refuse_unknown(self, tasks: set[str]) -> None:
+        """InvalidJob naming ``task`` for a task that neither this process nor any live worker runs (a pack
+        task was resolved to an approved version already)."""
+        unknown = {t for t in tasks if "@" not in t and self.tasks.get(t) is None}
+        if unknown:
+            unknown -= await self.fleet.known_tasks()
+        if unknown:
+            name = sorted(unknown)[0]
+            raise InvalidJob("task", f"no worker runs task {name!r} (refuse_unknown_tasks is on)")
 
     def _phase_names(self, task: str) -> tuple[str, ...]:
         spec = self.tasks.get(task)
@@ -480,8 +504,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
         concurrency limit or flow limits is claimed under its rule (:meth:`flow_claim_plan`). ``tasks`` /
-        ``tenant`` restrict the claim to those task names / that tenant (remote workers); they need a
-        FilteredClaimStore."""
+        ``tenant`` restrict the claim to those task names (a worker's: it claims only what it can run) /
+        that tenant (a remote worker's key)."""
         now = self.clock.now()
         jobs: list[Job] = []
         for group, n, rule in await self.flow_claim_plan(queues, limit):
@@ -490,17 +514,29 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
                 break
             if rule is not None:  # engine_flow: decided inside the store's claim transaction
                 changed = await self.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
-            elif tasks is None and tenant is None:
-                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now)
             else:
-                changed = await self._filtered_store().fetch_jobs_filtered(
-                    group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant
-                )
+                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
             self._published(changed.events)
             jobs.extend(changed.jobs)
         if any(j.run_id is not None for j in jobs):
             await self._runs_started(jobs)
         return jobs
+
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self.fleet.register(info)
+
+    async def beat_worker(self, worker: WorkerId) -> bool:
+        return await self.fleet.beat(worker)
+
+    async def unregister_worker(self, worker: WorkerId) -> None:
+        await self.fleet.unregister(worker)
+
+    async def rescue_dead_workers(self) -> Changed:
+        """The jobs of workers whose process is gone run again now (:meth:`Fleet.rescue_dead`)."""
+        changed = await self.fleet.rescue_dead()
+        if changed.jobs:
+            self.notifier().notify()
+        return changed
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
         now = self.clock.now()
@@ -540,8 +576,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             self.notifier().notify()
         return changed
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        return await self.flow_next_run_at(queues)
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        return await self.flow_next_run_at(queues, tasks)
 
     # -- workers ------------------------------------------------------------------------------------
     def worker(self, **overrides: Any) -> Worker:
@@ -557,6 +593,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             grace_period=s.grace_period,
             fetch_batch=s.fetch_batch,
             flush_spacing=s.worker_flush_spacing,
+            liveness_interval=s.liveness_interval,
         )
         for key in overrides:
             if not hasattr(options, key):

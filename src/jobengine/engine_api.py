@@ -23,7 +23,7 @@ from jobengine.core.models import Event, Job, JobFilter, NewJob, check_name
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, UnknownDependency
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
-from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
+from jobengine.ports.queues import QueueSettings, QueueSettingsStore
 from jobengine.ports.store import supports
 
 if TYPE_CHECKING:
@@ -426,9 +426,3 @@ class ApiFacade:
             await each_transport()
         await asyncio.gather(*(run(n, c) for n, c in checks.items()))
         return dict(sorted(results.items()))
-
-    # -- claims with filters ------------------------------------------------------------------------
-    def _filtered_store(self) -> FilteredClaimStore:
-        if not isinstance(self.store, FilteredClaimStore):
-            raise ConfigError("database: this store cannot claim by task or tenant")
-        return self.store

@@ -182,13 +182,14 @@ class FlowFacade:
         rule = replace(rule, tasks=tuple(tasks) if tasks is not None else None, tenant=tenant)
         return await self._flow_store().claim_limited(rule, limit, worker, lease_seconds, now)
 
-    async def flow_next_run_at(self, queues: Sequence[str]) -> float | None:
+    async def flow_next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         """When a worker with nothing claimed should look again: the store's next run_at among queues
-        claimed without a rule; for a rate-limited queue, when its next token may be there. (A queue held
-        by a concurrency limit waits for the notifier or the poll interval.)"""
+        claimed without a rule (jobs of ``tasks`` only, when given); for a rate-limited queue, when its next
+        token may be there. (A queue held by a concurrency limit waits for the notifier or the poll
+        interval.)"""
         plan = await self.flow_claim_plan(queues, 1)
         plain = [q for group, _, rule in plan if rule is None for q in group]
-        nxt = await self.store.next_run_at(plain) if plain else None
+        nxt = await self.store.next_run_at(plain, tasks) if plain else None
         now = self.clock.now()
         for _, _, rule in plan:
             if rule is not None and rule.rate:

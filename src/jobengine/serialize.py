@@ -16,6 +16,7 @@ from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
 from jobengine.core.runs import Run, Segment
 from jobengine.core.schedules import JobTemplate, Schedule
 from jobengine.core.signatures import Signature
+from jobengine.ports.workers import WorkerInfo
 from jobengine.scheduler.planning import Simulation
 
 JsonObject = dict[str, Any]
@@ -45,8 +46,9 @@ def error_to_json(error: AttemptError) -> JsonObject:
     }
 
 
-def job_to_json(job: Job) -> JsonObject:
-    """Every public field of ``job`` as JSON-ready values (see the module docstring for the rules)."""
+def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:
+    """Every public field of ``job`` as JSON-ready values (see the module docstring for the rules).
+    ``waiting_for``: why a runnable job is not running (``Fleet.waiting_reasons``), when that is known."""
     lease = None
     if job.lease_worker is not None:
         lease = {"worker": job.lease_worker, "expires_at": iso(job.lease_expires_at)}
@@ -79,6 +81,7 @@ def job_to_json(job: Job) -> JsonObject:
         "run_id": job.run_id,
         "schedule_id": job.schedule_id,
         "has_dependents": job.has_dependents,
+        "waiting_for": waiting_for,
     }
 
 
@@ -204,4 +207,23 @@ def simulation_to_json(simulation: Simulation) -> JsonObject:
             }
             for r in simulation.runs
         ],
+    }
+
+
+def worker_to_json(worker: WorkerInfo, *, in_flight: bool = True) -> JsonObject:
+    """A live worker as the registry records it; ``in_flight`` False leaves out how many jobs it holds
+    (they may be other tenants')."""
+    return {
+        "id": worker.id,
+        "kind": worker.kind,
+        "host": worker.host,
+        "pid": worker.pid,
+        "version": worker.version,
+        "queues": list(worker.queues),
+        "tasks": list(worker.tasks),
+        "packs": list(worker.packs),
+        "concurrency": worker.concurrency,
+        "started_at": iso(worker.started_at),
+        "last_seen": iso(worker.last_seen),
+        "in_flight": worker.in_flight if in_flight else None,
     }

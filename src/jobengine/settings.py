@@ -37,6 +37,12 @@ class Settings:
     heartbeat_interval: float = 0.0  # 0: a third of the lease
     poll_interval: float = 1.0
     rescue_interval: float = 5.0
+    #: How often a worker looks for workers whose process is gone (the liveness their store holds for them:
+    #: jobengine.ports.workers); their running jobs run again at once instead of after their lease.
+    liveness_interval: float = 0.5
+    #: Refuse an enqueue whose task no live worker runs and this process does not know (422 naming the
+    #: task), for deployments whose catalogue of tasks is known; off: such a job waits, and says why.
+    refuse_unknown_tasks: bool = False
     fetch_batch: int = 0  # 0: up to the free slots
     grace_period: float = 30.0
     #: A worker reports finished jobs at most once per this many seconds (WorkerOptions.flush_spacing):
@@ -114,7 +120,7 @@ class Settings:
     scale_target_seconds: float = 60.0  # the drain time the recommended worker count aims at
 
     def __post_init__(self) -> None:
-        positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval")
+        positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval", "liveness_interval")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be a positive number of seconds")
@@ -217,7 +223,9 @@ class Settings:
         for key, value in merged.items():
             default = getattr(base, key)
             try:
-                if isinstance(default, tuple):
+                if isinstance(default, bool):
+                    coerced[key] = _boolean(value)
+                elif isinstance(default, tuple):
                     items = value.split(",") if isinstance(value, str) else value
                     coerced[key] = tuple(str(v).strip() for v in items if str(v).strip())
                 elif isinstance(default, float):
@@ -229,3 +237,14 @@ class Settings:
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
         return replace(base, **coerced)
+
+
+def _boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(text)

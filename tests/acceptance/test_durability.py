@@ -98,7 +98,7 @@ async def test_sigkill_a_worker_every_second(procs: Procs) -> None:
                         # claimed again after a rescue: how long after its worker was killed?
                         rescued_after_kill.append(e.at - kills[-holder[e.job_id]])
                     holder[e.job_id] = int(str(e.data["worker"]).split(":")[1])
-                elif e.type == "job.failed" and e.data.get("error_type") == "LeaseExpired":
+                elif e.type == "job.failed" and e.data.get("error_type") in ("WorkerDied", "LeaseExpired"):
                     assert holder[e.job_id] in kills, "a live worker's lease expired"
                     holder[e.job_id] = -holder[e.job_id]
             after = batch[-1].id

@@ -6,16 +6,15 @@ from __future__ import annotations
 import pytest
 
 from jobengine.core import events as ev
-from jobengine.core.ids import WorkerId
 from jobengine.core.models import FailOutcome, NewJob
 from jobengine.core.states import JobState
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyStore, KeyStore
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore
-from jobengine.ports.queues import FilteredClaimStore, QueueSettings, QueueSettingsStore
+from jobengine.ports.queues import QueueSettings, QueueSettingsStore
 from jobengine.ports.store import Store
 
-from .helpers import LEASE, T0, claim, enqueue, failure, get
+from .helpers import T0, claim, enqueue, failure, get
 
 
 def _keys(store: Store) -> KeyStore:
@@ -30,11 +29,6 @@ def _idem(store: Store) -> IdempotencyStore:
 
 def _queues(store: Store) -> QueueSettingsStore:
     assert isinstance(store, QueueSettingsStore)
-    return store
-
-
-def _claims(store: Store) -> FilteredClaimStore:
-    assert isinstance(store, FilteredClaimStore)
     return store
 
 
@@ -109,27 +103,6 @@ async def test_queue_settings_and_running_counts(store: Store) -> None:
     await claim(store, T0, queues=("mail", "media", "other"))
     assert await queues.running_counts(["mail", "media"]) == {"mail": 2, "media": 1}
     assert await queues.running_counts([]) == {}
-
-
-async def test_a_filtered_claim_takes_only_those_tasks_and_that_tenant(store: Store) -> None:
-    claims = _claims(store)
-    jobs = await enqueue(
-        store,
-        NewJob(task="a", tenant="acme", priority=1),
-        NewJob(task="b", tenant="acme", priority=5),
-        NewJob(task="a", tenant="globex", priority=9),
-        NewJob(task="c", tenant="acme", queue="other"),
-    )
-    changed = await claims.fetch_jobs_filtered(["default", "other"], 10, WorkerId("w"), LEASE, T0, tasks=["a"],
-                                               tenant="acme")  # fmt: skip
-    assert [j.id for j in changed.jobs] == [jobs[0].id]
-    assert changed.jobs[0].state is JobState.RUNNING and changed.jobs[0].lease_token
-    assert [e.type for e in changed.events] == [ev.STARTED]
-    both = await claims.fetch_jobs_filtered(["default", "other"], 10, WorkerId("w"), LEASE, T0, tasks=["b", "c"])
-    assert sorted(j.task for j in both.jobs) == ["b", "c"]
-    anyone = await claims.fetch_jobs_filtered(["default"], 10, WorkerId("w"), LEASE, T0, tenant="globex")
-    assert [j.id for j in anyone.jobs] == [jobs[2].id]
-    assert (await claims.fetch_jobs_filtered(["default"], 10, WorkerId("w"), LEASE, T0, tasks=[])).jobs == []
 
 
 async def test_purging_the_dead_letter_deletes_only_dead_jobs(store: Store) -> None:

@@ -53,6 +53,40 @@ async def test_only_the_named_queues_are_claimed(store: Store) -> None:
     assert await claim(store, T0, queues=[]) == []
 
 
+async def test_a_claim_takes_only_the_named_tasks_and_tenant(store: Store) -> None:
+    jobs = await enqueue(
+        store,
+        NewJob(task="a", tenant="acme", priority=1),
+        NewJob(task="b", tenant="acme", priority=5),
+        NewJob(task="a", tenant="globex", priority=9),
+        NewJob(task="c", tenant="acme", queue="other"),
+    )
+    changed = await store.fetch_jobs(["default", "other"], 10, WorkerId("w"), LEASE, T0, tasks=["a"], tenant="acme")
+    assert [j.id for j in changed.jobs] == [jobs[0].id]
+    assert changed.jobs[0].state is JobState.RUNNING and changed.jobs[0].lease_token
+    assert [e.type for e in changed.events] == [ev.STARTED]
+    both = await store.fetch_jobs(["default", "other"], 10, WorkerId("w"), LEASE, T0, tasks=["b", "c"])
+    assert sorted(j.task for j in both.jobs) == ["b", "c"]
+    anyone = await store.fetch_jobs(["default"], 10, WorkerId("w"), LEASE, T0, tenant="globex")
+    assert [j.id for j in anyone.jobs] == [jobs[2].id]
+    assert (await store.fetch_jobs(["default"], 10, WorkerId("w"), LEASE, T0, tasks=[])).jobs == []
+
+
+async def test_a_worker_passes_over_jobs_of_tasks_it_lacks_in_one_queue_and_in_several(store: Store) -> None:
+    # Jobs of a task the worker lacks come first in claim order; it must still reach its own behind them.
+    await enqueue(store, *[NewJob(task="new", priority=9) for _ in range(5)], NewJob(task="old"))
+    await enqueue(store, NewJob(task="new", queue="q2", priority=9), NewJob(task="old", queue="q2"))
+    one = await store.fetch_jobs(["default"], 3, WorkerId("w"), LEASE, T0, tasks=["old"])
+    assert [j.task for j in one.jobs] == ["old"]
+    many = await store.fetch_jobs(["default", "q2"], 3, WorkerId("w"), LEASE, T0, tasks=["old"])
+    assert [(j.queue, j.task) for j in many.jobs] == [("q2", "old")]
+    left = await store.fetch_jobs(["default", "q2"], 10, WorkerId("w"), LEASE, T0, tasks=["old"])
+    assert left.jobs == []
+    assert await store.next_run_at(["default", "q2"], ["old"]) is None
+    assert await store.next_run_at(["default", "q2"], ["new"]) is not None
+    assert await store.next_run_at(["default", "q2"]) is not None
+
+
 async def test_limit_caps_the_claim(store: Store) -> None:
     await enqueue(store, *[NewJob(task="t") for _ in range(5)])
     assert len(await claim(store, T0, limit=3)) == 3

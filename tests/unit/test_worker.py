@@ -294,12 +294,23 @@ async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() ->
         assert len(succeeded) == 1
 
 
-async def test_unknown_task_is_a_failed_attempt(engine: Engine) -> None:
+async def test_a_job_of_a_task_the_worker_lacks_is_never_claimed_and_says_why(engine: Engine) -> None:
+    @engine.task()
+    async def known(ctx: JobContext) -> str:
+        return "ran"
+
     worker, task = await start(engine)
-    job = await engine.enqueue("nobody-runs-this", max_attempts=1)
-    job = await engine.wait_for(job.id, timeout=5)
+    unknown = await engine.enqueue("nobody-runs-this", max_attempts=1)
+    # A job enqueued after it, of a task the worker runs, finishes: the worker looked and passed it over.
+    assert (await engine.wait_for((await engine.enqueue("known")).id, timeout=5)).result == "ran"
+    waiting = await engine.get_job(unknown.id)
+    assert (waiting.state, waiting.attempt) == (JobState.QUEUED, 0)
+    assert await engine.fleet.waiting_reasons([waiting]) == {waiting.id: "no worker runs task 'nobody-runs-this'"}
+    (registered,) = await engine.fleet.live()
+    assert registered.id == worker.id and registered.tasks == ("known",)
     await stop(worker, task)
-    assert job.state is JobState.DEAD and job.errors[0].type == "UnknownTask"
+    assert await engine.fleet.live() == []  # it left the registry as it stopped
+    assert await engine.fleet.waiting_reasons([waiting]) == {}  # no worker at all: nothing to say
 
 
 async def test_enqueue_sync_from_a_thread(engine: Engine) -> None:

@@ -1,4 +1,4 @@
-"""``jobengine enqueue`` and ``jobengine jobs list | show | cancel | retry``."""
+"""``jobengine enqueue``, ``jobengine jobs list | show | cancel | retry`` and ``jobengine workers``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings
 from jobengine.core.models import Job, JobFilter, Json
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
-from jobengine.serialize import job_to_json
+from jobengine.ports.workers import WorkerInfo
+from jobengine.serialize import job_to_json, worker_to_json
 
 jobs_app = typer.Typer(name="jobs", help="Inspect and manage stored jobs.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -153,17 +154,18 @@ def show_job(
     """Show one job: its fields, phases with progress, failed attempts and latest events."""
     settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Job, list[Any]]:
+    async def go() -> tuple[Job, list[Any], str | None]:
         async with open_engine(settings, must_exist=True) as engine:
             job = await engine.get_job(job_id)
             history = await engine.events(job_id=job.id, limit=10_000) if events and not as_json else []
-            return job, history[-events:] if events else []
+            waiting = (await engine.fleet.waiting_reasons([job])).get(job.id)
+            return job, history[-events:] if events else [], waiting
 
-    job, history = run(go())
+    job, history, waiting = run(go())
     if as_json:
-        output.print_json(job_to_json(job))
+        output.print_json(job_to_json(job, waiting))
     else:
-        output.stdout().print(output.job_detail(job, history))
+        output.stdout().print(output.job_detail(job, history, waiting))
 
 
 @jobs_app.command("cancel")
@@ -205,3 +207,24 @@ def retry_job(
 
     job = run(go())
     _print_job(job, as_json, f"queued {job.id} again ({job.max_attempts} attempts)")
+
+
+def workers(
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """List the live workers: host, pid, queues, tasks, packs, version, jobs in hand, when seen last."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> list[WorkerInfo]:
+        async with open_engine(settings, must_exist=True) as engine:
+            return await engine.fleet.live()
+
+    found = run(go())
+    if as_json:
+        output.print_json([worker_to_json(w) for w in found])
+    elif not found:
+        output.stdout().print("no live workers")
+    else:
+        output.stdout().print(output.workers_table(found))

@@ -83,6 +83,7 @@ def build_app() -> typer.Typer:
     app.add_typer(flow_app)
     app.command()(jobs.enqueue)
     app.add_typer(jobs.jobs_app)
+    app.command()(jobs.workers)
     app.command()(migrate)
     app.command()(health.health)
     return app

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from jobengine.core.models import Event, Job, Phase, PhaseState
 from jobengine.core.states import JobState
+from jobengine.ports.workers import WorkerInfo
 
 STATE_STYLES: Final[Mapping[str, str]] = {
     JobState.BLOCKED: "magenta",
@@ -132,7 +133,7 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
     return table
 
 
-def _fields(job: Job) -> Table:
+def _fields(job: Job, waiting: str | None = None) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -151,6 +152,8 @@ def _fields(job: Job) -> Table:
         ("started", clock_time(job.started_at, date=True)),
         ("finished", clock_time(job.finished_at, date=True)),
     ]
+    if waiting:
+        rows.append(("waiting", Text(waiting, style="yellow")))
     if job.idempotency_key:
         rows.append(("idempotency key", job.idempotency_key))
     if job.depends_on:
@@ -193,6 +196,19 @@ def _attempts(job: Job) -> Table:
     return table
 
 
+def workers_table(workers: Sequence[WorkerInfo]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("worker", "kind", "host", "pid", "version", "queues", "tasks", "packs", "jobs", "started", "seen"):
+        table.add_column(column, no_wrap=column == "worker")
+    for w in workers:
+        table.add_row(
+            w.id, w.kind, w.host or "-", str(w.pid or "-"), w.version or "-", ",".join(w.queues),
+            Text(", ".join(w.tasks) or "-"), Text(", ".join(w.packs) or "-"), f"{w.in_flight}/{w.concurrency}",
+            clock_time(w.started_at, millis=False), clock_time(w.last_seen, millis=False),
+        )  # fmt: skip
+    return table
+
+
 def events_table(events: Sequence[Event]) -> Table:
     table = Table(title="recent events", title_justify="left", box=None, header_style="bold", pad_edge=False)
     for column in ("#", "at", "event", "details"):
@@ -202,8 +218,8 @@ def events_table(events: Sequence[Event]) -> Table:
     return table
 
 
-def job_detail(job: Job, events: Sequence[Event]) -> RenderableType:
-    parts: list[RenderableType] = [_fields(job)]
+def job_detail(job: Job, events: Sequence[Event], waiting: str | None = None) -> RenderableType:
+    parts: list[RenderableType] = [_fields(job, waiting)]
     if job.phases:
         parts += [Text(), _phases(job.phases)]
     if job.errors:

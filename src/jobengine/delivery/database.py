@@ -147,7 +147,9 @@ class DatabaseTransport:
             reason = f"delivered {max(d.attempt for d in last)} times without success (the job's max_attempts)"
             await self.dead_letter(last, reason)
 
-    async def release(self, deliveries: Sequence[Delivery]) -> None:
+    async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
+        """Queued again at once: a job's row is claimed only by a worker that runs its task, so nothing needs
+        to wait out ``delay`` here."""
         if deliveries:
             await self.store.release_jobs(self._leases(deliveries), self.clock.now())
 

@@ -9,7 +9,9 @@ to it. Over a broker, this source:
   finished, cancelled, blocked or unknown -> ack; running under a live lease elsewhere -> retry after that
   lease; running under an expired lease -> the attempt is failed (as the rescuer would) and the job claimed
   again, or dead-lettered if that was its last attempt; due later -> retry at its run_at; of a queue this
-  worker does not serve -> retry in a second.
+  worker does not serve, or of a task it does not run -> released (no attempt spent, and on Redis no
+  delivery counted) to come back in a moment, to any worker. The claim itself takes only jobs of the
+  worker's tasks, as a database claim does.
 - **flow limits**: a delivery of a queue with a concurrency cap or flow limits is claimed under the queue's
   rule, as a database claim is (``Engine.claim_limited`` restricted to the delivered ids: same transaction,
   same slots and tokens). One the limits hold back (or of a paused queue) is *kept*: un-acked, its broker
@@ -23,6 +25,9 @@ to it. Over a broker, this source:
   that succeeded) are published, and a broker error after the store committed is logged, not raised: the
   message is delivered again and finds the job settled.
 - **heartbeat**: the store's leases, then the broker's (``extend``).
+- **dead workers**: their jobs are failed in the store (:meth:`Engine.rescue_dead_workers`) and published
+  again at once; the messages the dead worker held come back after their lease and find the job settled or
+  running elsewhere.
 - **waiting**: the notifier's ``wait`` is a blocking ``receive``; what arrives is kept for the next fetch.
 """
 
@@ -55,12 +60,14 @@ from jobengine.flow.select import ClaimRule
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport
+from jobengine.ports.workers import WorkerInfo
 from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.delivery")
 
-#: Seconds before a delivery for a queue this worker does not serve comes back (to any worker).
-FOREIGN_QUEUE_DELAY = 1.0
+#: Seconds before a delivery this worker cannot take (a queue it does not serve, a task it does not run)
+#: comes back, to any worker: soon, yet not in a tight loop among workers that all lack it.
+FOREIGN_DELAY = 0.25
 
 
 class EngineParts(Protocol):
@@ -81,6 +88,14 @@ class EngineParts(Protocol):
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed: ...
 
     async def rescue_jobs(self) -> Changed: ...
+
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo: ...
+
+    async def beat_worker(self, worker: WorkerId) -> bool: ...
+
+    async def unregister_worker(self, worker: WorkerId) -> None: ...
+
+    async def rescue_dead_workers(self) -> Changed: ...
 
     async def flow_claim_plan(
         self, queues: Sequence[str], limit: int
@@ -179,20 +194,22 @@ class BrokeredSource:
             await self._quietly(self.transport.release(ahead), "releasing unclaimed deliveries")
 
     # -- claiming -----------------------------------------------------------------------------------
-    async def fetch_jobs(self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float) -> list[Job]:
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, *, tasks: Sequence[str]
+    ) -> list[Job]:
         deliveries, self._ahead = self._ahead[:limit], self._ahead[limit:]
         room = limit - len(deliveries)
         deliveries += self._waiting[:room]
         self._waiting = self._waiting[room:]
         if len(deliveries) < limit:
             deliveries += await self.transport.receive(limit - len(deliveries), wait=0.0)
-        jobs = await self._claim(deliveries, set(queues), worker, lease_seconds) if deliveries else []
+        jobs = await self._claim(deliveries, set(queues), worker, lease_seconds, tasks) if deliveries else []
         self._want = max(1, limit - len(jobs))
         await self._extend_waiting()
         return jobs
 
     async def _claim(
-        self, deliveries: Sequence[Delivery], queues: set[str], worker: WorkerId, lease: float
+        self, deliveries: Sequence[Delivery], queues: set[str], worker: WorkerId, lease: float, tasks: Sequence[str]
     ) -> list[Job]:
         wanted: dict[JobId, Delivery] = {}
         extra: list[Delivery] = []  # a second message for a job: settled once the first is
@@ -208,17 +225,17 @@ class BrokeredSource:
         # Settling the deliveries that start nothing must not lose the ones that did: a broker error here is
         # logged, and those messages come back after their lease.
         if foreign:
-            await self._quietly(self.transport.retry(foreign, FOREIGN_QUEUE_DELAY), "handing back")
-        jobs, limited = await self._claim_ids(wanted, worker, lease)
+            await self._quietly(self.transport.release(foreign, FOREIGN_DELAY), "handing back")
+        jobs, limited = await self._claim_ids(wanted, worker, lease, tasks)
         rest = {i: d for i, d in wanted.items() if i not in self._held}
         if rest:
-            jobs += await self._settle_unclaimed(rest, limited, worker, lease)
+            jobs += await self._settle_unclaimed(rest, limited, worker, lease, tasks)
         if extra:
             await self._quietly(self.transport.ack(extra), "acknowledging duplicates")
         return jobs
 
     async def _claim_ids(
-        self, wanted: dict[JobId, Delivery], worker: WorkerId, lease: float
+        self, wanted: dict[JobId, Delivery], worker: WorkerId, lease: float, tasks: Sequence[str]
     ) -> tuple[list[Job], set[str]]:
         """Claim the delivered jobs: those of queues without limits by id; a queue with a cap or flow limits
         under its rule, as a database claim (restricted to these ids); a paused queue's not at all. Also
@@ -235,9 +252,11 @@ class BrokeredSource:
             if not ids:
                 continue
             if rule is None:
-                changed = await self.outbox.claim_jobs(ids, worker, lease, now)
+                changed = await self.outbox.claim_jobs(ids, worker, lease, now, tasks=tasks)
             else:
-                changed = await self.engine.claim_limited(replace(rule, ids=tuple(ids)), len(ids), worker, lease, now)
+                changed = await self.engine.claim_limited(
+                    replace(rule, ids=tuple(ids)), len(ids), worker, lease, now, tasks=tasks
+                )
             if changed.events:
                 self.engine.bus.publish(changed.events)
             for job in changed.jobs:
@@ -246,18 +265,22 @@ class BrokeredSource:
         return jobs, limited
 
     async def _settle_unclaimed(
-        self, rest: dict[JobId, Delivery], limited: set[str], worker: WorkerId, lease: float
+        self, rest: dict[JobId, Delivery], limited: set[str], worker: WorkerId, lease: float, tasks: Sequence[str]
     ) -> list[Job]:
         now = self.clock.now()
         found = {j.id: j for j in await self.store.get_jobs(list(rest))}
+        runs = set(tasks)
         ack: list[Delivery] = []
         later: dict[float, list[Delivery]] = {}
         expired: list[Failure] = []
         keep: list[Delivery] = []  # due now, held back by the queue's limits: kept, claimed later
+        foreign: list[Delivery] = []  # a task this worker does not run: handed back, for a worker that does
         for job_id, d in rest.items():
             job = found.get(job_id)
             if job is None or job.terminal or job.state in (JobState.BLOCKED, JobState.CANCELLED):
                 ack.append(d)
+            elif job.state in RUNNABLE and job.task not in runs:
+                foreign.append(d)
             elif job.state is JobState.RUNNING:
                 if job.lease_expires_at is not None and job.lease_expires_at < now:
                     f = expired_failure(job, now)
@@ -284,12 +307,14 @@ class BrokeredSource:
             # Claim them again (also those another rescuer failed first); one claimed by another worker
             # meanwhile comes back later and then finds it running or finished.
             again = {f.job_id: rest[f.job_id] for f in expired if f.job_id not in gone}
-            jobs, limited_again = await self._claim_ids(again, worker, lease)
+            jobs, limited_again = await self._claim_ids(again, worker, lease, tasks)
             for i, d in again.items():
                 if i not in self._held:
                     (keep if d.message.queue in limited_again else later.setdefault(1.0, [])).append(d)
         if ack:
             await self._quietly(self.transport.ack(ack), "acknowledging")
+        if foreign:
+            await self._quietly(self.transport.release(foreign, FOREIGN_DELAY), "handing back")
         for delay, ds in later.items():
             await self._quietly(self.transport.retry(ds, delay), "retrying later")
         self._waiting += keep
@@ -398,7 +423,24 @@ class BrokeredSource:
     async def rescue_jobs(self) -> Changed:
         return await self.engine.rescue_jobs()
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self.engine.register_worker(info)
+
+    async def beat_worker(self, worker: WorkerId) -> bool:
+        return await self.engine.beat_worker(worker)
+
+    async def unregister_worker(self, worker: WorkerId) -> None:
+        await self.engine.unregister_worker(worker)
+
+    async def rescue_dead_workers(self) -> Changed:
+        """A dead worker's jobs, failed in the store, are published again: the messages it held would
+        come back only after their broker lease."""
+        changed = await self.engine.rescue_dead_workers()
+        if changed.jobs:
+            await self._quietly(self._publish(changed.jobs, "rescued"), "publishing rescued jobs")
+        return changed
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         """None (the relay publishes a job when it is due, so there is nothing to poll for), unless kept
         deliveries wait for a rate-limited queue: then when its next token may be there, as for a database
         claim (a cap waits for the poll interval)."""

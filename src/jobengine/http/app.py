@@ -29,7 +29,19 @@ from jobengine.http.context import ApiContext
 from jobengine.http.metrics import Metrics, RequestMetrics
 from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery
 from jobengine.http.openapi import build_openapi
-from jobengine.http.routes import events, flow, health, jobs, packs, queues, runs, schedules, webhooks, worker
+from jobengine.http.routes import (
+    events,
+    flow,
+    health,
+    jobs,
+    packs,
+    queues,
+    runs,
+    schedules,
+    webhooks,
+    worker,
+    workers,
+)
 from jobengine.settings import Settings
 
 DESCRIPTION = """The jobengine HTTP API: jobs, queues, dead-letter, events (also as SSE), and the worker protocol.
@@ -71,6 +83,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     routers = (
         jobs.router, events.router, queues.router, queues.dead_router, schedules.router, runs.router,
         runs.signatures, worker.router, health.router, packs.router, webhooks.router, webhooks.hooks, flow.router,
+        workers.router,
     )  # fmt: skip
     for router in routers:
         app.include_router(router)

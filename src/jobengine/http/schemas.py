@@ -192,6 +192,11 @@ class JobOut(BaseModel):
     has_dependents: bool = Field(
         False, description="A job was enqueued depending on this one (a worker reports its outcome at once)"
     )
+    waiting_for: str | None = Field(
+        None,
+        description='Why a runnable job is not running, when no live worker can run it ("no worker runs task '
+        "'report'\")",
+    )
 
 
 class JobPage(BaseModel):
@@ -245,6 +250,25 @@ class StatusOut(BaseModel):
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class WorkerOut(BaseModel):
+    id: str
+    kind: str = Field(description="local (a process on the store) or remote (over the worker protocol)")
+    host: str
+    pid: int
+    version: str
+    queues: list[str]
+    tasks: list[str]
+    packs: list[str]
+    concurrency: int
+    started_at: datetime | None
+    last_seen: datetime | None
+    in_flight: int | None = Field(description="Jobs it holds now, of every tenant (keys with the metrics scope)")
+
+
+class WorkerList(BaseModel):
+    items: list[WorkerOut]
+
+
 __all__ = [
     "CancelIn",
     "DeadReplayOut",
@@ -261,4 +285,6 @@ __all__ = [
     "QueueOut",
     "StatusOut",
     "StrictBool",
+    "WorkerList",
+    "WorkerOut",
 ]

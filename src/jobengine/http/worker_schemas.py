@@ -26,6 +26,12 @@ class ClaimIn(Strict):
     wait: Annotated[StrictFloat, Field(ge=0, le=60)] = Field(
         0.0, description="Long-poll: wait up to this many seconds for a job (capped by the server)"
     )
+    # What the registry of live workers shows of this worker (GET /api/v1/workers); all optional.
+    host: Annotated[StrictStr, Field(max_length=255, pattern=r"^[\x21-\x7e]*$")] | None = None
+    pid: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
+    version: Annotated[StrictStr, Field(max_length=100, pattern=r"^[\x21-\x7e]*$")] | None = None
+    packs: list[Name] | None = Field(None, max_length=1000)
+    concurrency: Annotated[StrictInt, Field(ge=0, le=100_000)] | None = None
 
 
 class LeaseOut(BaseModel):

@@ -87,10 +87,19 @@ class OutboxStore(Protocol):
         A read: the relay asks it on every wake-up and claims (a write) only when something is due."""
         ...
 
-    async def claim_jobs(self, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float) -> Changed:
+    async def claim_jobs(
+        self,
+        ids: Sequence[JobId],
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+    ) -> Changed:
         """Claim exactly the jobs of ``ids`` that are runnable now (queued / scheduled / failed with
-        ``run_at <= now``), in ``priority DESC, run_at, id`` order: each becomes running with a new lease token
-        and attempt + 1, with a ``job.started`` event. Other ids are absent from the result (never an error)."""
+        ``run_at <= now``) and whose task is in ``tasks`` (None: any), in ``priority DESC, run_at, id`` order:
+        each becomes running with a new lease token and attempt + 1, with a ``job.started`` event. Other ids
+        are absent from the result (never an error)."""
         ...
 
     async def overdue_jobs(self, before: float, limit: int) -> list[Job]:

@@ -1,11 +1,8 @@
-"""Queue control and filtered claims (optional ports beside the Store).
+"""Queue control (an optional port beside the Store).
 
 - :class:`QueueSettingsStore`: a queue's paused flag and concurrency limit. Queues are lanes shared by
   every tenant (a worker serves a queue, whatever tenant its jobs belong to), so their settings are too.
   The engine reads them (cached briefly) before every claim and leaves paused queues out of it.
-- :class:`FilteredClaimStore`: ``fetch_jobs`` restricted to some task names and / or one tenant, for
-  remote workers that run only the tasks they have handlers for, with a key that belongs to one tenant.
-  The Store protocol's ``fetch_jobs`` is left as it is: the filter is a separate, optional method.
 """
 
 from __future__ import annotations
@@ -13,9 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
-
-from jobengine.core.ids import WorkerId
-from jobengine.core.models import Changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,22 +34,4 @@ class QueueSettingsStore(Protocol):
 
     async def running_counts(self, queues: Sequence[str]) -> dict[str, int]:
         """Running jobs per queue (queues with none may be absent)."""
-        ...
-
-
-@runtime_checkable
-class FilteredClaimStore(Protocol):
-    async def fetch_jobs_filtered(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed:
-        """:meth:`Store.fetch_jobs` among jobs whose task is in ``tasks`` (None: any) and whose tenant is
-        ``tenant`` (None: any); same order, lease and events."""
         ...

@@ -31,6 +31,7 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import JobState
 from jobengine.ports.notifier import Notifier
+from jobengine.ports.workers import WorkerRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,10 @@ class Store(Protocol):
         """The notifier that suits this store (in-process, SQLite data_version, LISTEN/NOTIFY...)."""
         ...
 
+    def workers(self) -> WorkerRegistry:
+        """The registry of live workers (:mod:`jobengine.ports.workers`); the same object every call."""
+        ...
+
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         """Insert jobs (``phases[i]`` names the phases of ``jobs[i]``'s task, maybe empty).
@@ -67,10 +72,20 @@ class Store(Protocol):
         ...
 
     async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
     ) -> Changed:
         """Claim up to ``limit`` runnable jobs (state queued / scheduled / failed with run_at <= now) in
-        ``priority DESC, run_at, id`` order; each becomes running with a new lease token, attempt + 1."""
+        ``priority DESC, run_at, id`` order; each becomes running with a new lease token, attempt + 1.
+        Only jobs whose task is in ``tasks`` (None: any; empty: none) and whose tenant is ``tenant`` (None:
+        any) are claimed: a worker takes only what it can run, decided in the claim itself."""
         ...
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
@@ -123,8 +138,9 @@ class Store(Protocol):
         """Job counts by (queue, state)."""
         ...
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        """The earliest run_at among runnable jobs of ``queues`` (None: nothing runnable)."""
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        """The earliest run_at among runnable jobs of ``queues`` and ``tasks`` (None: any task; the result
+        None: nothing runnable)."""
         ...
 
     async def list_events(

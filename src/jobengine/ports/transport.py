@@ -252,10 +252,11 @@ class Transport(Protocol):
         """Deliver again after ``delay`` seconds (0: as soon as possible). Counts as a delivery."""
         ...
 
-    async def release(self, deliveries: Sequence[Delivery]) -> None:
-        """Hand deliveries back unfinished (a graceful shutdown): delivered again as soon as possible, without
-        counting towards ``max_deliveries`` where the transport can give the delivery back (Redis, the
-        database); NATS counts it, except on the last delivery, which is published afresh instead."""
+    async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
+        """Hand deliveries back unfinished (a graceful shutdown; a job this receiver cannot run): delivered
+        again after ``delay`` seconds, without counting towards ``max_deliveries`` where the transport can
+        give the delivery back (Redis, the database); NATS counts it, except on the last delivery, which is
+        published afresh instead."""
         ...
 
     async def dead_letter(self, deliveries: Sequence[Delivery], reason: str) -> None:

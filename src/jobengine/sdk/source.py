@@ -21,6 +21,7 @@ from typing import Any
 from jobengine.core.clock import Clock, SystemClock, iso
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.ports.workers import WorkerInfo
 from jobengine.sdk.client import ApiClient
 from jobengine.sdk.convert import job_from_json
 from jobengine.tasks import TaskRegistry
@@ -59,6 +60,7 @@ class HttpWorkerSource:
         self._pacer = _ClaimPacer()
         self._stopping = asyncio.Event()
         self._held: dict[JobId, Job] = {}  # claimed jobs, to answer "which are still held" with Jobs
+        self._info: dict[str, Any] = {}  # what the server's registry of live workers shows of this worker
 
     def notifier(self) -> _ClaimPacer:
         return self._pacer
@@ -67,11 +69,13 @@ class HttpWorkerSource:
         """Stop claiming: a long-poll in progress returns nothing at once, later claims return nothing."""
         self._stopping.set()
 
-    async def fetch_jobs(self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float) -> list[Job]:
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, *, tasks: Sequence[str]
+    ) -> list[Job]:
         if self._stopping.is_set() or limit <= 0:
             return []
-        body = {"worker_id": worker, "queues": list(queues), "tasks": self.tasks.names(), "limit": min(limit, 100),
-                "lease_seconds": float(lease_seconds), "wait": float(self.long_poll)}  # fmt: skip
+        body = {"worker_id": worker, "queues": list(queues), "tasks": list(tasks), "limit": min(limit, 100),
+                "lease_seconds": float(lease_seconds), "wait": float(self.long_poll), **self._info}  # fmt: skip
         claim = asyncio.ensure_future(self.client.post(f"{_PREFIX}/claim", body, timeout=self.long_poll + 30.0))
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
@@ -128,7 +132,22 @@ class HttpWorkerSource:
     async def rescue_jobs(self) -> Changed:
         return Changed()  # the server rescues expired leases
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
+        """Kept to send with every claim: the server registers a remote worker when it claims."""
+        self._info = {"host": info.host, "pid": info.pid, "version": info.version, "packs": list(info.packs),
+                      "concurrency": info.concurrency}  # fmt: skip
+        return info
+
+    async def beat_worker(self, worker: WorkerId) -> bool:
+        return True  # its claims and heartbeats keep its row fresh
+
+    async def unregister_worker(self, worker: WorkerId) -> None:
+        return None  # its row expires
+
+    async def rescue_dead_workers(self) -> Changed:
+        return Changed()  # the server's workers do
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
         return None  # the claim's long-poll waits for the next job
 
 

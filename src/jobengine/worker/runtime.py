@@ -39,6 +39,7 @@ from jobengine.core.models import (
     overall_progress,
 )
 from jobengine.errors import Cancelled, NonRetryable, TaskTimeout, UnknownTask
+from jobengine.fleet import local_worker
 from jobengine.tasks import PhaseSpec, TaskSpec
 from jobengine.worker.context import JobContext, SyncJobContext, _Shared
 from jobengine.worker.source import WorkerSource
@@ -67,6 +68,11 @@ class WorkerOptions:
     #: out: FLUSH_EARLY outcomes waiting (a busy worker), or a job that others depend on
     #: (``Job.has_dependents``). 0: after every loop turn. The setting ``worker_flush_spacing``.
     flush_spacing: float = 0.05
+    #: How often the worker looks for dead workers, whose jobs then run again at once (the setting
+    #: ``liveness_interval``; :mod:`jobengine.ports.workers`).
+    liveness_interval: float = 0.5
+    #: The packs this worker loaded (``name@version``), as the registry of live workers shows them.
+    packs: tuple[str, ...] = ()
 
 
 class _LeaseLost(Exception):
@@ -135,6 +141,8 @@ class Worker:
         self._flush_wanted: asyncio.Event | None = None
         self._closing = False  # run() is ending: the flusher finishes its batch and returns
         self._dependents_wait = False  # a job with dependents finished: flush without waiting out the spacing
+        self._tasks: tuple[str, ...] = ()  # what this worker runs, and so claims (read at run())
+        self._registered = False
         self.processed = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -158,6 +166,8 @@ class Worker:
         self._slot_free, self._flush_wanted = asyncio.Event(), asyncio.Event()
         if self._stop_requests:
             self._stop.set()
+        self._tasks = tuple(self.source.tasks.names())
+        await self._register()
         log.info("worker %s started on queues %s", self.id, ",".join(self.queues))
         pump = asyncio.create_task(self._pump(), name="jobengine-pump")
         helpers = [
@@ -185,7 +195,42 @@ class Worker:
             await asyncio.gather(flusher, return_exceptions=True)
             await self._flush(final=True)  # whatever is left, if the flusher gave up
             self._executor.shutdown(wait=False, cancel_futures=True)
+            await self._unregister()
             log.info("worker %s stopped", self.id)
+
+    async def _register(self) -> None:
+        """Enter this worker in the registry of live workers. A failure (the store is away) is logged: the
+        worker runs all the same, its jobs protected by their leases, and the next beat registers it."""
+        info = local_worker(
+            self.id, self.queues, self._tasks, concurrency=self.options.concurrency, packs=self.options.packs
+        )
+        try:
+            await self.source.register_worker(info)
+            self._registered = True
+        except Exception:
+            log.exception("registering worker %s failed; will retry", self.id)
+
+    async def _unregister(self) -> None:
+        if not self._registered:
+            return
+        try:
+            await self.source.unregister_worker(self.id)
+        except Exception as exc:  # its row expires, or its liveness shows it gone
+            log.warning("unregistering worker %s failed (%s)", self.id, exc)
+
+    async def _beat(self) -> None:
+        """Tell the registry this worker lives. Told it was declared dead (its liveness was lost for a
+        while), it registers again and checks its leases at once: those were taken, and the jobs run
+        elsewhere now, so they stop here."""
+        if not self._registered:
+            await self._register()
+            return
+        if await self.source.beat_worker(self.id):
+            return
+        log.warning("worker %s was declared dead; registering again and dropping jobs whose lease is gone", self.id)
+        self._registered = False
+        await self._register()
+        await self._heartbeat()
 
     async def _drain(self) -> None:
         assert self._hard is not None
@@ -235,7 +280,7 @@ class Worker:
             if len(jobs) < limit:
                 timeout = opts.poll_interval
                 if not jobs:
-                    nxt = await self.source.next_run_at(self.queues)
+                    nxt = await self.source.next_run_at(self.queues, self._tasks)
                     if nxt is not None:
                         timeout = max(0.0, min(timeout, nxt - self.source.clock.now()))
                 if timeout > 0:
@@ -250,7 +295,9 @@ class Worker:
         may still apply a claim whose caller went away (SQLite's does): those jobs would stay running with
         no worker until their lease expired, each losing an attempt. So the claim is awaited to its end
         and what it claimed is released (no attempt spent) before the cancellation goes on."""
-        claim = asyncio.ensure_future(self.source.fetch_jobs(self.queues, limit, self.id, self.options.lease_seconds))
+        claim = asyncio.ensure_future(
+            self.source.fetch_jobs(self.queues, limit, self.id, self.options.lease_seconds, tasks=self._tasks)
+        )
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
@@ -391,6 +438,10 @@ class Worker:
                 await self._heartbeat()
             except Exception:
                 log.exception("heartbeat failed; will retry")
+            try:
+                await self._beat()
+            except Exception:
+                log.exception("telling the registry this worker lives failed; will retry")
 
     async def _progress_loop(self) -> None:
         """Save reported progress every ``progress_every`` seconds, batched, with a ``phase.progress``
@@ -436,14 +487,26 @@ class Worker:
                     r.task.cancel()
 
     async def _rescue_loop(self) -> None:
+        """Every ``liveness_interval``, the jobs of workers whose process is gone; every ``rescue_interval``,
+        those whose lease expired (a worker alive but stuck, or one that never registered)."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time()
         while True:
             try:
-                changed = await self.source.rescue_jobs()
+                changed = await self.source.rescue_dead_workers()
                 if changed.jobs:
-                    log.warning("rescued %d jobs whose lease expired", len(changed.jobs))
+                    log.warning("rescued %d jobs of dead workers", len(changed.jobs))
             except Exception:
-                log.exception("rescue failed; will retry")
-            await asyncio.sleep(self.options.rescue_interval)
+                log.exception("rescuing the jobs of dead workers failed; will retry")
+            if loop.time() >= next_sweep:
+                next_sweep = loop.time() + self.options.rescue_interval
+                try:
+                    changed = await self.source.rescue_jobs()
+                    if changed.jobs:
+                        log.warning("rescued %d jobs whose lease expired", len(changed.jobs))
+                except Exception:
+                    log.exception("rescue failed; will retry")
+            await asyncio.sleep(min(self.options.liveness_interval, self.options.rescue_interval))
 
     async def _flush_loop(self) -> None:
         assert self._flush_wanted is not None

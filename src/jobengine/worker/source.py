@@ -12,6 +12,7 @@ from jobengine.core.clock import Clock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed, Completion, Failure, Heartbeat, Job, Lease, PhaseUpdate
 from jobengine.ports.notifier import Notifier
+from jobengine.ports.workers import WorkerInfo
 from jobengine.tasks import TaskRegistry
 
 
@@ -22,8 +23,11 @@ class WorkerSource(Protocol):
     def notifier(self) -> Notifier: ...
 
     async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float
-    ) -> list[Job]: ...
+        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, *, tasks: Sequence[str]
+    ) -> list[Job]:
+        """Claim jobs of ``queues`` whose task is one of ``tasks`` (the worker's: it claims only what it can
+        run)."""
+        ...
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat: ...
 
@@ -37,4 +41,18 @@ class WorkerSource(Protocol):
 
     async def rescue_jobs(self) -> Changed: ...
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None: ...
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None: ...
+
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
+        """Enter the worker in the registry of live workers (:mod:`jobengine.ports.workers`)."""
+        ...
+
+    async def beat_worker(self, worker: WorkerId) -> bool:
+        """Still alive; False: the worker was declared dead (it registers again; its leases are gone)."""
+        ...
+
+    async def unregister_worker(self, worker: WorkerId) -> None: ...
+
+    async def rescue_dead_workers(self) -> Changed:
+        """Run again the jobs of workers whose process is gone."""
+        ...

@@ -212,6 +212,20 @@ COLUMN webhook_endpoints.tasks text NOT NULL
 COLUMN webhook_endpoints.tenant text NOT NULL
 COLUMN webhook_endpoints.updated_at double precision NOT NULL
 COLUMN webhook_endpoints.url text NOT NULL
+COLUMN workers.concurrency integer NOT NULL
+COLUMN workers.expires_at double precision NOT NULL
+COLUMN workers.host text NOT NULL
+COLUMN workers.id text NOT NULL COLLATE C
+COLUMN workers.kind text NOT NULL
+COLUMN workers.last_seen double precision NOT NULL
+COLUMN workers.lock_key bigint NULL
+COLUMN workers.packs jsonb NOT NULL
+COLUMN workers.pid integer NOT NULL
+COLUMN workers.queues jsonb NOT NULL
+COLUMN workers.started_at double precision NOT NULL
+COLUMN workers.tasks jsonb NOT NULL
+COLUMN workers.tenant text NULL
+COLUMN workers.version text NOT NULL
 CONSTRAINT api_keys.api_keys_pkey PRIMARY KEY (id)
 CONSTRAINT events.events_pkey PRIMARY KEY (id)
 CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
@@ -244,6 +258,8 @@ CONSTRAINT webhook_cursors.webhook_cursors_pkey PRIMARY KEY (name)
 CONSTRAINT webhook_deliveries.webhook_deliveries_endpoint_id_event_id_key UNIQUE (endpoint_id, event_id)
 CONSTRAINT webhook_deliveries.webhook_deliveries_pkey PRIMARY KEY (id)
 CONSTRAINT webhook_endpoints.webhook_endpoints_pkey PRIMARY KEY (id)
+CONSTRAINT workers.workers_kind_check CHECK ((kind = ANY (ARRAY['local'::text, 'remote'::text])))
+CONSTRAINT workers.workers_pkey PRIMARY KEY (id)
 INDEX CREATE INDEX api_keys_tenant ON api_keys USING btree (tenant, created_at)
 INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
@@ -251,6 +267,7 @@ INDEX CREATE INDEX failure_signatures_recent ON failure_signatures USING btree (
 INDEX CREATE INDEX http_idempotency_expires ON http_idempotency USING btree (expires_at)
 INDEX CREATE INDEX job_dependencies_job ON job_dependencies USING btree (job_id)
 INDEX CREATE INDEX jobs_finished ON jobs USING btree (id) WHERE (state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'stale'::text]))
+INDEX CREATE INDEX jobs_lease_worker ON jobs USING btree (lease_worker) WHERE (state = 'running'::text)
 INDEX CREATE INDEX jobs_runnable ON jobs USING btree (queue, priority DESC, run_at, id) WHERE (state = ANY (ARRAY['queued'::text, 'scheduled'::text, 'failed'::text]))
 INDEX CREATE INDEX jobs_running ON jobs USING btree (id) WHERE (state = 'running'::text)
 INDEX CREATE INDEX jobs_waiting ON jobs USING btree (queue, run_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'failed'::text]))
@@ -295,4 +312,5 @@ INDEX CREATE UNIQUE INDEX webhook_cursors_pkey ON webhook_cursors USING btree (n
 INDEX CREATE UNIQUE INDEX webhook_deliveries_endpoint_id_event_id_key ON webhook_deliveries USING btree (endpoint_id, event_id)
 INDEX CREATE UNIQUE INDEX webhook_deliveries_pkey ON webhook_deliveries USING btree (id)
 INDEX CREATE UNIQUE INDEX webhook_endpoints_pkey ON webhook_endpoints USING btree (id)
+INDEX CREATE UNIQUE INDEX workers_pkey ON workers USING btree (id)
 OPTIONS jobs fillfactor=90

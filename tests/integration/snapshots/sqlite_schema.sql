@@ -6,6 +6,7 @@ CREATE INDEX http_idempotency_expires ON http_idempotency (expires_at);
 CREATE INDEX job_deps_depends_on ON job_deps (depends_on);
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'queued' OR state = 'scheduled' OR state = 'failed';
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
+CREATE INDEX jobs_lease_worker ON jobs (lease_worker) WHERE state = 'running';
 CREATE INDEX jobs_list ON jobs (tenant, state, id);
 CREATE INDEX jobs_retention ON jobs (state, finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX outbox_due ON outbox (available_at);
@@ -46,5 +47,6 @@ CREATE TABLE webhook_attempts ( delivery_id TEXT NOT NULL, attempt INTEGER NOT N
 CREATE TABLE webhook_cursors ( name TEXT PRIMARY KEY, event_id INTEGER NOT NULL );
 CREATE TABLE webhook_deliveries ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, endpoint_id TEXT NOT NULL, event_id INTEGER NOT NULL, event_type TEXT NOT NULL, body TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, series_attempts INTEGER NOT NULL DEFAULT 0, next_at REAL NOT NULL, window_start REAL NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, last_status INTEGER, last_error TEXT, lease_token TEXT, lease_until REAL, UNIQUE (endpoint_id, event_id) );
 CREATE TABLE webhook_endpoints ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL, event_types TEXT NOT NULL, queues TEXT NOT NULL, tasks TEXT NOT NULL, description TEXT NOT NULL DEFAULT '', enabled INTEGER NOT NULL DEFAULT 1, disabled_reason TEXT, rate_limit INTEGER, rate_window REAL, previous_secret TEXT, previous_until REAL, failing_since REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL );
+CREATE TABLE workers ( id TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind = 'local' OR kind = 'remote'), tenant TEXT, host TEXT NOT NULL, pid INTEGER NOT NULL, version TEXT NOT NULL, queues TEXT NOT NULL, tasks TEXT NOT NULL, packs TEXT NOT NULL, concurrency INTEGER NOT NULL, lock_key INTEGER, started_at REAL NOT NULL, last_seen REAL NOT NULL, expires_at REAL NOT NULL );
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE UNIQUE INDEX schedules_name ON schedules (tenant, name);

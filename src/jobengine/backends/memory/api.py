@@ -10,10 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from jobengine.core import events as ev
-from jobengine.core import transitions as tr
-from jobengine.core.ids import JobId, WorkerId, new_lease_token
-from jobengine.core.models import Changed, Event, Job, NewEvent
-from jobengine.core.states import RUNNABLE, JobState
+from jobengine.core.ids import JobId
+from jobengine.core.models import Event, Job, NewEvent
+from jobengine.core.states import JobState
 from jobengine.errors import StoreError
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
 from jobengine.ports.queues import QueueSettings
@@ -119,39 +118,6 @@ class MemoryApiMixin:
             if job.state is JobState.RUNNING and job.queue in qs:
                 counts[job.queue] = counts.get(job.queue, 0) + 1
         return counts
-
-    # -- FilteredClaimStore -------------------------------------------------------------------------
-    async def fetch_jobs_filtered(
-        self: _State,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed:
-        async with self._lock:
-            qs, names = set(queues), set(tasks) if tasks is not None else None
-            ready = [
-                j
-                for j in self._jobs.values()
-                if j.state in RUNNABLE
-                and j.run_at <= now
-                and j.queue in qs
-                and (names is None or j.task in names)
-                and (tenant is None or j.tenant == tenant)
-            ]
-            ready.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-            jobs, events = [], []
-            for job in ready[: max(0, limit)]:
-                job, e = tr.start(job, worker, new_lease_token(), now + lease_seconds, now)
-                self._jobs[job.id] = job
-                jobs.append(job)
-                events.append(e)
-            new_events: list[NewEvent] = events
-            return Changed(jobs, self._append(new_events, now))
 
     # -- EventLogStore (no pruning: list_events finds an event by its position in the list) ----------
     async def event_bounds(self: _State) -> tuple[int, int]:

@@ -92,11 +92,22 @@ class MemoryOutboxMixin:
         return due, (min(later) if later else None)
 
     async def claim_jobs(
-        self: _Internals, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float
+        self: _Internals,
+        ids: Sequence[JobId],
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
     ) -> Changed:
         async with self._lock:
             found = {self._jobs[i].id: self._jobs[i] for i in ids if i in self._jobs}
-            ready = [j for j in found.values() if j.state in RUNNABLE and j.run_at <= now]
+            names = set(tasks) if tasks is not None else None
+            ready = [
+                j
+                for j in found.values()
+                if j.state in RUNNABLE and j.run_at <= now and (names is None or j.task in names)
+            ]
             ready.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             jobs, events = [], []
             for job in ready:

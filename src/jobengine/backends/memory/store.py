@@ -17,6 +17,7 @@ from jobengine.backends.memory.notifier import LocalNotifier
 from jobengine.backends.memory.outbox import MemoryOutboxMixin
 from jobengine.backends.memory.packs import MemoryPackMixin
 from jobengine.backends.memory.scheduling import MemoryScheduling
+from jobengine.backends.memory.workers import MemoryWorkers
 from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core import transitions as tr
@@ -59,6 +60,7 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         self._lock = asyncio.Lock()
         self._notifier: LocalNotifier | None = None
         self._scheduling: MemoryScheduling | None = None
+        self._workers: MemoryWorkers | None = None
 
     async def migrate(self) -> list[int]:
         return []
@@ -71,6 +73,12 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         if self._notifier is None:
             self._notifier = LocalNotifier()
         return self._notifier
+
+    def workers(self) -> MemoryWorkers:
+        """The registry of live workers (:mod:`jobengine.ports.workers`)."""
+        if self._workers is None:
+            self._workers = MemoryWorkers(lambda: list(self._jobs.values()))
+        return self._workers
 
     def scheduling(self) -> MemoryScheduling:
         """Schedules, runs and failure signatures, sharing this store's lock and event log."""
@@ -203,14 +211,30 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         return Inserted(jobs=out, created=created, events=events)
 
     async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
     ) -> Changed:
         async with self._lock:
-            qs = set(queues)
-            ready = [j for j in self._jobs.values() if j.state in RUNNABLE and j.run_at <= now and j.queue in qs]
+            qs, names = set(queues), set(tasks) if tasks is not None else None
+            ready = [
+                j
+                for j in self._jobs.values()
+                if j.state in RUNNABLE
+                and j.run_at <= now
+                and j.queue in qs
+                and (names is None or j.task in names)
+                and (tenant is None or j.tenant == tenant)
+            ]
             ready.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             jobs, events = [], []
-            for job in ready[:limit]:
+            for job in ready[: max(0, limit)]:
                 job, e = tr.start(job, worker, new_lease_token(), now + lease_seconds, now)
                 self._jobs[job.id] = job
                 jobs.append(job)
@@ -395,9 +419,13 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
                 counts[(job.queue, job.state)] = counts.get((job.queue, job.state), 0) + 1
         return counts
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        qs = set(queues)
-        times = [j.run_at for j in self._jobs.values() if j.state in RUNNABLE and j.queue in qs]
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        qs, names = set(queues), set(tasks) if tasks is not None else None
+        times = [
+            j.run_at
+            for j in self._jobs.values()
+            if j.state in RUNNABLE and j.queue in qs and (names is None or j.task in names)
+        ]
         return min(times) if times else None
 
     async def list_events(

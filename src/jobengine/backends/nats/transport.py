@@ -379,13 +379,15 @@ class NatsTransport:
             self.options, last, made=lambda d: d.attempt, dead_letter=self._dead_letter, ack=self.ack
         )
 
-    async def release(self, deliveries: Sequence[Delivery]) -> None:
-        """A nak (JetStream counts it as a delivery); on the last delivery, an ack and the same message
-        published afresh (its count starts again), so a shutdown never dead-letters a job."""
+    async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
+        """A nak (JetStream counts it as a delivery; redelivered after ``delay``); on the last delivery, an
+        ack and the same message published afresh (its count starts again, and it is delivered at once), so
+        a shutdown never dead-letters a job."""
         last = [d for d in deliveries if d.attempt >= self.options.max_deliveries]
         again = [d for d in deliveries if d.attempt < self.options.max_deliveries]
         if again:
-            await self._reply(again, b"-NAK", "releasing")
+            nak = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
+            await self._reply(again, nak, "releasing")
             for d in again:
                 self._retried[_stream_seq(d.receipt)] = None
         if last:

@@ -1,16 +1,14 @@
-"""The optional ports of the HTTP layer on PostgreSQL: API keys, idempotency records, queue settings,
-filtered claims and the event log's bounds (tables: migration ``0003_api.sql``). Mixed into
+"""The optional ports of the HTTP layer on PostgreSQL: API keys, idempotency records, queue settings
+and the event log's bounds (tables: migration ``0003_api.sql``). Mixed into
 :class:`PostgresStore`; every statement goes through its pool, retry and error translation (``_run``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.mixin import Conn, Row, StoreCalls, qualify
-from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Event
+from jobengine.core.ids import JobId
+from jobengine.core.models import Event
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
 from jobengine.ports.queues import QueueSettings
 
@@ -26,25 +24,6 @@ ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, crea
 WHERE h.expires_at <= %(now)s::float8
    OR (h.status IS NULL AND h.locked_until <= %(now)s::float8 AND h.fingerprint = EXCLUDED.fingerprint)
 RETURNING 1"""
-
-# The claim of fetch_jobs (sql.CLAIM_MANY) with the task / tenant terms in each queue's range.
-_FILTERED_CLAIM = (
-    """WITH picked AS (
-    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {s}jobs
-        WHERE queue = q.name AND state IN """
-    + sql.RUNNABLE
-    + """ AND run_at <= %(now)s::float8
-            AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-            AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-        ORDER BY priority DESC, run_at, id LIMIT %(limit)s::int4
-        FOR UPDATE SKIP LOCKED
-    ) c
-    ORDER BY c.priority DESC, c.run_at, c.id LIMIT %(limit)s::int4
-),"""
-    + sql._CLAIM_TAIL
-)
-
 
 # As retention deletes (sql.PRUNE): the row, its outgoing edges and watermarks; edges to it stay.
 _PURGE_DEAD = """WITH cand AS (
@@ -183,31 +162,6 @@ class PostgresApiMixin:
         q = ("SELECT queue, count(*) FROM {s}jobs WHERE state = 'running' AND queue = ANY(%(queues)s::text[]) "
              "GROUP BY queue")  # fmt: skip
         return {r[0]: int(r[1]) for r in await self._rows(qualify(self, q), {"queues": list(set(queues))})}
-
-    # -- FilteredClaimStore -------------------------------------------------------------------------
-    async def fetch_jobs_filtered(
-        self: StoreCalls,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed:
-        from jobengine.backends.postgres.store import _Collect  # store.py imports this module
-
-        if limit <= 0 or not queues or (tasks is not None and not tasks):
-            return Changed()
-        params: dict[str, Any] = {
-            "limit": limit, "worker": worker, "expires": now + lease_seconds, "now": now,
-            "queues": list(dict.fromkeys(queues)), "tasks": list(tasks) if tasks is not None else None,
-            "tenant": tenant,
-        }  # fmt: skip
-        out = _Collect(now)
-        out.add(await self._rows(qualify(self, _FILTERED_CLAIM), params))
-        return out.changed()
 
     # -- EventLogStore ------------------------------------------------------------------------------
     async def event_bounds(self: StoreCalls) -> tuple[int, int]:

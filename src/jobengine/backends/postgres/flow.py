@@ -143,7 +143,7 @@ class PostgresFlowMixin:
                                 key_running=key_running, buckets=buckets, now=now, limit=limit)  # fmt: skip
                 if not chosen.ids:
                     return Changed()
-                claim = {"ids": chosen.ids, "worker": worker, "expires": now + lease_seconds, "now": now}
+                claim = {"ids": chosen.ids, "worker": worker, "expires": now + lease_seconds, "now": now, "tasks": None}
                 query = _CLAIM_IDS
                 if chosen.buckets:  # written by the claim statement itself (one round trip)
                     rows = [{"key": k, "tokens": b.tokens, "at": b.at} for k, b in chosen.buckets.items()]

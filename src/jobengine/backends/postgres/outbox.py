@@ -45,6 +45,7 @@ _CLAIM_IDS = (
     SELECT id FROM {s}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN """
     + sql.RUNNABLE
     + """ AND run_at <= %(now)s::float8
+        AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
     ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
 ),"""
     + sql._CLAIM_TAIL
@@ -155,13 +156,22 @@ class PostgresOutboxMixin:
         return bool(rows[0][0]), (float(later) if later is not None else None)
 
     async def claim_jobs(
-        self: _Runs, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float
+        self: _Runs,
+        ids: Sequence[JobId],
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
     ) -> Changed:
         from jobengine.backends.postgres.store import _Collect  # store.py imports this module
 
-        if not ids:
+        if not ids or (tasks is not None and not tasks):
             return Changed()
-        params = {"ids": list(dict.fromkeys(ids)), "worker": worker, "expires": now + lease_seconds, "now": now}
+        params = {
+            "ids": list(dict.fromkeys(ids)), "worker": worker, "expires": now + lease_seconds, "now": now,
+            "tasks": list(tasks) if tasks is not None else None,
+        }  # fmt: skip
         out = _Collect(now)
         out.add(await self._rows(qualify(self, _CLAIM_IDS), params))
         return out.changed()

@@ -55,10 +55,11 @@ class PostgresReadsMixin:
         rows = await self._rows(sql.count_query(self.schema, where), {"tenant": tenant})
         return {(r[0], JobState(r[1])): int(r[2]) for r in rows}
 
-    async def next_run_at(self: _Runs, queues: Sequence[str]) -> float | None:
-        if not queues:
+    async def next_run_at(self: _Runs, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        if not queues or (tasks is not None and not tasks):
             return None
-        rows = await self._rows(self._q.next_run_at, {"queues": list(queues)})
+        params = {"queues": list(queues), "tasks": list(tasks) if tasks is not None else None}
+        rows = await self._rows(self._q.next_run_at, params)
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 

@@ -142,10 +142,17 @@ gone AS (
 ), {_EV_STARTED}
 {_changed("started", "started.priority DESC, started.run_at, started.id")}"""
 
+# Which jobs a claimer may take: those of its tasks (a worker claims only what it can run; NULL: any task)
+# and of its tenant (a remote worker's key; NULL: any tenant). Rows of other tasks are skipped by the index
+# walk without being locked.
+_CLAIMABLE = """AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+        AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)"""
+
 # One queue: the runnable index (queue, priority DESC, run_at, id) is read in order from its head.
 CLAIM_ONE = f"""WITH picked AS (
     SELECT id FROM {{s}}jobs
     WHERE queue = %(queue)s::text AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
+        {_CLAIMABLE}
     ORDER BY priority DESC, run_at, id LIMIT %(limit)s::int4
     FOR UPDATE SKIP LOCKED
 ),{_CLAIM_TAIL}"""
@@ -156,6 +163,7 @@ CLAIM_MANY = f"""WITH picked AS (
     SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {{s}}jobs
         WHERE queue = q.name AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
+            {_CLAIMABLE}
         ORDER BY priority DESC, run_at, id LIMIT %(limit)s::int4
         FOR UPDATE SKIP LOCKED
     ) c
@@ -498,9 +506,12 @@ COUNT = "SELECT queue, state, count(*) FROM {s}jobs WHERE {where} GROUP BY queue
 
 # Queued jobs always have run_at in the past, so the waiting index serves the future ones; the queued ones
 # are few whenever a worker asks (it asks when it found nothing to claim).
-NEXT_RUN_AT = """SELECT least(
-    (SELECT min(run_at) FROM {s}jobs WHERE queue = ANY(%(queues)s::text[]) AND state IN ('scheduled', 'failed')),
-    (SELECT min(run_at) FROM {s}jobs WHERE queue = ANY(%(queues)s::text[]) AND state = 'queued'))"""
+# Only jobs of the asking worker's tasks count: one it cannot run must not keep it from sleeping.
+_OF_TASKS = "(%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))"
+NEXT_RUN_AT = f"""SELECT least(
+    (SELECT min(run_at) FROM {{s}}jobs
+     WHERE queue = ANY(%(queues)s::text[]) AND state IN ('scheduled', 'failed') AND {_OF_TASKS}),
+    (SELECT min(run_at) FROM {{s}}jobs WHERE queue = ANY(%(queues)s::text[]) AND state = 'queued' AND {_OF_TASKS}))"""
 
 EVENTS = """SELECT id, at, type, tenant, job_id, queue, task, data::text FROM {s}events
 WHERE id > %(after)s::int8 {where} ORDER BY id LIMIT %(limit)s::int4"""

@@ -55,6 +55,7 @@ from jobengine.backends.postgres.outbox import PostgresOutboxMixin
 from jobengine.backends.postgres.packs import PostgresPackMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
+from jobengine.backends.postgres.workers import PostgresWorkers
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -179,6 +180,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
         self._notifier: PgNotifier | None = None
+        self._workers: PostgresWorkers | None = None
 
     # -- plumbing -----------------------------------------------------------------------------------
     async def _pool(self) -> AsyncConnectionPool[Any]:
@@ -322,6 +324,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         return await self._run(op)
 
     async def close(self) -> None:
+        if self._workers is not None:
+            await self._workers.close()
         if self._notifier is not None:
             await self._notifier.close()
         loop = asyncio.get_running_loop()
@@ -362,6 +366,12 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         if self._notifier is None:
             self._notifier = PgNotifier(self.dsn, self.channel, probe=self._q.any_runnable)
         return self._notifier
+
+    def workers(self) -> PostgresWorkers:
+        """The registry of live workers (:mod:`jobengine.ports.workers`)."""
+        if self._workers is None:
+            self._workers = PostgresWorkers(self)
+        return self._workers
 
     def leader(self, name: str) -> PostgresLeader:
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
@@ -456,11 +466,22 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 
     async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
     ) -> Changed:
-        if limit <= 0 or not queues:
+        if limit <= 0 or not queues or (tasks is not None and not tasks):
             return Changed()
-        params: dict[str, Any] = {"limit": limit, "worker": worker, "expires": now + lease_seconds, "now": now}
+        params: dict[str, Any] = {
+            "limit": limit, "worker": worker, "expires": now + lease_seconds, "now": now,
+            "tasks": list(tasks) if tasks is not None else None, "tenant": tenant,
+        }  # fmt: skip
         unique = list(dict.fromkeys(queues))
         if len(unique) == 1:
             query, params["queue"] = self._q.claim_one, unique[0]

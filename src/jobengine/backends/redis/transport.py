@@ -244,9 +244,9 @@ class RedisTransport:
             self.options, last, made=lambda d: d.attempt, dead_letter=self._dead_letter, ack=self.ack
         )
 
-    async def release(self, deliveries: Sequence[Delivery]) -> None:
+    async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
         if deliveries:
-            await self._requeue(deliveries, lambda d: d.attempt - 1, 0.0)
+            await self._requeue(deliveries, lambda d: d.attempt - 1, delay)
 
     async def dead_letter(self, deliveries: Sequence[Delivery], reason: str) -> None:
         await self._dead_letter(deliveries, reason, lambda d: d.attempt)

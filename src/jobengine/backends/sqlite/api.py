@@ -10,13 +10,12 @@ from typing import Any, Final, Protocol, TypeVar
 
 from jobengine.core import codec
 from jobengine.core import events as ev
-from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Event
+from jobengine.core.ids import JobId
+from jobengine.core.models import Event
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
 from jobengine.ports.queues import QueueSettings
 
-from .fenced import _START
-from .rows import RUNNABLE_SQL, append_events, job_from_row, json_list, select_jobs
+from .rows import append_events, json_list, select_jobs
 
 T = TypeVar("T")
 
@@ -58,43 +57,6 @@ def _claim(
         (tenant, key, fingerprint, rec.created_at, rec.expires_at, rec.locked_until),
     )
     return IdempotencyClaim(ClaimState.CLAIMED, rec)
-
-
-def _fetch_filtered(
-    c: sqlite3.Connection,
-    queues: Sequence[str],
-    limit: int,
-    worker: WorkerId,
-    lease_seconds: float,
-    now: float,
-    tasks: Sequence[str] | None,
-    tenant: str | None,
-) -> Changed:
-    """fenced.fetch_jobs with the extra terms: one ordered range of ``jobs_claim`` per queue, then the best."""
-    names = list(dict.fromkeys(queues))
-    if limit <= 0 or not names or (tasks is not None and not tasks):
-        return Changed()
-    extra, extra_args = "", []
-    if tasks is not None:
-        wanted = list(dict.fromkeys(tasks))
-        extra += f" AND task IN ({', '.join('?' * len(wanted))})"
-        extra_args.extend(wanted)
-    if tenant is not None:
-        extra += " AND tenant = ?"
-        extra_args.append(tenant)
-    branch = (
-        f"SELECT id, priority, run_at FROM (SELECT id, priority, run_at FROM jobs WHERE {RUNNABLE_SQL} "
-        f"AND queue = ? AND run_at <= ?{extra} ORDER BY priority DESC, run_at, id LIMIT ?)"
-    )
-    sql = _START.format(union=" UNION ALL ".join([branch] * len(names)))
-    params: list[Any] = [worker, now + lease_seconds, now, now]
-    for q in names:
-        params.extend([q, now, *extra_args, limit])
-    params.append(limit)
-    jobs = [job_from_row(r) for r in c.execute(sql, params)]
-    jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-    events = [ev.job_event(ev.STARTED, j, {"worker": worker}) for j in jobs]
-    return Changed(jobs, append_events(c, events, now))
 
 
 def _purge_dead(
@@ -201,20 +163,6 @@ class SqliteApiMixin:
             "GROUP BY queue"
         )
         return await self._read(lambda c: {r[0]: int(r[1]) for r in c.execute(sql, names)})
-
-    # -- FilteredClaimStore -------------------------------------------------------------------------
-    async def fetch_jobs_filtered(
-        self: _Runs,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed:
-        return await self._write(lambda c: _fetch_filtered(c, queues, limit, worker, lease_seconds, now, tasks, tenant))
 
     # -- EventLogStore ------------------------------------------------------------------------------
     async def event_bounds(self: _Runs) -> tuple[int, int]:

@@ -73,10 +73,34 @@ RETURNING {JOB_COLUMNS}
 """
 _CLAIM_BRANCH: Final = (
     f"SELECT id, priority, run_at FROM (SELECT id, priority, run_at FROM jobs WHERE {RUNNABLE_SQL} "
-    "AND queue = ? AND run_at <= ? ORDER BY priority DESC, run_at, id LIMIT ?)"
+    "AND queue = ? AND run_at <= ?{claimable} ORDER BY priority DESC, run_at, id LIMIT ?)"
 )
 # The lock-free look before a claim: the first entry of jobs_claim per queue that is due.
-_DUE_BRANCH: Final = f"EXISTS (SELECT 1 FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?)"
+_DUE_BRANCH: Final = f"EXISTS (SELECT 1 FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?{{claimable}})"
+
+
+class Claimable:
+    """The terms that restrict a claim to a worker's tasks (None: any) and tenant (None: any), as SQL to
+    append to a WHERE clause and the values it binds. A worker claims only what it can run: rows of other
+    tasks are passed over by the index walk."""
+
+    __slots__ = ("args", "nothing", "sql")
+
+    def __init__(self, tasks: Sequence[str] | None, tenant: str | None) -> None:
+        #: An empty task list: nothing can be claimed.
+        self.nothing = tasks is not None and not tasks
+        self.sql = ""
+        self.args: list[str] = []
+        if tasks is not None:
+            names = list(dict.fromkeys(tasks))
+            self.sql += f" AND task IN ({', '.join('?' * len(names))})"
+            self.args += names
+        if tenant is not None:
+            self.sql += " AND tenant = ?"
+            self.args.append(tenant)
+
+
+ANY = Claimable(None, None)
 
 _HEARTBEAT: Final = f"""
 UPDATE jobs SET lease_expires_at = ?, updated_at = ?
@@ -250,23 +274,31 @@ def _event_text(data: Any) -> str:
 # -- claim ------------------------------------------------------------------------------------------------
 
 
-def any_due(conn: sqlite3.Connection, queues: Sequence[str], now: float) -> bool:
-    """Whether some job of ``queues`` is runnable now. Runs outside any transaction: a WAL reader takes no
-    lock, so a worker woken for nothing (another worker was faster, or the commit was not a new job)
-    finds out without queueing for the write lock. One probe of ``jobs_claim`` per queue."""
-    sql = "SELECT " + " OR ".join([_DUE_BRANCH] * len(queues))
-    row = conn.execute(sql, [a for q in queues for a in (q, now)]).fetchone()
+def any_due(conn: sqlite3.Connection, queues: Sequence[str], now: float, which: Claimable = ANY) -> bool:
+    """Whether some job of ``queues`` (that ``which`` admits) is runnable now. Runs outside any transaction:
+    a WAL reader takes no lock, so a worker woken for nothing (another worker was faster, or the commit was
+    not a job it can run) finds out without queueing for the write lock. One probe of ``jobs_claim`` per
+    queue."""
+    sql = "SELECT " + " OR ".join([_DUE_BRANCH.format(claimable=which.sql)] * len(queues))
+    row = conn.execute(sql, [a for q in queues for a in (q, now, *which.args)]).fetchone()
     return bool(row[0])
 
 
 def claim(
-    conn: sqlite3.Connection, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+    conn: sqlite3.Connection,
+    queues: Sequence[str],
+    limit: int,
+    worker: WorkerId,
+    lease_seconds: float,
+    now: float,
+    which: Claimable = ANY,
 ) -> Applied:
-    """In the transaction: start up to ``limit`` jobs; ``queues`` without repeats."""
+    """In the transaction: start up to ``limit`` jobs that ``which`` admits; ``queues`` without repeats."""
     # One ordered, limited range of jobs_claim per queue, then the best ``limit`` of those: with
     # ``queue IN (...)`` SQLite would read every runnable job of the queues into a sorter first.
-    sql = _START.format(union=" UNION ALL ".join([_CLAIM_BRANCH] * len(queues)))
-    params = [worker, now + lease_seconds, now, now, *(a for q in queues for a in (q, now, limit)), limit]
+    branch = _CLAIM_BRANCH.format(claimable=which.sql)
+    sql = _START.format(union=" UNION ALL ".join([branch] * len(queues)))
+    params = [worker, now + lease_seconds, now, now, *(a for q in queues for a in (q, now, *which.args, limit)), limit]
     rows = conn.execute(sql, params).fetchall()
     if not rows:
         return Applied()
@@ -296,12 +328,18 @@ def claimed(applied: Applied, worker: WorkerId, now: float) -> Changed:
 
 
 def fetch_jobs(
-    conn: sqlite3.Connection, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+    conn: sqlite3.Connection,
+    queues: Sequence[str],
+    limit: int,
+    worker: WorkerId,
+    lease_seconds: float,
+    now: float,
+    which: Claimable = ANY,
 ) -> Changed:
     """:func:`claim` and :func:`claimed` in one go, for a caller that holds the transaction."""
-    if limit <= 0 or not queues:
+    if limit <= 0 or not queues or which.nothing:
         return Changed()
-    return claimed(claim(conn, list(dict.fromkeys(queues)), limit, worker, lease_seconds, now), worker, now)
+    return claimed(claim(conn, list(dict.fromkeys(queues)), limit, worker, lease_seconds, now, which), worker, now)
 
 
 # -- heartbeat --------------------------------------------------------------------------------------------

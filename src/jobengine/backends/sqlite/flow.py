@@ -105,7 +105,7 @@ def claim_limited(
         return fenced.Applied()
     if chosen.buckets:
         conn.executemany(_UPSERT_BUCKET, [(k, b.tokens, b.at) for k, b in chosen.buckets.items()])
-    return _claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now)
+    return _claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now, None)
 
 
 class SqliteFlowMixin:

@@ -43,7 +43,7 @@ RETURNING id, job_id, queue, available_at, headers
 """
 _CLAIM_IDS: Final = _START.format(
     union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
-    "AND run_at <= ?"
+    "AND run_at <= ? AND (? IS NULL OR task IN (SELECT value FROM json_each(?)))"
 )
 
 
@@ -84,11 +84,20 @@ def _insert(
 
 
 def _claim_ids(
-    conn: sqlite3.Connection, ids: Sequence[JobId], worker: WorkerId, lease: float, now: float
+    conn: sqlite3.Connection,
+    ids: Sequence[JobId],
+    worker: WorkerId,
+    lease: float,
+    now: float,
+    tasks: Sequence[str] | None,
 ) -> fenced.Applied:
-    """In the transaction: :func:`fenced.claim` over the delivered ids instead of the queues' heads."""
+    """In the transaction: :func:`fenced.claim` over the delivered ids (of ``tasks``: None, any) instead of the
+    queues' heads."""
     unique = list(dict.fromkeys(ids))
-    rows = conn.execute(_CLAIM_IDS, [worker, now + lease, now, now, json_list(unique), now, len(unique)]).fetchall()
+    names = json_list(tasks) if tasks is not None else None
+    rows = conn.execute(
+        _CLAIM_IDS, [worker, now + lease, now, now, json_list(unique), now, names, names, len(unique)]
+    ).fetchall()
     if not rows:
         return fenced.Applied()
     rows.sort(key=lambda r: (-r[fenced._PRIORITY], r[fenced._RUN_AT], r[fenced._ID]))
@@ -156,13 +165,19 @@ class SqliteOutboxMixin:
         return await self._read(lambda c: _due(c, now))
 
     async def claim_jobs(
-        self: _Runs, ids: Sequence[JobId], worker: WorkerId, lease_seconds: float, now: float
+        self: _Runs,
+        ids: Sequence[JobId],
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
     ) -> Changed:
-        if not ids:
+        if not ids or (tasks is not None and not tasks):
             return Changed()
         # As fetch_jobs: at the worker's durability, the jobs built after COMMIT (off the write lock).
         return await self._work(
-            lambda c: _claim_ids(c, ids, worker, lease_seconds, now), lambda a: fenced.claimed(a, worker, now)
+            lambda c: _claim_ids(c, ids, worker, lease_seconds, now, tasks), lambda a: fenced.claimed(a, worker, now)
         )
 
     async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:

@@ -73,11 +73,18 @@ def count_jobs(conn: sqlite3.Connection, tenant: str | None) -> dict[tuple[str, 
     return {(r[0], JobState(r[1])): r[2] for r in rows}
 
 
-def next_run_at(conn: sqlite3.Connection, queues: Sequence[str]) -> float | None:
-    if not queues:
+def next_run_at(conn: sqlite3.Connection, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+    """The earliest run_at among runnable jobs of ``queues`` (and of ``tasks``: one the asking worker cannot
+    run must not keep it awake)."""
+    if not queues or (tasks is not None and not tasks):
         return None
     marks = ", ".join("?" * len(queues))
-    row = conn.execute(f"SELECT min(run_at) FROM jobs WHERE {RUNNABLE_SQL} AND queue IN ({marks})", tuple(queues))
+    sql = f"SELECT min(run_at) FROM jobs WHERE {RUNNABLE_SQL} AND queue IN ({marks})"
+    args = list(queues)
+    if tasks is not None:
+        sql += f" AND task IN ({', '.join('?' * len(tasks))})"
+        args += tasks
+    row = conn.execute(sql, args)
     value = row.fetchone()[0]
     return None if value is None else float(value)
 

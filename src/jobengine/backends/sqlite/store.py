@@ -63,6 +63,7 @@ from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
 from .packs import SqlitePackMixin
+from .workers import SqliteWorkers
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -121,6 +122,7 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobengine-sqlite")
         self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
         self._notifier: SqliteNotifier | None = None
+        self._workers: SqliteWorkers | None = None
         self._closed = False
 
     @property
@@ -188,6 +190,8 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         """Close the notifier, the connection and the thread. Idempotent."""
         if self._closed:
             return
+        if self._workers is not None:
+            await self._workers.close()
         self._closed = True  # refuse new calls; those already queued on the thread still run first
         if self._notifier is not None:
             await self._notifier.close()
@@ -206,6 +210,12 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
 
         return SqliteScheduling(self)
 
+    def workers(self) -> SqliteWorkers:
+        """The registry of live workers (:mod:`jobengine.ports.workers`)."""
+        if self._workers is None:
+            self._workers = SqliteWorkers(self)
+        return self._workers
+
     def leader(self, name: str) -> SqliteLeader:
         """A lease-row leader for ``name`` among every process using this file (``leader_lease_seconds``)."""
         return SqliteLeader(self, name, lease_seconds=self._leader_lease_seconds)
@@ -223,17 +233,28 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         return await self._run(insert)
 
     async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
     ) -> Changed:
-        if limit <= 0 or not queues:
+        which = fenced.Claimable(tasks, tenant)
+        if limit <= 0 or not queues or which.nothing:
             return Changed()
         names = list(dict.fromkeys(queues))
 
         def fetch(conn: sqlite3.Connection) -> Changed:
-            if not fenced.any_due(conn, names, now):  # a WAL read: no write lock for an empty claim
+            if not fenced.any_due(conn, names, now, which):  # a WAL read: no write lock for an empty claim
                 return Changed()
             claim = self._transaction(
-                conn, lambda c: fenced.claim(c, names, limit, worker, lease_seconds, now), self._worker_synchronous
+                conn,
+                lambda c: fenced.claim(c, names, limit, worker, lease_seconds, now, which),
+                self._worker_synchronous,
             )
             return fenced.claimed(claim, worker, now)
 
@@ -292,8 +313,8 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
     async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
         return await self._read(lambda c: reads.count_jobs(c, tenant))
 
-    async def next_run_at(self, queues: Sequence[str]) -> float | None:
-        return await self._read(lambda c: reads.next_run_at(c, queues))
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        return await self._read(lambda c: reads.next_run_at(c, queues, tasks))
 
     async def list_events(
         self, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None

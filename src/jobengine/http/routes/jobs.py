@@ -3,7 +3,7 @@ replay a dead job. Every call is scoped to the key's tenant: another tenant's jo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -46,9 +46,14 @@ def new_job(engine: Engine, tenant: str, body: JobIn) -> NewJob:
     )
 
 
-def job_page(jobs: Sequence[Job], limit: int) -> dict[str, object]:
-    """A page of jobs; the cursor is the last id, as ids sort by creation time (newest first here)."""
-    return {"items": [job_to_json(j) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) >= limit else None}
+def job_page(jobs: Sequence[Job], limit: int, waiting: Mapping[JobId, str] | None = None) -> dict[str, object]:
+    """A page of jobs; the cursor is the last id, as ids sort by creation time (newest first here).
+    ``waiting``: why some of them wait (:meth:`Fleet.waiting_reasons`)."""
+    why = waiting or {}
+    return {
+        "items": [job_to_json(j, why.get(j.id)) for j in jobs],
+        "next_cursor": jobs[-1].id if len(jobs) >= limit else None,
+    }
 
 
 @router.post(
@@ -66,7 +71,8 @@ async def enqueue_job(
     [(job, created)] = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, body)])
     # Flow control: the header always, the field only under pressure (the body is the job's otherwise).
     level = (await engine.queue_pressure(job.queue)).value
-    body_out = job_to_json(job) if level == "none" else {**job_to_json(job), "queue_pressure": level}
+    out = job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id))
+    body_out = out if level == "none" else {**out, "queue_pressure": level}
     return json_response(body_out, 201 if created else 200,
                          {"Location": f"/api/v1/jobs/{job.id}", "X-Queue-Pressure": level})  # fmt: skip
 
@@ -103,15 +109,18 @@ async def list_jobs(
     before = JobId(cursor) if cursor is not None else None
     filt = JobFilter(tenant=principal.tenant, states=tuple(state or ()), queue=queue, task=task, limit=limit,
                      before_id=before)  # fmt: skip
-    return json_response(job_page(await context(request).engine.list_jobs(filt), limit))
+    engine = context(request).engine
+    jobs = await engine.list_jobs(filt)
+    return json_response(job_page(jobs, limit, await engine.fleet.waiting_reasons(jobs)))
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=READ_ONE)
 async def get_job(
     job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
 ) -> Response:
-    job = await context(request).engine.get_job(job_id, principal.tenant)
-    return json_response(job_to_json(job))
+    engine = context(request).engine
+    job = await engine.get_job(job_id, principal.tenant)
+    return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, responses=WRITE_ONE)

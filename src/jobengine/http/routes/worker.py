@@ -58,6 +58,7 @@ from jobengine.http.worker_schemas import (
     ReportIn,
     ReportOut,
 )
+from jobengine.ports.workers import WorkerInfo
 from jobengine.serialize import job_to_json
 
 router = APIRouter(prefix="/api/v1/worker", tags=["worker"])
@@ -111,6 +112,14 @@ async def claim(body: ClaimIn, request: Request, principal: Worker) -> Response:
     engine = ctx.engine
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait, ctx.settings.claim_max_wait)
+    await engine.fleet.seen_remote(
+        WorkerInfo(
+            id=WorkerId(body.worker_id), kind="remote", host=body.host or "", pid=body.pid or 0,
+            version=body.version or "", queues=tuple(body.queues), tasks=tuple(body.tasks or ()),
+            packs=tuple(body.packs or ()), concurrency=body.concurrency or 0, tenant=principal.tenant,
+        ),
+        ctx.settings.claim_max_wait,
+    )  # fmt: skip
     while True:
         jobs = await engine.fetch_jobs(
             body.queues, body.limit, WorkerId(body.worker_id), body.lease_seconds,

@@ -1,0 +1,231 @@
+"""The worker registry on PostgreSQL (table ``workers``, migration 0010; :mod:`jobengine.ports.workers`).
+
+A registered local worker's process holds a session-level advisory lock on the row's ``lock_key``, on a
+connection of its own (:class:`_Liveness`). When the process dies its session ends and the lock with it;
+:meth:`PostgresWorkers.dead` finds such rows with ``pg_try_advisory_xact_lock``, which takes a free lock for
+the statement's transaction only and never waits for a held one.
+
+A session also ends while its process lives: a connection reset, ``pg_terminate_backend``, a server
+restart. The worker reconnects and takes its lock again at once, so a lock seen free is only believed
+after it has been seen free for ``grace`` seconds (two looks at least that far apart). A worker that was
+declared dead all the same finds its row gone at its next beat: its jobs' leases were taken, and a late
+report of theirs is fenced out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from jobengine.backends.postgres.mixin import qualify
+from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.core import codec
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import Job
+from jobengine.errors import StoreUnavailable
+from jobengine.ports.workers import WorkerInfo
+
+if TYPE_CHECKING:
+    from jobengine.backends.postgres.store import PostgresStore
+
+log = logging.getLogger("jobengine.postgres")
+
+_COLUMNS = ("id, kind, tenant, host, pid, version, queues, tasks, packs, concurrency, lock_key, started_at, "
+            "last_seen, expires_at")  # fmt: skip
+
+_REGISTER = f"""INSERT INTO {{s}}workers ({_COLUMNS}) VALUES (%(id)s::text, %(kind)s::text, %(tenant)s::text,
+    %(host)s::text, %(pid)s::int4, %(version)s::text, %(queues)s::jsonb, %(tasks)s::jsonb, %(packs)s::jsonb,
+    %(concurrency)s::int4, %(lock_key)s::int8, %(started_at)s::float8, %(last_seen)s::float8,
+    %(expires_at)s::float8)
+ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, tenant = EXCLUDED.tenant, host = EXCLUDED.host,
+    pid = EXCLUDED.pid, version = EXCLUDED.version, queues = EXCLUDED.queues, tasks = EXCLUDED.tasks,
+    packs = EXCLUDED.packs, concurrency = EXCLUDED.concurrency, lock_key = EXCLUDED.lock_key,
+    last_seen = EXCLUDED.last_seen, expires_at = EXCLUDED.expires_at
+RETURNING 1"""
+
+_BEAT = """UPDATE {s}workers SET last_seen = %(now)s::float8, expires_at = %(expires)s::float8
+WHERE id = %(id)s::text RETURNING 1"""
+
+_LIVE = f"""SELECT {", ".join("w." + c for c in _COLUMNS.split(", "))},
+    (SELECT count(*) FROM {{s}}jobs j WHERE j.state = 'running' AND j.lease_worker = w.id)
+FROM {{s}}workers w WHERE w.expires_at > %(now)s::float8 ORDER BY w.started_at, w.id"""
+
+# A free lock is taken for this statement's transaction only (and given back at its end); a held one is
+# not waited for. CASE, so no lock is tried for a worker without one.
+_DEAD = f"""SELECT {_COLUMNS} FROM {{s}}workers
+WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
+
+_HELD = f"""SELECT {job_columns("j")} FROM {{s}}jobs j
+WHERE j.state = 'running' AND j.lease_worker = ANY(%(workers)s::text[]) ORDER BY j.id LIMIT %(limit)s::int4"""
+
+_REMOVE = "DELETE FROM {s}workers WHERE id = ANY(%(workers)s::text[]) RETURNING 1"
+
+
+def worker_from_row(r: Sequence[Any]) -> WorkerInfo:
+    return WorkerInfo(
+        id=WorkerId(r[0]),
+        kind=r[1],
+        tenant=r[2],
+        host=r[3],
+        pid=int(r[4]),
+        version=r[5],
+        queues=tuple(r[6]),
+        tasks=tuple(r[7]),
+        packs=tuple(r[8]),
+        concurrency=int(r[9]),
+        lock_key=None if r[10] is None else int(r[10]),
+        started_at=float(r[11]),
+        last_seen=float(r[12]),
+        expires_at=float(r[13]),
+        in_flight=int(r[14]) if len(r) > 14 else 0,
+    )
+
+
+class _Liveness:
+    """A connection that holds one worker's advisory lock while the worker lives. A background task waits
+    on the connection (a broken session wakes it at once), then connects again and takes the lock again."""
+
+    def __init__(self, dsn: str, key: int) -> None:
+        self._dsn = dsn
+        self._key = key
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: How many times the session was lost and the lock taken again (tests and diagnostics).
+        self.restored = 0
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn, autocommit=True, connect_timeout=5,
+            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+        )  # fmt: skip
+        try:
+            while True:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s::int8)", (self._key,))
+                row = await cur.fetchone()
+                if row and row[0]:
+                    return conn
+                # Held: by this worker's previous session, which the server has not noticed is gone yet.
+                await asyncio.sleep(0.2)
+        except BaseException:
+            await conn.close()
+            raise
+
+    async def start(self) -> None:
+        try:
+            self._conn = await self._connect()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"PostgreSQL: taking a worker's liveness lock: {exc}") from exc
+        self._task = asyncio.get_running_loop().create_task(self._watch(), name="jobengine-pg-liveness")
+
+    async def _watch(self) -> None:
+        backoff = 0.05
+        while True:
+            conn = self._conn
+            try:
+                if conn is None:
+                    conn = self._conn = await self._connect()
+                    self.restored += 1
+                    log.warning("worker liveness session restored")
+                    backoff = 0.05
+                async for _ in conn.notifies():  # returns only by raising: the session is gone
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except (psycopg.Error, OSError) as exc:
+                log.warning("worker liveness session lost (%s); taking the lock again", exc)
+                if self._conn is not None:
+                    with contextlib.suppress(Exception):
+                        await self._conn.close()
+                self._conn = None
+                await asyncio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(self._task, 2.0)
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()  # the session ends: the lock is given back
+            self._conn = None
+
+
+class PostgresWorkers:
+    """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`PostgresStore`."""
+
+    def __init__(self, store: PostgresStore, *, grace: float = 1.0) -> None:
+        self._store = store
+        self._grace = grace
+        self._held: dict[WorkerId, _Liveness] = {}
+        self._suspects: dict[WorkerId, float] = {}  # first seen with its lock free (monotonic)
+
+    async def register(self, info: WorkerInfo) -> None:
+        if info.lock_key is not None and info.id not in self._held:
+            liveness = _Liveness(self._store.dsn, info.lock_key)
+            await liveness.start()
+            self._held[info.id] = liveness
+        params = {
+            "id": info.id, "kind": info.kind, "tenant": info.tenant, "host": info.host, "pid": info.pid,
+            "version": info.version, "queues": codec.dumps(list(info.queues), "queues"),
+            "tasks": codec.dumps(list(info.tasks), "tasks"), "packs": codec.dumps(list(info.packs), "packs"),
+            "concurrency": info.concurrency, "lock_key": info.lock_key, "started_at": info.started_at,
+            "last_seen": info.last_seen, "expires_at": info.expires_at,
+        }  # fmt: skip
+        await self._store._rows(qualify(self._store, _REGISTER), params)
+
+    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
+        rows = await self._store._rows(qualify(self._store, _BEAT), {"id": worker, "now": now, "expires": expires_at})
+        return bool(rows)
+
+    async def unregister(self, worker: WorkerId) -> None:
+        try:
+            await self._store._rows(qualify(self._store, _REMOVE), {"workers": [worker]})
+        finally:
+            liveness = self._held.pop(worker, None)
+            if liveness is not None:
+                await liveness.stop()
+
+    async def live(self, now: float) -> list[WorkerInfo]:
+        return [worker_from_row(r) for r in await self._store._rows(qualify(self._store, _LIVE), {"now": now})]
+
+    async def dead(self, now: float) -> list[WorkerInfo]:
+        rows = await self._store._rows(qualify(self._store, _DEAD), {"now": now})
+        seen = time.monotonic()
+        dead: list[WorkerInfo] = []
+        free: set[WorkerId] = set()
+        for info in map(worker_from_row, rows):
+            if info.id in self._held:
+                continue  # ours, between its session's loss and its return: it lives
+            if info.lock_key is None:
+                dead.append(info)
+                continue
+            free.add(info.id)
+            first = self._suspects.setdefault(info.id, seen)
+            if seen - first >= self._grace:
+                dead.append(info)
+        self._suspects = {w: t for w, t in self._suspects.items() if w in free}
+        return dead
+
+    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
+        if not workers:
+            return []
+        rows = await self._store._rows(qualify(self._store, _HELD), {"workers": list(workers), "limit": limit})
+        return [job_from_row(r) for r in rows]
+
+    async def remove(self, workers: Sequence[WorkerId]) -> None:
+        if workers:
+            await self._store._rows(qualify(self._store, _REMOVE), {"workers": list(workers)})
+            for w in workers:
+                self._suspects.pop(w, None)
+
+    async def close(self) -> None:
+        held, self._held = self._held, {}
+        for liveness in held.values():
+            await liveness.stop()

@@ -1,0 +1,183 @@
+"""The worker registry on SQLite (table ``workers``, migration 0010; :mod:`jobengine.ports.workers`).
+
+A registered local worker's process holds an exclusive ``flock`` on ``<database>.workers/<lock_key>.lock``.
+The kernel releases it when the process dies, however it dies, and only then: every process sharing the
+database runs on this machine, so a lock that can be taken belongs to a dead worker. ``flock`` locks belong
+to an open file, not to a process, so a process that looks at its own workers' files finds them locked too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobengine.core import codec
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import Job
+from jobengine.errors import StoreUnavailable
+from jobengine.ports.workers import WorkerInfo
+
+from .rows import json_list, select_jobs
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+
+_COLUMNS = ("id, kind, tenant, host, pid, version, queues, tasks, packs, concurrency, lock_key, started_at, "
+            "last_seen, expires_at")  # fmt: skip
+
+
+def _row(info: WorkerInfo) -> tuple[Any, ...]:
+    return (
+        info.id, info.kind, info.tenant, info.host, info.pid, info.version, codec.dumps(list(info.queues), "queues"),
+        codec.dumps(list(info.tasks), "tasks"), codec.dumps(list(info.packs), "packs"), info.concurrency,
+        info.lock_key, info.started_at, info.last_seen, info.expires_at,
+    )  # fmt: skip
+
+
+def _info(r: Sequence[Any]) -> WorkerInfo:
+    return WorkerInfo(
+        id=WorkerId(r[0]),
+        kind=r[1],
+        tenant=r[2],
+        host=r[3],
+        pid=int(r[4]),
+        version=r[5],
+        queues=tuple(codec.loads(r[6])),
+        tasks=tuple(codec.loads(r[7])),
+        packs=tuple(codec.loads(r[8])),
+        concurrency=int(r[9]),
+        lock_key=None if r[10] is None else int(r[10]),
+        started_at=float(r[11]),
+        last_seen=float(r[12]),
+        expires_at=float(r[13]),
+        in_flight=int(r[14]) if len(r) > 14 else 0,
+    )
+
+
+class SqliteWorkers:
+    """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`SqliteStore`."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._dir = Path(f"{store.path}.workers")
+        self._held: dict[WorkerId, tuple[int, Path]] = {}  # our workers: their lock file's descriptor and path
+
+    def _lock_file(self, key: int) -> Path:
+        return self._dir / f"{key}.lock"
+
+    def _hold(self, key: int) -> tuple[int, Path]:
+        path = self._lock_file(key)
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreUnavailable(f"sqlite: cannot make the worker's liveness file {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreUnavailable(f"sqlite: the worker's liveness file {path} is locked by another process") from exc
+        return fd, path
+
+    def _free(self, key: int) -> bool:
+        """Whether nobody holds ``key``'s lock (its process is gone). A missing file counts as free: a
+        worker makes it before its row."""
+        try:
+            fd = os.open(self._lock_file(key), os.O_RDWR)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # cannot tell: never declare a worker dead on a doubt
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
+        finally:
+            os.close(fd)
+
+    def _drop_file(self, key: int | None) -> None:
+        if key is not None:
+            with contextlib.suppress(OSError):
+                self._lock_file(key).unlink()
+
+    async def register(self, info: WorkerInfo) -> None:
+        if info.lock_key is not None and info.id not in self._held:
+            self._held[info.id] = self._hold(info.lock_key)
+        # A row registered again keeps its started_at.
+        kept = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS.split(", ") if c not in ("id", "started_at"))
+        sql = f"INSERT INTO workers ({_COLUMNS}) VALUES ({', '.join('?' * 14)}) ON CONFLICT (id) DO UPDATE SET {kept}"
+        row = _row(info)
+        await self._store._write(lambda c: c.execute(sql, row))
+
+    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
+        sql = "UPDATE workers SET last_seen = ?, expires_at = ? WHERE id = ?"
+        return bool(await self._store._write(lambda c: c.execute(sql, (now, expires_at, worker)).rowcount))
+
+    async def unregister(self, worker: WorkerId) -> None:
+        try:
+            await self._store._write(lambda c: c.execute("DELETE FROM workers WHERE id = ?", (worker,)))
+        finally:
+            held = self._held.pop(worker, None)
+            if held is not None:
+                fd, path = held
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                os.close(fd)  # the lock goes with the descriptor
+
+    async def live(self, now: float) -> list[WorkerInfo]:
+        sql = (
+            f"SELECT {', '.join('w.' + c for c in _COLUMNS.split(', '))}, (SELECT count(*) FROM jobs "
+            "WHERE jobs.state = 'running' AND jobs.lease_worker = w.id) FROM workers w WHERE w.expires_at > ? "
+            "ORDER BY w.started_at, w.id"
+        )
+        return await self._store._read(lambda c: [_info(r) for r in c.execute(sql, (now,))])
+
+    async def dead(self, now: float) -> list[WorkerInfo]:
+        sql = f"SELECT {_COLUMNS} FROM workers"
+        dead = []
+        for info in await self._store._read(lambda c: [_info(r) for r in c.execute(sql)]):
+            if info.id in self._held:
+                continue
+            key = info.lock_key
+            if (key is None and info.expires_at <= now) or (key is not None and self._free(key)):
+                dead.append(info)
+        return dead
+
+    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
+        if not workers:
+            return []
+        where = (
+            "jobs.state = 'running' AND jobs.lease_worker IN (SELECT value FROM json_each(?)) ORDER BY jobs.id LIMIT ?"
+        )
+        args = (json_list(workers), limit)
+        return await self._store._read(lambda c: select_jobs(c, where, args))
+
+    async def remove(self, workers: Sequence[WorkerId]) -> None:
+        if not workers:
+            return
+
+        def delete(c: sqlite3.Connection) -> list[int | None]:
+            args = (json_list(workers),)
+            keys = [
+                r[0]
+                for r in c.execute("SELECT lock_key FROM workers WHERE id IN (SELECT value FROM json_each(?))", args)
+            ]
+            c.execute("DELETE FROM workers WHERE id IN (SELECT value FROM json_each(?))", args)
+            return keys
+
+        for key in await self._store._write(delete):
+            self._drop_file(key)
+
+    async def close(self) -> None:
+        held, self._held = self._held, {}
+        for fd, _path in held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
