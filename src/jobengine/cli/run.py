@@ -178,6 +178,7 @@ async def _worker(engine: Engine, overrides: dict[str, Any], packs: tuple[str, .
         await load_local(engine, packs)
         if not overrides.get("queues"):
             overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
+        overrides = {**overrides, "packs": packs}
     worker = WorkerService(engine.worker(**overrides))
     async with Supervisor(worker, output.stderr()) as supervisor, engine:
         await supervisor.serve([worker])
