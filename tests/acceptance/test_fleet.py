@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,6 @@ from pathlib import Path
 import pytest
 
 from jobengine.core.states import JobState
-from jobengine.delivery.config import QueueConfig
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 from support.processes import Processes
@@ -74,10 +74,8 @@ async def _drop_nats_streams(name: str) -> None:
         js = nc.jetstream()
         up = name.upper()
         for stream in (f"P_{up}", f"P_{up}_DEAD", f"R_{up}", f"R_{up}_DEAD"):
-            try:
+            with contextlib.suppress(Exception):
                 await js.delete_stream(stream)
-            except Exception:  # noqa: S110 - a stream the test never made
-                pass
     finally:
         await nc.close()
 

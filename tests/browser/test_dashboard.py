@@ -54,7 +54,7 @@ def wait_state(server: Server, job_id: str, *states: str, timeout: float = 10.0)
 
 def test_without_a_key_the_dashboard_shows_the_login_page_and_no_data(page: Any, server: Server) -> None:
     job_id = enqueue(server, "secret-report", {"owner": "top-secret-payload"}, queue="parked")
-    for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/schedules", "/failures", "/queues", "/runs"):
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/schedules", "/failures", "/queues", "/runs", "/workers"):
         page.goto(path)
         assert "/login" in page.url, path
         body = page.content()  # (the path asked for is kept in the form, to return to after logging in)
@@ -208,3 +208,29 @@ def test_narrow_screen_has_no_horizontal_scroll(page: Any, server: Server) -> No
         page.locator("main h1").wait_for()
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 362, f"{path} is {width}px wide on a 360px screen"
+
+
+def test_the_workers_page_shows_workers_come_and_go_live(page: Any, server: Server) -> None:
+    import asyncio
+
+    login(page, server, target="/workers")
+    page.evaluate("window.__notReloaded = true")
+    table = page.locator("#workers-table")
+    expect(table.locator("tbody tr")).to_have_count(1)  # the server's own worker
+
+    async def start() -> Any:
+        worker = server.engine.worker(queues=("reports",), poll_interval=0.2)
+        return worker, asyncio.create_task(worker.run())
+
+    worker, task = server.call(start())
+    row = table.locator(f"tr[data-worker='{worker.id}']")
+    expect(row).to_contain_text("reports")
+
+    async def stop() -> None:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+    server.call(stop())
+    expect(row).to_have_count(0)
+    assert page.evaluate("window.__notReloaded") is True
+    assert page.console_errors == []

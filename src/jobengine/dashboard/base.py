@@ -27,6 +27,7 @@ NAV = (
     ("/", "Overview"),
     ("/jobs", "Jobs"),
     ("/queues", "Queues"),
+    ("/workers", "Workers"),
     ("/schedules", "Schedules"),
     ("/runs", "Runs"),
     ("/failures", "Failures"),

@@ -1,8 +1,7 @@
 """The overview's figures, read through the engine facade for one tenant (the page and its SSE stream).
 
-*Workers alive* are the workers holding an unexpired lease on one of the tenant's running jobs (there is no
-worker registry; an idle worker is not seen, and another tenant's workers are none of this tenant's
-business). *Scheduler leader* is the scheduler instance that fired the tenant's latest scheduled run (the
+*Workers alive* are the registered live workers that may run the tenant's jobs (:func:`visible_workers`).
+*Scheduler leader* is the scheduler instance that fired the tenant's latest scheduled run (the
 leader's identity is not stored anywhere else). Both are written on the page as such.
 """
 
@@ -19,9 +18,9 @@ from jobengine.core.states import JobState
 from jobengine.dashboard.stats import CountCache, Recorder
 from jobengine.engine import Engine
 from jobengine.errors import JobEngineError
+from jobengine.ports.workers import WorkerInfo
 
-#: Running jobs read to find the live workers (and shown, the first RUNNING_SHOWN of them).
-RUNNING_READ = 100
+#: Running jobs shown.
 RUNNING_SHOWN = 15
 WAITING = (JobState.QUEUED, JobState.SCHEDULED, JobState.FAILED, JobState.BLOCKED)
 
@@ -36,6 +35,12 @@ class QueueRow:
     concurrency: int | None
 
 
+async def visible_workers(engine: Engine, tenant: str) -> list[WorkerInfo]:
+    """The live workers that may run ``tenant``'s jobs: every worker on the store, and the tenant's own
+    remote workers (another tenant's are none of its business)."""
+    return [w for w in await engine.fleet.live() if w.tenant is None or w.tenant == tenant]
+
+
 async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
     try:
         runs = await engine.list_runs(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
@@ -48,12 +53,13 @@ async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: Coun
     """The overview's values; ``shared``: take the counts from that cache (the live stream) instead of counting."""
     now = time.time()
     # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
-    counts, settings, running, leader, health = await asyncio.gather(
+    counts, settings, running, leader, health, workers = await asyncio.gather(
         shared.counts(tenant) if shared is not None else engine.count_jobs(tenant),
         engine.queue_settings(),
-        engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_READ)),
+        engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_SHOWN)),
         _leader(engine, tenant),
         engine.readiness(timeout=1.0),
+        visible_workers(engine, tenant),
     )
     totals = {s.value: 0 for s in JobState}
     for (_, s), n in counts.items():
@@ -70,18 +76,14 @@ async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: Coun
         )
         for name in names
     ]
-    workers: dict[str, int] = {}
-    for job in running:
-        if job.lease_worker and (job.lease_expires_at or 0) > now:
-            workers[job.lease_worker] = workers.get(job.lease_worker, 0) + 1
     await recorder.pull()
     return {
         "now": now,
         "totals": totals,
         "queues": queues,
-        "running": running[:RUNNING_SHOWN],
+        "running": running,
         "running_total": totals[JobState.RUNNING.value],
-        "workers": sorted(workers.items()),
+        "workers": workers,
         "leader": leader,
         "health": health,
         "series": recorder.series(tenant),

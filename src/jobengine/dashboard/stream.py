@@ -26,6 +26,7 @@ from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
 from jobengine.dashboard.views_jobs import job_id_param, job_values, newest_events
+from jobengine.dashboard.views_ops import workers_values
 from jobengine.errors import NotFound
 from jobengine.http.context import ApiContext, context
 
@@ -90,6 +91,24 @@ async def job_stream(request: Request, job_id: str) -> Response:
                 recent.extend(e for e in await feed.next(timeout=ctx.settings.sse_keepalive) if e.id > newest)
         finally:
             feed.close()
+
+    return _respond(frames(), request)
+
+
+@router.get("/ui/stream/workers")
+async def workers_stream(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        ctx = context(request)
+        st = state(request)
+        last = None
+        while not ctx.closing:
+            html = st.renderer.text("_workers_live.html", await workers_values(request, session))
+            if html != last:
+                last = html
+                yield ServerSentEvent(html, event="workers")
+            await anyio.sleep(st.refresh)
 
     return _respond(frames(), request)
 

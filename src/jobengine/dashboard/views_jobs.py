@@ -190,10 +190,12 @@ async def job_values(
     request: Request, session: sess.Session, job_id: str, events: Sequence[Event] | None = None
 ) -> dict[str, Any]:
     """What a job's page shows; ``events``: its newest events when the caller keeps them (the live stream)."""
-    job = await engine(request).get_job(job_id, session.tenant)
+    eng = engine(request)
+    job = await eng.get_job(job_id, session.tenant)
     if events is None:
         events = await newest_events(request, job.id, session.tenant)
-    return {"job": job, "events": list(reversed(events)), "session": session, "csrf": session.csrf}
+    waiting = (await eng.fleet.waiting_reasons([job])).get(job.id)
+    return {"job": job, "events": list(reversed(events)), "session": session, "csrf": session.csrf, "waiting": waiting}
 
 
 @router.get("/jobs/{job_id}")

@@ -20,6 +20,7 @@ from jobengine.core.signatures import SignatureFilter
 from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, render, see_other
+from jobengine.dashboard.overview import visible_workers
 from jobengine.dashboard.session import DashboardError, Session
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
@@ -48,6 +49,19 @@ def _cursor(request: Request) -> str | None:
     if len(value) > 100 or not set(value) <= _ID_CHARS:
         raise DashboardError(422, "not a cursor of this page", "cursor")
     return value
+
+
+# -- workers ----------------------------------------------------------------------------------------
+async def workers_values(request: Request, session: Session) -> dict[str, Any]:
+    """What the workers page shows (and its live stream re-renders)."""
+    workers = await visible_workers(engine(request), session.tenant)
+    return {"workers": workers, "counts": session.allows("metrics"), "now": time.time()}
+
+
+@router.get("/workers")
+async def workers_page(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+    return render(request, "workers.html", session, await workers_values(request, session))
 
 
 # -- schedules --------------------------------------------------------------------------------------

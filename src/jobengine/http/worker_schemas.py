@@ -28,10 +28,10 @@ class ClaimIn(Strict):
     )
     # What the registry of live workers shows of this worker (GET /api/v1/workers); all optional.
     host: Annotated[StrictStr, Field(max_length=255, pattern=r"^[\x21-\x7e]*$")] | None = None
-    pid: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
+    pid: Annotated[StrictInt, Field(ge=0, le=2**31 - 1), INTEGRAL] | None = None
     version: Annotated[StrictStr, Field(max_length=100, pattern=r"^[\x21-\x7e]*$")] | None = None
     packs: list[Name] | None = Field(None, max_length=1000)
-    concurrency: Annotated[StrictInt, Field(ge=0, le=100_000)] | None = None
+    concurrency: Annotated[StrictInt, Field(ge=0, le=100_000), INTEGRAL] | None = None
 
 
 class LeaseOut(BaseModel):
