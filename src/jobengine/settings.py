@@ -82,6 +82,7 @@ class Settings:
     packs_s3_endpoint: str = ""
     packs_s3_region: str = ""
     dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
+    dashboard_session_seconds: float = 43200.0  # a dashboard login lasts this long (ended sooner by logout / revoke)
     # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
     webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
     webhook_redis_url: str = ""
@@ -152,6 +153,7 @@ class Settings:
             "idempotency_ttl",
             "claim_max_wait",
             "dashboard_refresh_seconds",
+            "dashboard_session_seconds",
         )
         for name in more_positive:
             if getattr(self, name) <= 0:

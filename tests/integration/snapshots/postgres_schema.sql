@@ -5,6 +5,12 @@ COLUMN api_keys.revoked_at double precision NULL
 COLUMN api_keys.scopes ARRAY NOT NULL
 COLUMN api_keys.secret_hash text NOT NULL
 COLUMN api_keys.tenant text NOT NULL
+COLUMN dashboard_sessions.created_at double precision NOT NULL
+COLUMN dashboard_sessions.ended_at double precision NULL
+COLUMN dashboard_sessions.expires_at double precision NOT NULL
+COLUMN dashboard_sessions.key_id text NOT NULL
+COLUMN dashboard_sessions.tenant text NOT NULL
+COLUMN dashboard_sessions.token_hash text NOT NULL
 COLUMN events.at double precision NOT NULL
 COLUMN events.data jsonb NOT NULL DEFAULT '{}'::jsonb
 COLUMN events.id bigint NOT NULL IDENTITY
@@ -213,6 +219,7 @@ COLUMN webhook_endpoints.tenant text NOT NULL
 COLUMN webhook_endpoints.updated_at double precision NOT NULL
 COLUMN webhook_endpoints.url text NOT NULL
 CONSTRAINT api_keys.api_keys_pkey PRIMARY KEY (id)
+CONSTRAINT dashboard_sessions.dashboard_sessions_pkey PRIMARY KEY (token_hash)
 CONSTRAINT events.events_pkey PRIMARY KEY (id)
 CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = ANY (ARRAY['active'::text, 'resolved'::text, 'suppressed'::text])))
@@ -245,6 +252,8 @@ CONSTRAINT webhook_deliveries.webhook_deliveries_endpoint_id_event_id_key UNIQUE
 CONSTRAINT webhook_deliveries.webhook_deliveries_pkey PRIMARY KEY (id)
 CONSTRAINT webhook_endpoints.webhook_endpoints_pkey PRIMARY KEY (id)
 INDEX CREATE INDEX api_keys_tenant ON api_keys USING btree (tenant, created_at)
+INDEX CREATE INDEX dashboard_sessions_expires ON dashboard_sessions USING btree (expires_at)
+INDEX CREATE INDEX dashboard_sessions_key ON dashboard_sessions USING btree (key_id)
 INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
 INDEX CREATE INDEX failure_signatures_recent ON failure_signatures USING btree (tenant, last_seen)
@@ -268,6 +277,7 @@ INDEX CREATE INDEX webhook_deliveries_due ON webhook_deliveries USING btree (nex
 INDEX CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries USING btree (tenant, created_at)
 INDEX CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints USING btree (tenant, created_at)
 INDEX CREATE UNIQUE INDEX api_keys_pkey ON api_keys USING btree (id)
+INDEX CREATE UNIQUE INDEX dashboard_sessions_pkey ON dashboard_sessions USING btree (token_hash)
 INDEX CREATE UNIQUE INDEX events_pkey ON events USING btree (id)
 INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX flow_buckets_pkey ON flow_buckets USING btree (key)

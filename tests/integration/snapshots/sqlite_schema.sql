@@ -1,4 +1,6 @@
 CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at);
+CREATE INDEX dashboard_sessions_expires ON dashboard_sessions (expires_at);
+CREATE INDEX dashboard_sessions_key ON dashboard_sessions (key_id);
 CREATE INDEX events_job ON events (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX failure_signatures_non_retryable ON failure_signatures (key) WHERE non_retryable = 1;
 CREATE INDEX failure_signatures_recent ON failure_signatures (tenant, last_seen);
@@ -23,6 +25,7 @@ CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at
 CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints (tenant, created_at);
 CREATE TABLE "pack_versions" ( name TEXT NOT NULL, version TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL, status TEXT NOT NULL CHECK (status = 'pending_approval' OR status = 'approved' OR status = 'rejected' OR status = 'deprecated' OR status = 'archived' OR status = 'invalid'), status_reason TEXT, manifest TEXT NOT NULL, description TEXT NOT NULL DEFAULT '', uploaded_by TEXT NOT NULL, uploaded_at REAL NOT NULL, updated_at REAL NOT NULL, approved_by TEXT, PRIMARY KEY (name, version) );
 CREATE TABLE api_keys ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, scopes TEXT NOT NULL, secret_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL );
+CREATE TABLE dashboard_sessions ( token_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, tenant TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, ended_at REAL );
 CREATE TABLE events ( id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, type TEXT NOT NULL, tenant TEXT NOT NULL, job_id TEXT, queue TEXT, task TEXT, data TEXT NOT NULL );
 CREATE TABLE failure_signatures ( tenant TEXT NOT NULL, key TEXT NOT NULL, error_type TEXT NOT NULL, message TEXT NOT NULL, frames TEXT NOT NULL, task TEXT NOT NULL, occurrences INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL, sample_job_ids TEXT NOT NULL, status TEXT NOT NULL CHECK (status = 'active' OR status = 'resolved' OR status = 'suppressed'), non_retryable INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL, PRIMARY KEY (tenant, key) ) WITHOUT ROWID;
 CREATE TABLE flow_buckets ( key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated_at REAL NOT NULL );
