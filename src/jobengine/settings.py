@@ -83,6 +83,9 @@ class Settings:
     packs_s3_region: str = ""
     dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
     dashboard_session_seconds: float = 43200.0  # a dashboard login lasts this long (ended sooner by logout / revoke)
+    #: Keys that encrypt secrets at rest (jobengine.secretbox): the first encrypts, every one decrypts. Empty:
+    #: SQLite keeps its own in <database>.secretkeys (made on first use); PostgreSQL needs them to store a secret.
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
     # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
     webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
     webhook_redis_url: str = ""

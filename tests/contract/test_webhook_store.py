@@ -1,6 +1,7 @@
 """The webhook store port (jobengine.ports.webhooks) on every backend: endpoints (tenant-scoped), the
 outbox fan-out (compare-and-set cursor, one delivery per endpoint and event), claims under a lease token,
-fenced attempts and postpones, resend, disabling with an event, inbound hooks, deletes that cascade."""
+fenced attempts and postpones, resend, disabling with an event, inbound hooks, deletes that cascade, secrets
+that round-trip through the seal."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from jobengine.backends.webhooks import webhook_store_for
 from jobengine.ports.store import Store
 from jobengine.ports.webhooks import WebhookStore
+from jobengine.secretbox import new_key
+from jobengine.settings import Settings
 from jobengine.webhooks.model import (
     ENDPOINT_DISABLED,
     FAILED,
@@ -27,10 +30,12 @@ from jobengine.webhooks.model import (
 
 from .helpers import T0
 
+KEYS = (new_key(), new_key())
+
 
 @pytest.fixture
 async def hooks(store: Store) -> AsyncIterator[WebhookStore]:
-    ws = webhook_store_for(store)
+    ws = webhook_store_for(store, Settings(secret_keys=KEYS[:1]))
     assert isinstance(ws, WebhookStore)
     try:
         yield ws
@@ -146,3 +151,13 @@ async def test_inbound_hooks(hooks: WebhookStore) -> None:
     assert not await hooks.delete_inbound("deploys", "globex")
     assert await hooks.delete_inbound("deploys", "acme")
     assert await hooks.get_inbound("deploys") is None
+
+
+async def test_secrets_round_trip_and_reseal_keeps_a_concurrent_rotation(hooks: WebhookStore) -> None:
+    e = endpoint("we_1", previous_secret="whsec_" + "B" * 44, previous_until=T0 + 9)
+    await hooks.insert_endpoint(e)
+    await hooks.insert_inbound(InboundHook("deploys", "acme", "sch_1", "s" * 32, True, T0))
+    assert await hooks.get_endpoint("we_1") == e
+    assert (await hooks.get_inbound("deploys")).secret == "s" * 32  # type: ignore[union-attr]
+    assert await hooks.count_stale_secrets() == 0
+    assert await hooks.reseal_secrets() == 0

@@ -1,5 +1,6 @@
 """The webhook store: endpoints, the delivery outbox, attempts and inbound hooks (an optional port beside
-the Store, implemented for memory, SQLite and PostgreSQL; tables: migration ``0005_webhooks``).
+the Store, implemented for memory, SQLite and PostgreSQL; tables: migration ``0005_webhooks``). Values in
+and out carry secrets in clear; the SQL stores seal them at rest (:mod:`jobengine.secretbox`).
 
 Deliveries are an outbox: ``fan_out`` moves a named cursor over the event log from ``expected`` to ``new``
 (compare-and-set) and inserts the deliveries of those events in the same transaction, so two dispatchers
@@ -98,5 +99,15 @@ class WebhookStore(Protocol):
     async def list_inbound(self, tenant: str) -> list[InboundHook]: ...
 
     async def delete_inbound(self, name: str, tenant: str) -> bool: ...
+
+    # -- secrets at rest ------------------------------------------------------------------------------
+    async def reseal_secrets(self) -> int:
+        """Seal every stored secret that is clear or sealed with an older key with the first key (a store that
+        keeps nothing at rest: 0). Returns how many rows changed. Raises ConfigError without a key."""
+        ...
+
+    async def count_stale_secrets(self) -> int:
+        """How many stored secrets :meth:`reseal_secrets` would rewrite."""
+        ...
 
     async def close(self) -> None: ...

@@ -3,6 +3,7 @@ resends and inbound hooks, validated here so every edge refuses bad input the sa
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -13,7 +14,7 @@ from jobengine.core.clock import iso
 from jobengine.core.ids import uuid7
 from jobengine.core.models import Event
 from jobengine.core.runs import Run
-from jobengine.errors import AlreadyExists, NotFound
+from jobengine.errors import AlreadyExists, ConfigError, NotFound
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.webhooks import WebhookStore
 from jobengine.serialize import event_to_json
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 #: The dispatcher's cursor over the event log.
 CURSOR: Final = "webhooks"
 _UNSET: Final[Any] = object()
+
+log = logging.getLogger("jobengine.webhooks")
 
 
 def delivery_body(event: Event) -> str:
@@ -241,6 +244,28 @@ class Webhooks:
         reason = f"inbound hook {hook.name} ({len(body)} bytes)"
         return await self.engine.trigger_schedule(hook.schedule, reason=reason, tenant=hook.tenant,
                                                   actor=f"hook:{hook.name}")  # fmt: skip
+
+    # -- secrets at rest ------------------------------------------------------------------------------
+    async def reseal_secrets(self) -> int:
+        """Seal every stored secret with the first of the keys (clear ones, and those of an older key): the
+        step of a key rotation, and of the migration of secrets stored in clear. Returns how many rows
+        changed. Raises ConfigError naming ``secret_keys`` when there is no key."""
+        return await self.store.reseal_secrets()
+
+    async def seal_stale_secrets(self) -> int:
+        """:meth:`reseal_secrets` if any stored secret needs it; when that cannot be done (no key, or a value
+        sealed with a key that is not configured), log why and leave them. The webhook dispatcher calls it as
+        it starts. Returns how many rows changed."""
+        stale = await self.store.count_stale_secrets()
+        if not stale:
+            return 0
+        try:
+            changed = await self.reseal_secrets()
+        except ConfigError as exc:
+            log.warning("%d stored webhook secret(s) are not sealed with the first secret key: %s", stale, exc)
+            return 0
+        log.info("sealed %d stored webhook secret(s) with the first of the secret keys", changed)
+        return changed
 
     async def close(self) -> None:
         if self._limiter is not None:

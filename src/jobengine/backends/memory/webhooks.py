@@ -154,5 +154,11 @@ class MemoryWebhookStore:
         del self._inbound[name]
         return True
 
+    async def reseal_secrets(self) -> int:
+        return 0  # nothing is kept at rest
+
+    async def count_stale_secrets(self) -> int:
+        return 0
+
     async def close(self) -> None:
         return None
