@@ -103,6 +103,11 @@ class Settings:
     webhook_concurrency: int = 10  # deliveries in flight per process
     webhook_secret_overlap: float = 86400.0  # after a rotation the previous secret still signs this long
     webhook_allow_hosts: tuple[str, ...] = ()  # host names / CIDRs exempt from the SSRF checks (dev, tests)
+    inbound_max_body_bytes: int = 65536  # an inbound event's JSON body; larger ones get 413
+    inbound_tolerance: float = 300.0  # a Standard Webhooks timestamp further than this from now is refused
+    #: How long an inbound event's id (webhook-id, or the signature of a sha256= signed body) is remembered:
+    #: the same id again within it is a replay, refused.
+    inbound_replay_window: float = 86400.0
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
     # -- flow control (issue 7, jobengine.flow; see docs/architecture.md "Flow control") --

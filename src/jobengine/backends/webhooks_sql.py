@@ -1,4 +1,5 @@
-"""The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migration ``0005_webhooks``).
+"""The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migrations ``0005_webhooks`` and
+``0011_sessions_hooks``).
 
 Each operation is a plain function of a :class:`Tx` (one open transaction) written once in the subset of SQL
 both databases speak; a :class:`Dialect` fills in what differs (placeholders, the table prefix, the row
@@ -7,8 +8,8 @@ on a small synchronous pool in worker threads (webhook traffic is light; see bac
 
 Secrets (an endpoint's ``secret`` and ``previous_secret``, an inbound hook's ``secret``) are sealed by a
 :class:`~jobengine.secretbox.SecretBox` as rows are written and opened as they are read, so values above
-this module are always clear and the tables never are (clear text written before secrets were sealed is
-read as is until :meth:`WebhookSql.reseal` seals it).
+this module are always clear and the tables never are (clear text written before 0011 is read as is until
+:meth:`WebhookSql.reseal` seals it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from jobengine.core import codec
+from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
 from jobengine.secretbox import SecretBox
 from jobengine.webhooks.model import (
@@ -41,7 +43,7 @@ _DL: Final = (
     "window_start, created_at, updated_at, last_status, last_error, lease_token, lease_until"
 )
 _AT: Final = "delivery_id, attempt, tenant, at, status, latency_ms, error"
-_IN: Final = "name, tenant, schedule, secret, enabled, created_at"
+_IN: Final = "name, tenant, schedule, secret, enabled, created_at, template"
 
 
 class Tx(Protocol):
@@ -103,7 +105,8 @@ def attempt_of(r: Row) -> Attempt:
 
 
 def inbound_of(r: Row, box: SecretBox) -> InboundHook:
-    return InboundHook(r[0], r[1], r[2], box.open(r[3]), bool(r[4]), r[5])
+    template = TriggerMapping.from_json(codec.loads(r[6])) if r[6] is not None else TriggerMapping()
+    return InboundHook(r[0], r[1], r[2], box.open(r[3]), bool(r[4]), r[5], template)
 
 
 def _marks(n: int) -> str:
@@ -263,25 +266,46 @@ class WebhookSql:
 
     # -- inbound hooks --------------------------------------------------------------------------------
     def insert_inbound(self, tx: Tx, h: InboundHook) -> bool:
-        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(6)}) ON CONFLICT (name) DO NOTHING"
-        row = [h.name, h.tenant, h.schedule, self.box.seal(h.secret), int(h.enabled), h.created_at]
+        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(7)}) ON CONFLICT (tenant, name) DO NOTHING"
+        template = None if h.template.empty else codec.dumps(h.template.to_json())
+        row = [h.name, h.tenant, h.schedule, self.box.seal(h.secret), int(h.enabled), h.created_at, template]
         return tx.run(self.d.q(sql), row) > 0
 
-    def get_inbound(self, tx: Tx, name: str, tenant: str | None) -> InboundHook | None:
-        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ?"
-        args: list[Any] = [name]
-        if tenant is not None:
-            sql += " AND tenant = ?"
-            args.append(tenant)
-        rows = tx.rows(self.d.q(sql), args)
+    def get_inbound(self, tx: Tx, name: str, tenant: str) -> InboundHook | None:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? AND tenant = ?"
+        rows = tx.rows(self.d.q(sql), [name, tenant])
         return inbound_of(rows[0], self.box) if rows else None
+
+    def inbound_named(self, tx: Tx, name: str) -> list[InboundHook]:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? ORDER BY tenant"
+        return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [name])]
 
     def list_inbound(self, tx: Tx, tenant: str) -> list[InboundHook]:
         sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE tenant = ? ORDER BY name"
         return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [tenant])]
 
     def delete_inbound(self, tx: Tx, name: str, tenant: str) -> bool:
-        return tx.run(self.d.q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]) > 0
+        q = self.d.q
+        if not tx.run(q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]):
+            return False
+        tx.run(q("DELETE FROM {s}inbound_receipts WHERE hook = ? AND tenant = ?"), [name, tenant])
+        return True
+
+    def claim_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        # A receipt older than the window is history: the id is taken again (as if pruned).
+        sql = ("INSERT INTO {s}inbound_receipts AS r (tenant, hook, event_id, received_at) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT (tenant, hook, event_id) DO UPDATE SET received_at = excluded.received_at "
+               "WHERE r.received_at <= ?")  # fmt: skip
+        return tx.run(self.d.q(sql), [tenant, hook, event_id, now, now - window]) > 0
+
+    def release_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str) -> None:
+        sql = "DELETE FROM {s}inbound_receipts WHERE tenant = ? AND hook = ? AND event_id = ?"
+        tx.run(self.d.q(sql), [tenant, hook, event_id])
+
+    def prune_inbound_events(self, tx: Tx, before: float, limit: int) -> int:
+        sql = ("DELETE FROM {s}inbound_receipts WHERE (tenant, hook, event_id) IN (SELECT tenant, hook, event_id "
+               "FROM {s}inbound_receipts WHERE received_at <= ? ORDER BY received_at LIMIT ?)")  # fmt: skip
+        return tx.run(self.d.q(sql), [before, limit])
 
     # -- secrets at rest ------------------------------------------------------------------------------
     def reseal(self, tx: Tx) -> int:
@@ -409,8 +433,12 @@ class SqlWebhookStore:
     async def insert_inbound(self, hook: InboundHook) -> bool:
         return bool(await self._w(lambda tx: self._sql.insert_inbound(tx, hook)))
 
-    async def get_inbound(self, name: str, tenant: str | None = None) -> InboundHook | None:
+    async def get_inbound(self, name: str, tenant: str) -> InboundHook | None:
         result: InboundHook | None = await self._r(lambda tx: self._sql.get_inbound(tx, name, tenant))
+        return result
+
+    async def inbound_named(self, name: str) -> list[InboundHook]:
+        result: list[InboundHook] = await self._r(lambda tx: self._sql.inbound_named(tx, name))
         return result
 
     async def list_inbound(self, tenant: str) -> list[InboundHook]:
@@ -419,6 +447,15 @@ class SqlWebhookStore:
 
     async def delete_inbound(self, name: str, tenant: str) -> bool:
         return bool(await self._w(lambda tx: self._sql.delete_inbound(tx, name, tenant)))
+
+    async def claim_inbound_event(self, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        return bool(await self._w(lambda tx: self._sql.claim_inbound_event(tx, tenant, hook, event_id, now, window)))
+
+    async def release_inbound_event(self, tenant: str, hook: str, event_id: str) -> None:
+        await self._w(lambda tx: self._sql.release_inbound_event(tx, tenant, hook, event_id))
+
+    async def prune_inbound_events(self, before: float, limit: int) -> int:
+        return int(await self._w(lambda tx: self._sql.prune_inbound_events(tx, before, limit)))
 
     async def reseal_secrets(self) -> int:
         return int(await self._w(self._sql.reseal))

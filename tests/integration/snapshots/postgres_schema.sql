@@ -52,7 +52,12 @@ COLUMN inbound_hooks.enabled integer NOT NULL DEFAULT 1
 COLUMN inbound_hooks.name text NOT NULL
 COLUMN inbound_hooks.schedule text NOT NULL
 COLUMN inbound_hooks.secret text NOT NULL
+COLUMN inbound_hooks.template text NULL
 COLUMN inbound_hooks.tenant text NOT NULL
+COLUMN inbound_receipts.event_id text NOT NULL
+COLUMN inbound_receipts.hook text NOT NULL
+COLUMN inbound_receipts.received_at double precision NOT NULL
+COLUMN inbound_receipts.tenant text NOT NULL
 COLUMN job_dependencies.dep_id text NOT NULL COLLATE C
 COLUMN job_dependencies.job_id text NOT NULL COLLATE C
 COLUMN job_watermarks.job_id text NOT NULL COLLATE C
@@ -152,6 +157,7 @@ COLUMN runs.tenant text NOT NULL
 COLUMN runs.tick double precision NULL
 COLUMN runs.total integer NOT NULL DEFAULT 0
 COLUMN runs.trigger text NOT NULL
+COLUMN runs.trigger_data text NULL
 COLUMN runs.updated_at double precision NOT NULL
 COLUMN schedule_ticks.fired_at double precision NOT NULL
 COLUMN schedule_ticks.fired_by text NULL
@@ -226,7 +232,8 @@ CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = A
 CONSTRAINT flow_buckets.flow_buckets_pkey PRIMARY KEY (key)
 CONSTRAINT flow_limits.flow_limits_pkey PRIMARY KEY (queue)
 CONSTRAINT http_idempotency.http_idempotency_pkey PRIMARY KEY (tenant, key)
-CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (name)
+CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (tenant, name)
+CONSTRAINT inbound_receipts.inbound_receipts_pkey PRIMARY KEY (tenant, hook, event_id)
 CONSTRAINT job_dependencies.job_dependencies_pkey PRIMARY KEY (dep_id, job_id)
 CONSTRAINT job_watermarks.job_watermarks_pkey PRIMARY KEY (job_id, source, key)
 CONSTRAINT job_watermarks.job_watermarks_value_check CHECK ((jsonb_typeof(value) = ANY (ARRAY['number'::text, 'string'::text])))
@@ -258,6 +265,8 @@ INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
 INDEX CREATE INDEX failure_signatures_recent ON failure_signatures USING btree (tenant, last_seen)
 INDEX CREATE INDEX http_idempotency_expires ON http_idempotency USING btree (expires_at)
+INDEX CREATE INDEX inbound_hooks_name ON inbound_hooks USING btree (name)
+INDEX CREATE INDEX inbound_receipts_received ON inbound_receipts USING btree (received_at)
 INDEX CREATE INDEX job_dependencies_job ON job_dependencies USING btree (job_id)
 INDEX CREATE INDEX jobs_finished ON jobs USING btree (id) WHERE (state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'stale'::text]))
 INDEX CREATE INDEX jobs_runnable ON jobs USING btree (queue, priority DESC, run_at, id) WHERE (state = ANY (ARRAY['queued'::text, 'scheduled'::text, 'failed'::text]))
@@ -283,7 +292,8 @@ INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING bt
 INDEX CREATE UNIQUE INDEX flow_buckets_pkey ON flow_buckets USING btree (key)
 INDEX CREATE UNIQUE INDEX flow_limits_pkey ON flow_limits USING btree (queue)
 INDEX CREATE UNIQUE INDEX http_idempotency_pkey ON http_idempotency USING btree (tenant, key)
-INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (name)
+INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (tenant, name)
+INDEX CREATE UNIQUE INDEX inbound_receipts_pkey ON inbound_receipts USING btree (tenant, hook, event_id)
 INDEX CREATE UNIQUE INDEX job_dependencies_pkey ON job_dependencies USING btree (dep_id, job_id)
 INDEX CREATE UNIQUE INDEX job_watermarks_pkey ON job_watermarks USING btree (job_id, source, key)
 INDEX CREATE UNIQUE INDEX jobengine_migrations_pkey ON jobengine_migrations USING btree (version)

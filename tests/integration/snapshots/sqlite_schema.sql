@@ -5,6 +5,8 @@ CREATE INDEX events_job ON events (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX failure_signatures_non_retryable ON failure_signatures (key) WHERE non_retryable = 1;
 CREATE INDEX failure_signatures_recent ON failure_signatures (tenant, last_seen);
 CREATE INDEX http_idempotency_expires ON http_idempotency (expires_at);
+CREATE INDEX inbound_hooks_name ON inbound_hooks (name);
+CREATE INDEX inbound_receipts_received ON inbound_receipts (received_at);
 CREATE INDEX job_deps_depends_on ON job_deps (depends_on);
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'queued' OR state = 'scheduled' OR state = 'failed';
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
@@ -23,6 +25,7 @@ CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE next_fire_at IS NOT
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at);
 CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints (tenant, created_at);
+CREATE TABLE "inbound_hooks" ( tenant TEXT NOT NULL, name TEXT NOT NULL, schedule TEXT NOT NULL, secret TEXT NOT NULL, enabled INTEGER NOT NULL DEFAULT 1, created_at REAL NOT NULL, template TEXT, PRIMARY KEY (tenant, name) );
 CREATE TABLE "pack_versions" ( name TEXT NOT NULL, version TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL, status TEXT NOT NULL CHECK (status = 'pending_approval' OR status = 'approved' OR status = 'rejected' OR status = 'deprecated' OR status = 'archived' OR status = 'invalid'), status_reason TEXT, manifest TEXT NOT NULL, description TEXT NOT NULL DEFAULT '', uploaded_by TEXT NOT NULL, uploaded_at REAL NOT NULL, updated_at REAL NOT NULL, approved_by TEXT, PRIMARY KEY (name, version) );
 CREATE TABLE api_keys ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, scopes TEXT NOT NULL, secret_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL );
 CREATE TABLE dashboard_sessions ( token_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, tenant TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, ended_at REAL );
@@ -31,7 +34,7 @@ CREATE TABLE failure_signatures ( tenant TEXT NOT NULL, key TEXT NOT NULL, error
 CREATE TABLE flow_buckets ( key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated_at REAL NOT NULL );
 CREATE TABLE flow_limits ( queue TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL );
 CREATE TABLE http_idempotency ( tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, locked_until REAL, status INTEGER, content_type TEXT, body BLOB, PRIMARY KEY (tenant, key) );
-CREATE TABLE inbound_hooks ( name TEXT PRIMARY KEY, tenant TEXT NOT NULL, schedule TEXT NOT NULL, secret TEXT NOT NULL, enabled INTEGER NOT NULL DEFAULT 1, created_at REAL NOT NULL );
+CREATE TABLE inbound_receipts ( tenant TEXT NOT NULL, hook TEXT NOT NULL, event_id TEXT NOT NULL, received_at REAL NOT NULL, PRIMARY KEY (tenant, hook, event_id) );
 CREATE TABLE job_deps ( job_id TEXT NOT NULL, position INTEGER NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (job_id, position) ) WITHOUT ROWID;
 CREATE TABLE jobengine_migrations ( version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL );
 CREATE TABLE jobs ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, queue TEXT NOT NULL, task TEXT NOT NULL, payload TEXT NOT NULL, priority INTEGER NOT NULL, run_at REAL NOT NULL, state TEXT NOT NULL CHECK (state = 'blocked' OR state = 'scheduled' OR state = 'queued' OR state = 'running' OR state = 'succeeded' OR state = 'failed' OR state = 'dead' OR state = 'cancelled' OR state = 'stale'), attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, idempotency_key TEXT, timeout REAL, lease_worker TEXT, lease_token TEXT, lease_expires_at REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, reason TEXT, phases TEXT NOT NULL DEFAULT '[]', progress REAL NOT NULL DEFAULT 0, result TEXT, errors TEXT NOT NULL DEFAULT '[]', outcome TEXT, started_at REAL, finished_at REAL , run_id TEXT, schedule_id TEXT);
@@ -41,7 +44,7 @@ CREATE TABLE pack_blobs ( sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data B
 CREATE TABLE pack_events ( id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, version TEXT NOT NULL, type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, at REAL NOT NULL );
 CREATE TABLE queue_settings ( queue TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0, concurrency INTEGER, updated_at REAL NOT NULL );
 CREATE TABLE run_jobs ( job_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, segment INTEGER NOT NULL, items INTEGER NOT NULL, outcome TEXT, duration REAL ) WITHOUT ROWID;
-CREATE TABLE runs ( id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, tenant TEXT NOT NULL, state TEXT NOT NULL CHECK (state = 'planning' OR state = 'queued' OR state = 'running' OR state = 'completed' OR state = 'cancelled' OR state = 'error'), trigger TEXT NOT NULL, tick REAL, reason TEXT, actor TEXT, parent_id TEXT, no_work INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, succeeded INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0, duration_total REAL NOT NULL DEFAULT 0, duration_max REAL NOT NULL DEFAULT 0, fired_by TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, finished_at REAL );
+CREATE TABLE runs ( id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, tenant TEXT NOT NULL, state TEXT NOT NULL CHECK (state = 'planning' OR state = 'queued' OR state = 'running' OR state = 'completed' OR state = 'cancelled' OR state = 'error'), trigger TEXT NOT NULL, tick REAL, reason TEXT, actor TEXT, parent_id TEXT, no_work INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, succeeded INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0, duration_total REAL NOT NULL DEFAULT 0, duration_max REAL NOT NULL DEFAULT 0, fired_by TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, finished_at REAL , trigger_data TEXT);
 CREATE TABLE schedule_ticks ( schedule_id TEXT NOT NULL, tick_ms INTEGER NOT NULL, run_id TEXT, fired_at REAL NOT NULL, fired_by TEXT, PRIMARY KEY (schedule_id, tick_ms) ) WITHOUT ROWID;
 CREATE TABLE schedules ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL, cursor REAL NOT NULL, next_fire_at REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, created_by TEXT, updated_by TEXT );
 CREATE TABLE sqlite_sequence(name,seq);

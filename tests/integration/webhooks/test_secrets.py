@@ -122,7 +122,7 @@ async def test_clear_secrets_from_before_are_sealed_without_losing_a_delivery(
         signature = "sha256=" + hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
         transport = httpx.ASGITransport(app=create_app(engine))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as c:
-            r = await c.post("/api/v1/hooks/deploy", content=body, headers={"X-Signature": signature})
+            r = await c.post("/api/v1/hooks/acme/deploy", content=body, headers={"X-Scheduler-Signature": signature})
             assert r.status_code == 202, r.text
 
 
