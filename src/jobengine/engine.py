@@ -199,7 +199,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         if self._webhook_store is None:
             from jobengine.backends.webhooks import webhook_store_for
 
-            self._webhook_store = webhook_store_for(self.store)
+            self._webhook_store = webhook_store_for(self.store, self.settings)
         return self._webhook_store
 
     @property

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock
     from jobengine.feed import EventFeed, EventRead
-    from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore
+    from jobengine.ports.auth import ApiKey, IdempotencyClaim, IdempotencyStore, KeyStore, SessionRecord, SessionStore
     from jobengine.ports.deadletter import DeadLetterStore
     from jobengine.ports.notifier import Notifier
     from jobengine.ports.store import Store
@@ -175,6 +175,54 @@ class ApiFacade:
 
     async def has_active_api_keys(self) -> bool:
         return any(k.active for k in await self.list_api_keys())
+
+    # -- dashboard sessions -------------------------------------------------------------------------
+    def _sessions(self) -> SessionStore:
+        from jobengine.ports.auth import SessionStore
+
+        if not isinstance(self.store, SessionStore):
+            raise ConfigError("database: this store does not keep dashboard sessions")
+        return self.store
+
+    async def open_session(self, key: ApiKey) -> tuple[SessionRecord, str]:
+        """A dashboard session of ``key`` (an active key) for ``dashboard_session_seconds``: the stored record
+        and the token for the browser's cookie (random, shown once; the store keeps its sha256 only)."""
+        from jobengine.ports.auth import SessionRecord
+
+        token = keymod.new_session_token()
+        now = self.clock.now()
+        record = SessionRecord(
+            keymod.hash_key(token), key.id, key.tenant, now, now + self.settings.dashboard_session_seconds
+        )
+        await self._sessions().insert_session(record)
+        return record, token
+
+    async def session(self, token: str) -> tuple[SessionRecord, ApiKey] | None:
+        """The session of ``token`` with its key, or None: malformed, unknown, ended (logout, its key revoked)
+        or expired, or its key is no longer active. Read from the store on every call, so a logout or a
+        revocation in any process applies at once."""
+        if not keymod.is_session_token(token):
+            return None
+        record = await self._sessions().get_session(keymod.hash_key(token))
+        if record is None or not record.active(self.clock.now()):
+            return None
+        key = await self._keys().get_api_key(record.key_id)
+        if key is None or not key.active:
+            return None
+        return record, key
+
+    async def end_session(self, token: str) -> None:
+        """End the session of ``token`` (logout); nothing for a token that names none."""
+        if keymod.is_session_token(token):
+            await self._sessions().end_session(keymod.hash_key(token), self.clock.now())
+
+    async def prune_sessions(self, limit: int = 10_000) -> int:
+        """Delete sessions that ended or expired; 0 for a store without sessions."""
+        from jobengine.ports.auth import SessionStore
+
+        if not isinstance(self.store, SessionStore):
+            return 0
+        return await self.store.prune_sessions(self.clock.now(), limit)
 
     # -- idempotency records ------------------------------------------------------------------------
     async def claim_request(self, tenant: str, key: str, fingerprint: str) -> IdempotencyClaim:

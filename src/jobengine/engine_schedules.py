@@ -29,6 +29,8 @@ from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
 
 if TYPE_CHECKING:
+    from jobengine.core.mapping import TriggerMapping
+    from jobengine.core.models import Json
     from jobengine.core.runs import Run
     from jobengine.core.schedules import Schedule, ScheduleFilter, ScheduleSpec
     from jobengine.scheduler.planning import Simulation
@@ -140,8 +142,23 @@ class ScheduleFacade(SchedulingBase):
         self._changed()
         return schedule
 
-    async def trigger_schedule(self, ref: str, *, reason: str, tenant: str | None = None, actor: str = "system") -> Run:
-        """Fire a run now, by hand (also when paused; the overlap policy does not apply to it)."""
+    async def trigger_schedule(
+        self,
+        ref: str,
+        *,
+        reason: str,
+        tenant: str | None = None,
+        actor: str = "system",
+        data: Json = None,
+        mapping: TriggerMapping | None = None,
+    ) -> Run:
+        """Fire a run now, by hand (also when paused; the overlap policy does not apply to it).
+
+        ``data``: JSON that comes with the trigger (an inbound hook's event): kept on the run
+        (``Run.trigger_data``) and handed to the template's planner (``PlanContext.trigger_data``);
+        ``mapping`` sets parts of it into the jobs' payload or items (:mod:`jobengine.core.mapping`). Data
+        the mapping cannot take raises InvalidSchedule naming the place in it (``body/ref``); nothing is
+        written then."""
         from jobengine.core import schedules as sc
         from jobengine.core.runs import RunTrigger
 
@@ -149,9 +166,12 @@ class ScheduleFacade(SchedulingBase):
         if not isinstance(reason, str) or not 1 <= len(reason) <= 1000:
             raise InvalidSchedule("reason", "say why, in 1-1000 characters")
         schedule = await self.get_schedule(ref, tenant)
+        spec = schedule.spec
+        if mapping is not None:
+            spec = replace(spec, template=mapping.apply(spec.template, data))
         now = self.clock.now()
         planned = await self._plan(
-            schedule.id, schedule.spec, new_run_id(), RunTrigger.MANUAL, now, reason=reason, actor=actor
+            schedule.id, spec, new_run_id(), RunTrigger.MANUAL, now, reason=reason, actor=actor, trigger_data=data
         )
         fired = await self._scheduling().insert_run(planned, now)
         self._published(fired.events)

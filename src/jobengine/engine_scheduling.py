@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from jobengine.core.ids import RunId, ScheduleId
-from jobengine.core.models import Event, Job
+from jobengine.core.models import Event, Job, Json
 from jobengine.errors import ConfigError
 from jobengine.ports.leader import Leader
 
@@ -167,11 +167,12 @@ class SchedulingBase:
         parent_id: RunId | None = None,
         fired_by: str | None = None,
         dry_run: bool = False,
+        trigger_data: Json = None,
     ) -> PlannedRun:
         from jobengine.scheduler.planning import new_run, plan_run
 
         run: Run = new_run(
             run_id, schedule_id, spec.tenant, trigger, now, tick=tick, reason=reason, actor=actor,
-            parent_id=parent_id, fired_by=fired_by,
+            parent_id=parent_id, fired_by=fired_by, trigger_data=trigger_data,
         )  # fmt: skip
         return await plan_run(self.planners, self.tasks, run, spec, dry_run=dry_run)

@@ -130,8 +130,10 @@ def schedule_to_json(schedule: Schedule) -> JsonObject:
     }
 
 
-def run_to_json(run: Run) -> JsonObject:
-    return {
+def run_to_json(run: Run, *, with_trigger_data: bool = False) -> JsonObject:
+    """``with_trigger_data``: add ``trigger_data`` (answers about one run; lists leave it out, as stores
+    return it only with one run)."""
+    out: JsonObject = {
         "id": run.id,
         "schedule_id": run.schedule_id,
         "tenant": run.tenant,
@@ -150,6 +152,9 @@ def run_to_json(run: Run) -> JsonObject:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
     }
+    if with_trigger_data:
+        out["trigger_data"] = run.trigger_data
+    return out
 
 
 def segment_to_json(segment: Segment) -> JsonObject:

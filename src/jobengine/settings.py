@@ -88,6 +88,10 @@ class Settings:
     packs_s3_endpoint: str = ""
     packs_s3_region: str = ""
     dashboard_refresh_seconds: float = 1.0  # how often the dashboard's live overview re-reads its figures
+    dashboard_session_seconds: float = 43200.0  # a dashboard login lasts this long (ended sooner by logout / revoke)
+    #: Keys that encrypt secrets at rest (jobengine.secretbox): the first encrypts, every one decrypts. Empty:
+    #: SQLite keeps its own in <database>.secretkeys (made on first use); PostgreSQL needs them to store a secret.
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
     # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
     webhook_rate_limiter: str = "local"  # noop | local (one process) | redis (shared: webhook_redis_url)
     webhook_redis_url: str = ""
@@ -105,6 +109,11 @@ class Settings:
     webhook_concurrency: int = 10  # deliveries in flight per process
     webhook_secret_overlap: float = 86400.0  # after a rotation the previous secret still signs this long
     webhook_allow_hosts: tuple[str, ...] = ()  # host names / CIDRs exempt from the SSRF checks (dev, tests)
+    inbound_max_body_bytes: int = 65536  # an inbound event's JSON body; larger ones get 413
+    inbound_tolerance: float = 300.0  # a Standard Webhooks timestamp further than this from now is refused
+    #: How long an inbound event's id (webhook-id, or the signature of a sha256= signed body) is remembered:
+    #: the same id again within it is a replay, refused.
+    inbound_replay_window: float = 86400.0
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
     # -- flow control (issue 7, jobengine.flow; see docs/architecture.md "Flow control") --
@@ -158,6 +167,7 @@ class Settings:
             "idempotency_ttl",
             "claim_max_wait",
             "dashboard_refresh_seconds",
+            "dashboard_session_seconds",
         )
         for name in more_positive:
             if getattr(self, name) <= 0:

@@ -1,14 +1,16 @@
-"""The optional ports of the HTTP layer, on every backend: API keys, idempotency records, queue settings,
-filtered claims, purging the dead-letter and the event log's bounds."""
+"""The optional ports of the HTTP layer, on every backend: API keys, dashboard sessions, idempotency records,
+queue settings, filtered claims, purging the dead-letter and the event log's bounds."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from jobengine.core import events as ev
 from jobengine.core.models import FailOutcome, NewJob
 from jobengine.core.states import JobState
-from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyStore, KeyStore
+from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyStore, KeyStore, SessionRecord, SessionStore
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore
 from jobengine.ports.queues import QueueSettings, QueueSettingsStore
@@ -19,6 +21,11 @@ from .helpers import T0, claim, enqueue, failure, get
 
 def _keys(store: Store) -> KeyStore:
     assert isinstance(store, KeyStore)
+    return store
+
+
+def _sessions(store: Store) -> SessionStore:
+    assert isinstance(store, SessionStore)
     return store
 
 
@@ -135,3 +142,25 @@ async def test_event_bounds_follow_the_log(store: Store) -> None:
     assert await store.prune_events(T0 + 50, 10) == 1
     assert await store.event_bounds() == (events[2].id, events[2].id)
     assert [e.id for e in await store.list_events(0, 10)] == [events[2].id]
+
+
+async def test_sessions_end_at_logout_and_when_their_key_is_revoked(store: Store) -> None:
+    keys, sessions = _keys(store), _sessions(store)
+    key = ApiKey("aaaaaaaaaaaa", "acme", "ci", ("jobs:read",), "h" * 64, T0)
+    await keys.insert_api_key(key)
+    first = SessionRecord("1" * 64, key.id, "acme", T0, T0 + 100)
+    second = SessionRecord("2" * 64, key.id, "acme", T0 + 1, T0 + 101)
+    other = SessionRecord("3" * 64, "bbbbbbbbbbbb", "acme", T0, T0 + 50)
+    for s in (first, second, other):
+        await sessions.insert_session(s)
+    assert await sessions.get_session("1" * 64) == first and await sessions.get_session("9" * 64) is None
+    assert first.active(T0 + 99) and not first.active(T0 + 100)
+    await sessions.end_session("1" * 64, T0 + 5)
+    await sessions.end_session("1" * 64, T0 + 6)  # the first end stays
+    assert await sessions.get_session("1" * 64) == replace(first, ended_at=T0 + 5)
+    await keys.revoke_api_key(key.id, T0 + 7)  # ends the key's other sessions, in the same transaction
+    assert await sessions.get_session("2" * 64) == replace(second, ended_at=T0 + 7)
+    assert await sessions.get_session("3" * 64) == other  # another key's: untouched
+    assert await sessions.prune_sessions(T0 + 8, 10) == 2  # the two that ended
+    assert await sessions.prune_sessions(T0 + 50, 10) == 1  # expired
+    assert await sessions.get_session("3" * 64) is None

@@ -211,6 +211,23 @@ async def test_a_manual_run_and_its_audit_event(sched: SchedulingStore) -> None:
     assert [e.type for e in fired.events][-2:] == ["run.created", "run.triggered"]
 
 
+async def test_a_runs_trigger_data_is_kept_through_its_progress_and_read_with_the_run(sched: SchedulingStore) -> None:
+    s = schedule()
+    await sched.insert_schedule(s, event(s))
+    p = planned(s, None, jobs=1)
+    data = {"ref": "main", "files": ["a", "é"], "n": 1.5, "nested": {"ok": True, "none": None}}
+    fired = await sched.insert_run(replace(p, run=replace(p.run, trigger=RunTrigger.MANUAL, trigger_data=data)), T0)
+    (job,) = fired.jobs
+    assert (await sched.get_runs([p.run.id]))[0].trigger_data == data
+    await sched.start_runs([p.run.id], T0 + 1)
+    await sched.record_outcomes([JobOutcome(job.id, p.run.id, JobState.SUCCEEDED, 1.0)], T0 + 2)
+    run = (await sched.get_runs([p.run.id], s.tenant))[0]  # every column rewritten as the run ended
+    assert run.state is RunState.COMPLETED and run.trigger_data == data
+    other = planned(s, None)
+    await sched.insert_run(replace(other, run=replace(other.run, trigger=RunTrigger.MANUAL)), T0 + 3)
+    assert (await sched.get_runs([other.run.id]))[0].trigger_data is None
+
+
 # -- progress -----------------------------------------------------------------------------------------
 async def test_outcomes_move_the_summary_by_deltas_and_end_the_run(sched: SchedulingStore, store: Store) -> None:
     s = schedule()

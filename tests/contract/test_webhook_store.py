@@ -1,6 +1,7 @@
 """The webhook store port (jobengine.ports.webhooks) on every backend: endpoints (tenant-scoped), the
 outbox fan-out (compare-and-set cursor, one delivery per endpoint and event), claims under a lease token,
-fenced attempts and postpones, resend, disabling with an event, inbound hooks, deletes that cascade."""
+fenced attempts and postpones, resend, disabling with an event, inbound hooks named per tenant and the ids of
+their events (a replay window), deletes that cascade, secrets that round-trip through the seal."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from dataclasses import replace
 import pytest
 
 from jobengine.backends.webhooks import webhook_store_for
+from jobengine.core.mapping import TriggerMapping
 from jobengine.ports.store import Store
 from jobengine.ports.webhooks import WebhookStore
+from jobengine.secretbox import new_key
+from jobengine.settings import Settings
 from jobengine.webhooks.model import (
     ENDPOINT_DISABLED,
     FAILED,
@@ -27,10 +31,12 @@ from jobengine.webhooks.model import (
 
 from .helpers import T0
 
+KEYS = (new_key(), new_key())
+
 
 @pytest.fixture
 async def hooks(store: Store) -> AsyncIterator[WebhookStore]:
-    ws = webhook_store_for(store)
+    ws = webhook_store_for(store, Settings(secret_keys=KEYS[:1]))
     assert isinstance(ws, WebhookStore)
     try:
         yield ws
@@ -136,13 +142,40 @@ async def test_disable_appends_one_event(hooks: WebhookStore, store: Store) -> N
     assert [(e.id, dict(e.data)) for e in logged] == [(event.id, dict(event.data))]
 
 
-async def test_inbound_hooks(hooks: WebhookStore) -> None:
-    hook = InboundHook("deploys", "acme", "sch_1", "s" * 32, True, T0)
+async def test_inbound_hooks_are_named_per_tenant(hooks: WebhookStore) -> None:
+    template = TriggerMapping((("ref", "/ref"),), "/files")
+    hook = InboundHook("deploys", "acme", "sch_1", "s" * 32, True, T0, template)
+    other = InboundHook("deploys", "globex", "sch_2", "t" * 32, True, T0 + 1)
     assert await hooks.insert_inbound(hook)
-    assert not await hooks.insert_inbound(replace(hook, tenant="globex"))  # names are global
-    assert await hooks.get_inbound("deploys") == hook
-    assert await hooks.get_inbound("deploys", "globex") is None
-    assert await hooks.list_inbound("acme") == [hook] and await hooks.list_inbound("globex") == []
-    assert not await hooks.delete_inbound("deploys", "globex")
+    assert not await hooks.insert_inbound(replace(hook, schedule="sch_3"))  # the tenant has that name already
+    assert await hooks.insert_inbound(other)  # another tenant may use it
+    assert await hooks.get_inbound("deploys", "acme") == hook
+    assert await hooks.get_inbound("deploys", "globex") == other
+    assert await hooks.inbound_named("deploys") == [hook, other]
+    assert await hooks.list_inbound("acme") == [hook] and await hooks.list_inbound("nobody") == []
+    assert not await hooks.delete_inbound("deploys", "nobody")
     assert await hooks.delete_inbound("deploys", "acme")
-    assert await hooks.get_inbound("deploys") is None
+    assert await hooks.get_inbound("deploys", "acme") is None
+    assert await hooks.inbound_named("deploys") == [other]
+
+
+async def test_an_inbound_event_id_is_claimed_once_per_window(hooks: WebhookStore) -> None:
+    assert await hooks.claim_inbound_event("acme", "deploys", "msg_1", T0, 60.0)
+    assert not await hooks.claim_inbound_event("acme", "deploys", "msg_1", T0 + 59, 60.0)  # a replay
+    assert await hooks.claim_inbound_event("globex", "deploys", "msg_1", T0 + 1, 60.0)  # another tenant's hook
+    assert await hooks.claim_inbound_event("acme", "builds", "msg_1", T0 + 1, 60.0)  # another hook
+    assert await hooks.claim_inbound_event("acme", "deploys", "msg_1", T0 + 60, 60.0)  # past the window
+    await hooks.release_inbound_event("acme", "deploys", "msg_1")
+    assert await hooks.claim_inbound_event("acme", "deploys", "msg_1", T0 + 61, 60.0)  # released: taken again
+    assert await hooks.prune_inbound_events(T0 + 1, 100) == 2  # received at T0 and T0 + 1
+    assert not await hooks.claim_inbound_event("acme", "deploys", "msg_1", T0 + 62, 60.0)  # kept
+
+
+async def test_secrets_round_trip_and_reseal_keeps_a_concurrent_rotation(hooks: WebhookStore) -> None:
+    e = endpoint("we_1", previous_secret="whsec_" + "B" * 44, previous_until=T0 + 9)
+    await hooks.insert_endpoint(e)
+    await hooks.insert_inbound(InboundHook("deploys", "acme", "sch_1", "s" * 32, True, T0))
+    assert await hooks.get_endpoint("we_1") == e
+    assert (await hooks.get_inbound("deploys", "acme")).secret == "s" * 32  # type: ignore[union-attr]
+    assert await hooks.count_stale_secrets() == 0
+    assert await hooks.reseal_secrets() == 0

@@ -1,5 +1,6 @@
-"""The pure parts of jobengine.webhooks: signatures (checked against the standardwebhooks package), SSRF
-address rules, the retry schedule and answer verdicts, filters, validation and settings."""
+"""The pure parts of jobengine.webhooks: signatures (checked against the standardwebhooks package), inbound
+requests in both styles, secrets sealed at rest, SSRF address rules, the retry schedule and answer verdicts,
+filters, validation and settings."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from standardwebhooks.webhooks import Webhook
 
 from jobengine.core.models import Event
 from jobengine.errors import ConfigError
+from jobengine.secretbox import PREFIX, SecretBox, key_id, new_key
 from jobengine.settings import Settings
 from jobengine.webhooks import signing
 from jobengine.webhooks.model import EventFilter, InvalidWebhook, check_filter, check_rate, check_url_syntax
@@ -42,6 +44,56 @@ def test_inbound_signature() -> None:
     assert not signing.verify_inbound("s3cret-s3cret-s3cret", b"body!", good)
     assert not signing.verify_inbound("s3cret-s3cret-s3cret", b"body", None)
     assert not signing.verify_inbound("s3cret-s3cret-s3cret", b"body", "sha1=abc")
+
+
+def test_inbound_requests_in_either_style() -> None:
+    secret, body = signing.new_secret(), b'{"ref":"main"}'
+    now = datetime.now(UTC)
+    sw = {"webhook-id": "msg_1", "webhook-timestamp": str(int(now.timestamp())),
+          "webhook-signature": "v1,bm90IHRoaXMgb25l " + Webhook(secret).sign("msg_1", now, body.decode())}  # fmt: skip
+    proof = signing.verify_inbound_request(secret, body, sw)
+    assert proof == signing.InboundProof("msg_1", int(now.timestamp()))  # any of the signatures may match
+    hexed = signing.inbound_signature(secret, body)
+    for header in ("x-scheduler-signature", "x-signature"):
+        assert signing.verify_inbound_request(secret, body, {header: hexed.upper().replace("SHA256", "sha256")}) == (
+            signing.InboundProof("sha256:" + hexed.removeprefix("sha256="))
+        )
+    refused = [
+        {},
+        {**sw, "webhook-signature": "v2," + sw["webhook-signature"].split(",")[-1]},  # an unknown version
+        {**sw, "webhook-timestamp": "1e9"}, {**sw, "webhook-timestamp": "²"}, {**sw, "webhook-id": ""},
+        {**sw, "webhook-id": "id with spaces"}, {"x-signature": "sha1=" + hexed[7:]},
+        # Standard Webhooks headers, when present, are the only ones that count: no fall-back to a hex one.
+        {**sw, "webhook-signature": "v1,AAAA", "x-scheduler-signature": hexed},
+    ]  # fmt: skip
+    for headers in refused:
+        assert signing.verify_inbound_request(secret, body, headers) is None, headers
+    assert signing.verify_inbound_request(secret, body + b" ", sw) is None
+
+
+def test_secret_box_seals_opens_and_rotates() -> None:
+    first, second = new_key(), new_key()
+    old = SecretBox([first])
+    sealed = old.seal("whsec_x")
+    assert sealed.startswith(f"{PREFIX}{key_id(first)}:") and "whsec_x" not in sealed
+    assert old.open(sealed) == "whsec_x" and old.seal("whsec_x") != sealed  # a fresh token every time
+    both = SecretBox([second, first])  # rotating: the new key seals, the old one still opens
+    assert both.open(sealed) == "whsec_x" and both.stale(sealed) and not both.stale(both.seal("y"))
+    assert both.stale("clear text") and both.open("clear text") == "clear text"  # written before sealing
+    with pytest.raises(ConfigError, match=f"secret_keys: a stored secret is sealed with key {key_id(first)}"):
+        SecretBox([second]).open(sealed)
+    tampered = sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:]
+    with pytest.raises(ConfigError, match="does not authenticate"):
+        old.open(tampered)
+    empty = SecretBox([])
+    with pytest.raises(ConfigError, match="secret_keys: no key is set"):
+        empty.seal("x")
+    assert empty.stale("clear") and not empty.stale(sealed) and empty.open("clear") == "clear"
+    with pytest.raises(ConfigError, match="secret_keys: key 1 is not 32 bytes"):
+        SecretBox(["not-a-key"])
+    loads: list[int] = []
+    lazy = SecretBox(lambda: loads.append(1) or [first])  # a key file is read on first use only
+    assert loads == [] and lazy.open(sealed) == "whsec_x" and lazy.open(sealed) == "whsec_x" and loads == [1]
 
 
 @pytest.mark.parametrize(
@@ -140,6 +192,10 @@ def test_settings() -> None:
                           ({"webhook_rate_limiter": "redis"}, "webhook_redis_url"),
                           ({"webhook_allow_hosts": ["10.0.0.0/99"]}, "webhook_allow_hosts"),
                           ({"webhook_retry_jitter": 1.5}, "webhook_retry_jitter"),
-                          ({"webhook_timeout": 0}, "webhook_timeout")]:  # fmt: skip
+                          ({"webhook_timeout": 0}, "webhook_timeout"),
+                          ({"inbound_max_body_bytes": 10}, "inbound_max_body_bytes"),
+                          ({"inbound_tolerance": 0}, "inbound_tolerance"),
+                          ({"inbound_replay_window": 500}, "inbound_replay_window"),
+                          ({"secret_keys": ["short"]}, "secret_keys")]:  # fmt: skip
         with pytest.raises(ConfigError, match=field):
             Settings.from_mapping(values, {})

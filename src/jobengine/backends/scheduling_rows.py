@@ -5,6 +5,7 @@ mapping is the same for SQLite's TEXT and PostgreSQL's jsonb (selected as ``::te
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from jobengine.core import codec
@@ -25,6 +26,9 @@ RUN_COLUMNS: Final = (
     "items, total, succeeded, dead, cancelled, duration_total, duration_max, fired_by, started_at, finished_at"
 )
 RUN_WIDTH: Final = len(RUN_COLUMNS.split(", "))
+#: ``Run.trigger_data`` (JSON text): written with a new run and read by ``get_runs`` only, never by the job
+#: paths that read and rewrite RUN_COLUMNS as jobs end (an inbound event may be tens of KiB).
+TRIGGER_DATA: Final = "trigger_data"
 
 SEGMENT_COLUMNS: Final = "run_id, job_id, segment, items, outcome, duration"
 
@@ -87,6 +91,14 @@ def run_values(run: Run) -> tuple[Any, ...]:
         run.tick, run.reason, run.actor, run.parent_id, int(run.no_work), run.items, s.total, s.succeeded, s.dead,
         s.cancelled, s.duration_total, s.duration_max, run.fired_by, run.started_at, run.finished_at,
     )  # fmt: skip
+
+
+def trigger_data_value(run: Run) -> str | None:
+    return None if run.trigger_data is None else codec.dumps(run.trigger_data, "trigger_data")
+
+
+def with_trigger_data(run: Run, raw: str | None) -> Run:
+    return run if raw is None else replace(run, trigger_data=codec.loads(raw))
 
 
 def segment_from_row(r: Sequence[Any]) -> Segment:

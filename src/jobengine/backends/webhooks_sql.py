@@ -1,9 +1,15 @@
-"""The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migration ``0005_webhooks``).
+"""The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migrations ``0005_webhooks`` and
+``0011_sessions_hooks``).
 
 Each operation is a plain function of a :class:`Tx` (one open transaction) written once in the subset of SQL
 both databases speak; a :class:`Dialect` fills in what differs (placeholders, the table prefix, the row
 lock of a claim, the jsonb cast). SQLite runs them on its store's thread in ``BEGIN IMMEDIATE``; PostgreSQL
 on a small synchronous pool in worker threads (webhook traffic is light; see backends/postgres/webhooks.py).
+
+Secrets (an endpoint's ``secret`` and ``previous_secret``, an inbound hook's ``secret``) are sealed by a
+:class:`~jobengine.secretbox.SecretBox` as rows are written and opened as they are read, so values above
+this module are always clear and the tables never are (clear text written before 0011 is read as is until
+:meth:`WebhookSql.reseal` seals it).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from jobengine.core import codec
+from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
+from jobengine.secretbox import SecretBox
 from jobengine.webhooks.model import (
     ENDPOINT_DISABLED,
     PENDING,
@@ -35,7 +43,7 @@ _DL: Final = (
     "window_start, created_at, updated_at, last_status, last_error, lease_token, lease_until"
 )
 _AT: Final = "delivery_id, attempt, tenant, at, status, latency_ms, error"
-_IN: Final = "name, tenant, schedule, secret, enabled, created_at"
+_IN: Final = "name, tenant, schedule, secret, enabled, created_at, template"
 
 
 class Tx(Protocol):
@@ -51,25 +59,31 @@ class Dialect:
     prefix: str = ""  # '"schema".' on PostgreSQL
     skip_locked: str = ""  # ' FOR UPDATE SKIP LOCKED' on PostgreSQL
     json_param: str = "?"  # '?::jsonb' on PostgreSQL
+    same: str = "IS"  # 'IS NOT DISTINCT FROM' on PostgreSQL: equal, NULL included
 
     def q(self, sql: str) -> str:
-        return sql.replace("{s}", self.prefix).replace("{json}", self.json_param).replace("{lock}", self.skip_locked)
+        return (
+            sql.replace("{s}", self.prefix).replace("{json}", self.json_param).replace("{lock}", self.skip_locked)
+            .replace("{same}", self.same)
+        )  # fmt: skip
 
 
-def endpoint_row(e: Endpoint) -> tuple[Any, ...]:
+def endpoint_row(e: Endpoint, box: SecretBox) -> tuple[Any, ...]:
     f = e.filter
+    previous = box.seal(e.previous_secret) if e.previous_secret is not None else None
     return (
-        e.id, e.tenant, e.url, e.secret, codec.dumps(list(f.types)), codec.dumps(list(f.queues)),
+        e.id, e.tenant, e.url, box.seal(e.secret), codec.dumps(list(f.types)), codec.dumps(list(f.queues)),
         codec.dumps(list(f.tasks)), e.description, int(e.enabled), e.disabled_reason, e.rate_limit, e.rate_window,
-        e.previous_secret, e.previous_until, e.failing_since, e.created_at, e.updated_at,
+        previous, e.previous_until, e.failing_since, e.created_at, e.updated_at,
     )  # fmt: skip
 
 
-def endpoint_of(r: Row) -> Endpoint:
+def endpoint_of(r: Row, box: SecretBox) -> Endpoint:
     flt = EventFilter(tuple(codec.loads(r[4])), tuple(codec.loads(r[5])), tuple(codec.loads(r[6])))
+    previous = box.open(r[12]) if r[12] is not None else None
     return Endpoint(
-        id=r[0], tenant=r[1], url=r[2], secret=r[3], filter=flt, description=r[7], enabled=bool(r[8]),
-        disabled_reason=r[9], rate_limit=r[10], rate_window=r[11], previous_secret=r[12], previous_until=r[13],
+        id=r[0], tenant=r[1], url=r[2], secret=box.open(r[3]), filter=flt, description=r[7], enabled=bool(r[8]),
+        disabled_reason=r[9], rate_limit=r[10], rate_window=r[11], previous_secret=previous, previous_until=r[13],
         failing_since=r[14], created_at=r[15], updated_at=r[16],
     )  # fmt: skip
 
@@ -90,8 +104,9 @@ def attempt_of(r: Row) -> Attempt:
     return Attempt(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
 
 
-def inbound_of(r: Row) -> InboundHook:
-    return InboundHook(r[0], r[1], r[2], r[3], bool(r[4]), r[5])
+def inbound_of(r: Row, box: SecretBox) -> InboundHook:
+    template = TriggerMapping.from_json(codec.loads(r[6])) if r[6] is not None else TriggerMapping()
+    return InboundHook(r[0], r[1], r[2], box.open(r[3]), bool(r[4]), r[5], template)
 
 
 def _marks(n: int) -> str:
@@ -101,12 +116,13 @@ def _marks(n: int) -> str:
 class WebhookSql:
     """The operations of :class:`jobengine.ports.webhooks.WebhookStore` as functions of a transaction."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, box: SecretBox) -> None:
         self.d = dialect
+        self.box = box
 
     # -- endpoints ------------------------------------------------------------------------------------
     def insert_endpoint(self, tx: Tx, e: Endpoint) -> None:
-        tx.run(self.d.q(f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({_marks(17)})"), endpoint_row(e))
+        tx.run(self.d.q(f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({_marks(17)})"), endpoint_row(e, self.box))
 
     def get_endpoint(self, tx: Tx, endpoint_id: str, tenant: str | None) -> Endpoint | None:
         sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE id = ?"
@@ -115,7 +131,7 @@ class WebhookSql:
             sql += " AND tenant = ?"
             args.append(tenant)
         rows = tx.rows(self.d.q(sql), args)
-        return endpoint_of(rows[0]) if rows else None
+        return endpoint_of(rows[0], self.box) if rows else None
 
     def list_endpoints(self, tx: Tx, tenant: str | None) -> list[Endpoint]:
         if tenant is None:
@@ -123,12 +139,14 @@ class WebhookSql:
         else:
             sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE tenant = ? ORDER BY created_at, id"
             rows = tx.rows(self.d.q(sql), [tenant])
-        return [endpoint_of(r) for r in rows]
+        return [endpoint_of(r, self.box) for r in rows]
 
     def save_endpoint(self, tx: Tx, e: Endpoint) -> None:
         cols = _EP.split(", ")[1:]
         sets = ", ".join(f"{c} = ?" for c in cols)
-        tx.run(self.d.q(f"UPDATE {{s}}webhook_endpoints SET {sets} WHERE id = ?"), [*endpoint_row(e)[1:], e.id])
+        tx.run(
+            self.d.q(f"UPDATE {{s}}webhook_endpoints SET {sets} WHERE id = ?"), [*endpoint_row(e, self.box)[1:], e.id]
+        )
 
     def delete_endpoint(self, tx: Tx, endpoint_id: str, tenant: str) -> bool:
         q = self.d.q
@@ -248,24 +266,74 @@ class WebhookSql:
 
     # -- inbound hooks --------------------------------------------------------------------------------
     def insert_inbound(self, tx: Tx, h: InboundHook) -> bool:
-        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(6)}) ON CONFLICT (name) DO NOTHING"
-        return tx.run(self.d.q(sql), [h.name, h.tenant, h.schedule, h.secret, int(h.enabled), h.created_at]) > 0
+        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(7)}) ON CONFLICT (tenant, name) DO NOTHING"
+        template = None if h.template.empty else codec.dumps(h.template.to_json())
+        row = [h.name, h.tenant, h.schedule, self.box.seal(h.secret), int(h.enabled), h.created_at, template]
+        return tx.run(self.d.q(sql), row) > 0
 
-    def get_inbound(self, tx: Tx, name: str, tenant: str | None) -> InboundHook | None:
-        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ?"
-        args: list[Any] = [name]
-        if tenant is not None:
-            sql += " AND tenant = ?"
-            args.append(tenant)
-        rows = tx.rows(self.d.q(sql), args)
-        return inbound_of(rows[0]) if rows else None
+    def get_inbound(self, tx: Tx, name: str, tenant: str) -> InboundHook | None:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? AND tenant = ?"
+        rows = tx.rows(self.d.q(sql), [name, tenant])
+        return inbound_of(rows[0], self.box) if rows else None
+
+    def inbound_named(self, tx: Tx, name: str) -> list[InboundHook]:
+        sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? ORDER BY tenant"
+        return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [name])]
 
     def list_inbound(self, tx: Tx, tenant: str) -> list[InboundHook]:
         sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE tenant = ? ORDER BY name"
-        return [inbound_of(r) for r in tx.rows(self.d.q(sql), [tenant])]
+        return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [tenant])]
 
     def delete_inbound(self, tx: Tx, name: str, tenant: str) -> bool:
-        return tx.run(self.d.q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]) > 0
+        q = self.d.q
+        if not tx.run(q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]):
+            return False
+        tx.run(q("DELETE FROM {s}inbound_receipts WHERE hook = ? AND tenant = ?"), [name, tenant])
+        return True
+
+    def claim_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        # A receipt older than the window is history: the id is taken again (as if pruned).
+        sql = ("INSERT INTO {s}inbound_receipts AS r (tenant, hook, event_id, received_at) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT (tenant, hook, event_id) DO UPDATE SET received_at = excluded.received_at "
+               "WHERE r.received_at <= ?")  # fmt: skip
+        return tx.run(self.d.q(sql), [tenant, hook, event_id, now, now - window]) > 0
+
+    def release_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str) -> None:
+        sql = "DELETE FROM {s}inbound_receipts WHERE tenant = ? AND hook = ? AND event_id = ?"
+        tx.run(self.d.q(sql), [tenant, hook, event_id])
+
+    def prune_inbound_events(self, tx: Tx, before: float, limit: int) -> int:
+        sql = ("DELETE FROM {s}inbound_receipts WHERE (tenant, hook, event_id) IN (SELECT tenant, hook, event_id "
+               "FROM {s}inbound_receipts WHERE received_at <= ? ORDER BY received_at LIMIT ?)")  # fmt: skip
+        return tx.run(self.d.q(sql), [before, limit])
+
+    # -- secrets at rest ------------------------------------------------------------------------------
+    def reseal(self, tx: Tx) -> int:
+        """Seal with the first key every secret that is clear or sealed with another key. Each row is
+        rewritten only if it still holds what was read (a rotation made meanwhile is kept). Returns how many
+        rows changed."""
+        q, box = self.d.q, self.box
+        changed = 0
+        for eid, secret, previous in tx.rows(q("SELECT id, secret, previous_secret FROM {s}webhook_endpoints")):
+            if box.stale(secret) or (previous is not None and box.stale(previous)):
+                new_previous = box.seal(box.open(previous)) if previous is not None else None
+                changed += tx.run(
+                    q("UPDATE {s}webhook_endpoints SET secret = ?, previous_secret = ? "
+                      "WHERE id = ? AND secret = ? AND previous_secret {same} ?"),
+                    [box.seal(box.open(secret)), new_previous, eid, secret, previous],
+                )  # fmt: skip
+        for tenant, name, secret in tx.rows(q("SELECT tenant, name, secret FROM {s}inbound_hooks")):
+            if box.stale(secret):
+                changed += tx.run(q("UPDATE {s}inbound_hooks SET secret = ? WHERE tenant = ? AND name = ? "
+                                    "AND secret = ?"), [box.seal(box.open(secret)), tenant, name, secret])  # fmt: skip
+        return changed
+
+    def count_stale(self, tx: Tx) -> int:
+        """How many stored secrets :meth:`reseal` would rewrite (or, without a key, are in clear)."""
+        q = self.d.q
+        values = [v for r in tx.rows(q("SELECT secret, previous_secret FROM {s}webhook_endpoints")) for v in r]
+        values += [r[0] for r in tx.rows(q("SELECT secret FROM {s}inbound_hooks"))]
+        return sum(1 for v in values if v is not None and self.box.stale(v))
 
 
 #: How a runner runs an operation: a read; a write at the store's full durability; a dispatcher's own
@@ -365,8 +433,12 @@ class SqlWebhookStore:
     async def insert_inbound(self, hook: InboundHook) -> bool:
         return bool(await self._w(lambda tx: self._sql.insert_inbound(tx, hook)))
 
-    async def get_inbound(self, name: str, tenant: str | None = None) -> InboundHook | None:
+    async def get_inbound(self, name: str, tenant: str) -> InboundHook | None:
         result: InboundHook | None = await self._r(lambda tx: self._sql.get_inbound(tx, name, tenant))
+        return result
+
+    async def inbound_named(self, name: str) -> list[InboundHook]:
+        result: list[InboundHook] = await self._r(lambda tx: self._sql.inbound_named(tx, name))
         return result
 
     async def list_inbound(self, tenant: str) -> list[InboundHook]:
@@ -375,6 +447,21 @@ class SqlWebhookStore:
 
     async def delete_inbound(self, name: str, tenant: str) -> bool:
         return bool(await self._w(lambda tx: self._sql.delete_inbound(tx, name, tenant)))
+
+    async def claim_inbound_event(self, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        return bool(await self._w(lambda tx: self._sql.claim_inbound_event(tx, tenant, hook, event_id, now, window)))
+
+    async def release_inbound_event(self, tenant: str, hook: str, event_id: str) -> None:
+        await self._w(lambda tx: self._sql.release_inbound_event(tx, tenant, hook, event_id))
+
+    async def prune_inbound_events(self, before: float, limit: int) -> int:
+        return int(await self._w(lambda tx: self._sql.prune_inbound_events(tx, before, limit)))
+
+    async def reseal_secrets(self) -> int:
+        return int(await self._w(self._sql.reseal))
+
+    async def count_stale_secrets(self) -> int:
+        return int(await self._r(self._sql.count_stale))
 
     async def close(self) -> None:
         closer = getattr(self._runner, "close", None)

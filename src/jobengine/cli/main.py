@@ -25,6 +25,7 @@ from jobengine.cli.keys import keys_app
 from jobengine.cli.packs import pack_app
 from jobengine.cli.runs import runs_app, signatures_app
 from jobengine.cli.schedules import schedules_app
+from jobengine.cli.secrets import secrets_app
 from jobengine.cli.webhooks import webhooks_app
 from jobengine.engine import Engine
 from jobengine.errors import (
@@ -80,6 +81,7 @@ def build_app() -> typer.Typer:
     app.add_typer(keys_app)
     app.add_typer(pack_app)
     app.add_typer(webhooks_app)
+    app.add_typer(secrets_app)
     app.add_typer(flow_app)
     app.command()(jobs.enqueue)
     app.add_typer(jobs.jobs_app)

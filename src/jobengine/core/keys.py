@@ -1,4 +1,4 @@
-"""API key text, hashing and scopes (pure: no storage).
+"""API key text, dashboard session tokens, hashing and scopes (pure: no storage).
 
 A key reads ``je_<id>_<secret>``: ``id`` (12 hex characters) is public and names the stored row, so a
 lookup is one indexed read; ``secret`` (32 random bytes, base64url) is what makes the key. Only the
@@ -40,6 +40,19 @@ def new_key() -> tuple[str, str]:
     key_id = os.urandom(6).hex()
     secret = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
     return key_id, f"je_{key_id}_{secret}"
+
+
+_SESSION_RE: Final = re.compile(r"js_[A-Za-z0-9_\-]{43}")
+
+
+def new_session_token() -> str:
+    """A dashboard session's token: ``js_`` and 32 random bytes (base64url). Never an API key: the API
+    refuses it as one."""
+    return "js_" + base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+
+
+def is_session_token(text: str) -> bool:
+    return _SESSION_RE.fullmatch(text) is not None
 
 
 def key_id_of(text: str) -> str | None:

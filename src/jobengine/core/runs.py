@@ -103,6 +103,9 @@ class Run:
     fired_by: str | None = None  # the scheduler instance that fired the tick
     started_at: float | None = None
     finished_at: float | None = None
+    #: JSON that came with the trigger (an inbound hook's event), None otherwise. Stored apart from the
+    #: columns the job paths read and rewrite, so only reads of one run (``get_runs``) return it.
+    trigger_data: Json = None
 
     @property
     def ended(self) -> bool:

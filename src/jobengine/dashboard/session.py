@@ -1,21 +1,23 @@
 """Who is looking: the dashboard's login session and its CSRF token.
 
-The login form takes an API key (the same keys, scopes and tenants as the HTTP API). The key is kept in a
-cookie that is ``Secure``, ``HttpOnly`` and ``SameSite=Strict``: scripts cannot read it, other sites cannot
-make the browser send it. Every request resolves it again through the API's key cache, so a revoked key
-logs its sessions out (within ``api_key_cache_seconds``).
+The login form takes an API key (the same keys, scopes and tenants as the HTTP API) and opens a session on
+the server (``Engine.open_session``): the cookie holds a random token (``js_...``, never the key), the
+store its sha256, the key it was opened with and its expiry (``dashboard_session_seconds``). The cookie is
+``Secure``, ``HttpOnly`` and ``SameSite=Strict``: scripts cannot read it, other sites cannot make the
+browser send it. Every request reads the session and its key again, so a logout, a revoked key or an
+expiry ends it at once in every process; the token is no API key, so the API refuses it as a bearer.
 
-CSRF: every form carries a token derived from the key (an HMAC with the key's sha256 as the secret), so
-it is bound to the session, needs no server state and cannot be guessed without the key. A POST without
-the right token, or whose ``Origin`` names another site, is refused (403) before anything is written.
-SameSite=Strict alone would already keep the cookie off cross-site requests; the token is the second lock.
+CSRF: every form carries a token derived from the session's token (an HMAC with its sha256 as the secret),
+so it is bound to the session and cannot be guessed without the cookie. A POST without the right token, or
+whose ``Origin`` names another site, is refused (403) before anything is written. SameSite=Strict alone
+would already keep the cookie off cross-site requests; the token is the second lock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
@@ -47,6 +49,7 @@ class DashboardError(Exception):
 class Session:
     principal: Principal
     csrf: str
+    token: str = field(default="", repr=False)  # the cookie's; lets a live stream check it is still valid
 
     @property
     def tenant(self) -> str:
@@ -56,20 +59,27 @@ class Session:
         return self.principal.allows(scope)
 
 
-def csrf_token(key: str) -> str:
-    secret = hashlib.sha256(key.encode()).digest()
+def csrf_token(session_token: str) -> str:
+    secret = hashlib.sha256(session_token.encode()).digest()
     return hmac.new(secret, b"jobengine-dashboard-csrf", hashlib.sha256).hexdigest()
 
 
 async def current(request: Request) -> Session | None:
-    """The session of the request's cookie, or None (no cookie, unknown or revoked key)."""
-    key = request.cookies.get(COOKIE)
-    if not key:
+    """The session of the request's cookie, or None (no cookie; an unknown, ended or expired session; its
+    key revoked)."""
+    token = request.cookies.get(COOKIE)
+    if not token:
         return None
-    principal = await context(request).auth.resolve(key)
-    if principal is None:
+    found = await context(request).engine.session(token)
+    if found is None:
         return None
-    return Session(principal, csrf_token(key))
+    _, key = found
+    return Session(Principal(key.id, key.tenant, key.scopes), csrf_token(token), token)
+
+
+async def still_valid(request: Request, session: Session) -> bool:
+    """Whether ``session`` has not ended meanwhile (a live stream asks, every ``sse_keepalive``)."""
+    return await context(request).engine.session(session.token) is not None
 
 
 async def require(request: Request, scope: str | None) -> Session:

@@ -6,12 +6,14 @@ stream re-reads and re-renders when the job has an event — the engine's event 
 this process, the store for other processes' commits (every ``sse_poll_interval``); workers save progress
 with a ``phase.progress`` event every ``progress_every`` — and at least every ``sse_keepalive``. The
 overview re-renders every ``dashboard_refresh_seconds``. A frame is sent only when its HTML changed. A
-stream ends when the server stops (the browser reconnects by itself).
+stream ends when the server stops (the browser reconnects by itself), and within ``sse_keepalive`` of its
+session ending (logout, its key revoked, expiry).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -60,6 +62,23 @@ def _respond(frames: AsyncIterator[ServerSentEvent], request: Request) -> Respon
     return _Stream(frames, context(request))
 
 
+class _Watch:
+    """Whether a stream's session still holds (not logged out, its key not revoked, not expired), read at
+    most every ``sse_keepalive``: a stream opened before the session ended stops within that time."""
+
+    def __init__(self, request: Request, session: sess.Session) -> None:
+        self.request = request
+        self.session = session
+        self.every = context(request).settings.sse_keepalive
+        self.due = time.monotonic() + self.every
+
+    async def holds(self) -> bool:
+        if time.monotonic() < self.due:
+            return True
+        self.due = time.monotonic() + self.every
+        return await sess.still_valid(self.request, self.session)
+
+
 @router.get("/ui/stream/job/{job_id}")
 async def job_stream(request: Request, job_id: str) -> Response:
     session = await sess.require(request, "jobs:read")
@@ -72,12 +91,13 @@ async def job_stream(request: Request, job_id: str) -> Response:
         ctx = context(request)
         st = state(request)
         feed = eng.event_feed(after_id=start, tenant=session.tenant, job_id=job_id)
+        watch = _Watch(request, session)
         last = None
         try:
             await feed.open()
             # The events shown are kept here and extended with what the feed brings (no re-read of the log).
             recent = await newest_events(request, job_id, session.tenant)
-            while not ctx.closing:
+            while not ctx.closing and await watch.holds():
                 try:
                     values = await job_values(request, session, job_id, recent)
                 except NotFound:
@@ -120,8 +140,9 @@ async def overview_stream(request: Request) -> Response:
     async def frames() -> AsyncIterator[ServerSentEvent]:
         ctx = context(request)
         st = state(request)
+        watch = _Watch(request, session)
         last = None
-        while not ctx.closing:
+        while not ctx.closing and await watch.holds():
             data = await overview(engine(request), session.tenant, st.recorder, st.counts)
             html = st.renderer.text("_overview_live.html", {**data, "session": session, "csrf": session.csrf})
             if html != last:

@@ -12,6 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from jobengine.core import codec
 from jobengine.core.ids import JobId
+from jobengine.core.keys import allows
 from jobengine.core.models import Event, Job, JobFilter, check_name
 from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
@@ -46,24 +47,31 @@ async def login(request: Request) -> Response:
         raise DashboardError(403, "the form was posted from another site", "Origin")
     form = await sess.read_form(request)
     target = sess.safe_next(form.get("next"))
-    key = form.get("key", "").strip()
-    principal = await context(request).auth.resolve(key) if key else None
-    if principal is None:
-        error = "enter an API key" if not key else "this API key is unknown or revoked"
+    text = form.get("key", "").strip()
+    eng = engine(request)
+    key = await eng.authenticate(text) if text else None
+    if key is None:
+        error = "enter an API key" if not text else "this API key is unknown or revoked"
         return render(request, "login.html", None, {"next": target, "error": error}, 401)
-    if not principal.allows("jobs:read"):  # every page needs it: such a key would see only errors
+    if not allows(key.scopes, "jobs:read"):  # every page needs it: such a key would see only errors
         error = "this API key lacks the scope jobs:read, which the dashboard needs"
         return render(request, "login.html", None, {"next": target, "error": error}, 403)
+    previous = request.cookies.get(sess.COOKIE)
+    if previous:  # a new login never carries on an older session (nor one someone planted)
+        await eng.end_session(previous)
+    _, token = await eng.open_session(key)
     response = RedirectResponse(target, status_code=303)
     # Secure: browsers take it over plain HTTP from localhost only; anywhere else serve the dashboard over
-    # HTTPS (a proxy in front), so the key never travels in clear.
-    response.set_cookie(sess.COOKIE, key, httponly=True, secure=True, samesite="strict", path="/")
+    # HTTPS (a proxy in front), so the session token never travels in clear.
+    response.set_cookie(sess.COOKIE, token, max_age=int(context(request).settings.dashboard_session_seconds),
+                        httponly=True, secure=True, samesite="strict", path="/")  # fmt: skip
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    await sess.action(request, None)
+    session, _ = await sess.action(request, None)
+    await engine(request).end_session(session.token)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(sess.COOKIE, path="/", secure=True, httponly=True, samesite="strict")
     return response

@@ -91,7 +91,8 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(Idempotency, ctx=lambda: ctx)
     app.add_middleware(SingleValuedQuery)
-    app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes, raw={"/api/v1/packs": s.packs_max_bytes + 65536})
+    app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes, raw={"/api/v1/packs": s.packs_max_bytes + 65536},
+                       under={"/api/v1/hooks/": s.inbound_max_body_bytes})  # fmt: skip
     app.add_middleware(RequestMetrics, metrics=metrics)
 
     def openapi() -> dict[str, Any]:

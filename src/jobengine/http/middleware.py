@@ -1,8 +1,9 @@
 """ASGI middleware that must see the raw request: the body limit and media type, and Idempotency-Key.
 
-``BodyLimit`` reads the whole body of a request that has one (at most ``api_max_body_bytes``, so buffering
-it is bounded) before any route runs: an oversized body is 413 and a body that is not JSON is 415, before
-anything is parsed or written. The body is handed on to the app unchanged, and kept in the scope for
+``BodyLimit`` reads the whole body of a request that has one (at most ``api_max_body_bytes``, or a limit of
+its own below a path prefix: ``inbound_max_body_bytes`` for inbound events; so buffering it is bounded)
+before any route runs: an oversized body is 413 and a body that is not JSON is 415, before anything is
+parsed or written. The body is handed on to the app unchanged, and kept in the scope for
 ``Idempotency``, which fingerprints it.
 
 ``Idempotency`` (POST with an ``Idempotency-Key`` header, keys scoped per tenant):
@@ -37,10 +38,13 @@ _KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int, raw: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, raw: Mapping[str, int] | None = None, under: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.raw = dict(raw or {})  # path -> limit: routes that take a body of any type (pack uploads)
+        self.under = dict(under or {})  # path prefix -> a smaller limit (inbound events)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
@@ -48,7 +52,7 @@ class BodyLimit:
             return
         path = scope.get("path", "")
         raw_limit = self.raw.get(path)
-        max_bytes = raw_limit or self.max_bytes
+        max_bytes = raw_limit or next((n for p, n in self.under.items() if path.startswith(p)), self.max_bytes)
         headers = Headers(scope=scope)
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_bytes):
@@ -72,8 +76,9 @@ class BodyLimit:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        # The API takes JSON only: a pack upload takes raw bytes, inbound event hooks any body (signed, not
-        # parsed); the dashboard's forms (outside /api/) post urlencoded bodies.
+        # The API takes JSON only: a pack upload takes raw bytes; an inbound event is JSON whatever its sender
+        # says its type is (checked once its signature is: an unsigned one is refused alike); the dashboard's
+        # forms (outside /api/) post urlencoded bodies.
         inbound = path.startswith("/api/v1/hooks/")
         if (
             body

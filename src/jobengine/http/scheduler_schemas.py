@@ -177,6 +177,8 @@ class RunOut(BaseModel):
     updated_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    #: The JSON that came with the trigger (an inbound hook's event); in the answer about one run only.
+    trigger_data: Any = None
 
 
 class RunPage(BaseModel):

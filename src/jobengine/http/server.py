@@ -1,6 +1,6 @@
 """Serving the app: :class:`ApiService` (uvicorn as a Service of ``jobengine serve`` / ``up``) and
 :class:`ApiMaintenance` (what a server must run even without local workers: rescuing the jobs of remote
-workers whose lease expired, pruning idempotency records and old events)."""
+workers whose lease expired, pruning idempotency records, sessions, old events and inbound event ids)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ class ApiService:
 class ApiMaintenance:
     """Every ``rescue_interval``: jobs whose lease expired run again (remote workers do not rescue, so the
     server does; the rescue is fenced, so running it beside local workers is safe). Every
-    ``retention_interval``: expired idempotency records and events past ``event_retention`` are deleted.
+    ``retention_interval``: expired idempotency records, ended dashboard sessions, events past
+    ``event_retention`` and the ids of inbound events past ``inbound_replay_window`` are deleted.
     Failure policy: a failed pass is logged and tried again next interval."""
 
     name = "api-maintenance"
@@ -151,7 +152,9 @@ class ApiMaintenance:
 
     async def _prune(self) -> None:
         await self.engine.prune_requests()
+        await self.engine.prune_sessions()
         await self.engine.prune_events()
+        await self.engine.webhooks.prune_inbound()
 
     @staticmethod
     async def _every(interval: float, fn: Callable[[], Awaitable[None]]) -> None:

@@ -1,11 +1,14 @@
-"""API keys and HTTP idempotency records (optional ports, next to the Store of the same backend).
+"""API keys, dashboard sessions and HTTP idempotency records (optional ports, next to the Store of the same
+backend).
 
 Keys are stored hashed: the store keeps the key id (public, the ``je_<id>_`` prefix of the key) and the
 sha256 of the whole key, never the secret itself (see :mod:`jobengine.core.keys`). Idempotency records
 remember the first answer to a POST that carried an ``Idempotency-Key`` header, per tenant, so a retry
-gets the same answer and a concurrent duplicate is refused while the first is still in flight.
+gets the same answer and a concurrent duplicate is refused while the first is still in flight. A dashboard
+session is a random token in the browser's cookie: the store keeps its sha256, the key it was opened with,
+and when it expires or ended; revoking the key ends its sessions in the same transaction.
 
-Both are ``runtime_checkable``: the engine asks ``isinstance(store, KeyStore)`` the way it asks for the
+All are ``runtime_checkable``: the engine asks ``isinstance(store, KeyStore)`` the way it asks for the
 other optional ports (transactional enqueue, watermarks), and refuses with ConfigError when a store has none.
 """
 
@@ -34,6 +37,23 @@ class ApiKey:
         return self.revoked_at is None
 
 
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A dashboard login, kept server-side. ``token_hash`` is the hex sha256 of the token in the browser's
+    cookie (the token itself is never stored). It ends at logout, when its key is revoked, or at
+    ``expires_at``."""
+
+    token_hash: str
+    key_id: str
+    tenant: str
+    created_at: float
+    expires_at: float
+    ended_at: float | None = None
+
+    def active(self, now: float) -> bool:
+        return self.ended_at is None and now < self.expires_at
+
+
 @runtime_checkable
 class KeyStore(Protocol):
     async def insert_api_key(self, key: ApiKey) -> None:
@@ -49,7 +69,25 @@ class KeyStore(Protocol):
         ...
 
     async def revoke_api_key(self, key_id: str, now: float) -> ApiKey | None:
-        """Mark the key revoked (idempotent: a second revoke keeps the first time). None if unknown."""
+        """Mark the key revoked (idempotent: a second revoke keeps the first time) and end its dashboard
+        sessions, in one transaction. None if unknown."""
+        ...
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    async def insert_session(self, session: SessionRecord) -> None: ...
+
+    async def get_session(self, token_hash: str) -> SessionRecord | None:
+        """The session, ended or not; None if there is none (or it was pruned)."""
+        ...
+
+    async def end_session(self, token_hash: str, now: float) -> None:
+        """Mark it ended (idempotent: a second end keeps the first time)."""
+        ...
+
+    async def prune_sessions(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` sessions that ended or expired by ``now``; return how many."""
         ...
 
 
@@ -108,4 +146,6 @@ __all__: Sequence[str] = (
     "IdempotencyRecord",
     "IdempotencyStore",
     "KeyStore",
+    "SessionRecord",
+    "SessionStore",
 )

@@ -1,5 +1,7 @@
-"""The webhook store: endpoints, the delivery outbox, attempts and inbound hooks (an optional port beside
-the Store, implemented for memory, SQLite and PostgreSQL; tables: migration ``0005_webhooks``).
+"""The webhook store: endpoints, the delivery outbox, attempts, inbound hooks and the receipts of their
+events (an optional port beside the Store, implemented for memory, SQLite and PostgreSQL; tables: migrations
+``0005_webhooks`` and ``0011_sessions_hooks``). Values in and out carry secrets in clear; the SQL stores seal
+them at rest (:mod:`jobengine.secretbox`).
 
 Deliveries are an outbox: ``fan_out`` moves a named cursor over the event log from ``expected`` to ``new``
 (compare-and-set) and inserts the deliveries of those events in the same transaction, so two dispatchers
@@ -90,13 +92,42 @@ class WebhookStore(Protocol):
 
     # -- inbound hooks --------------------------------------------------------------------------------
     async def insert_inbound(self, hook: InboundHook) -> bool:
-        """False when the name is taken."""
+        """False when the tenant already has a hook of that name (names are per tenant)."""
         ...
 
-    async def get_inbound(self, name: str, tenant: str | None = None) -> InboundHook | None: ...
+    async def get_inbound(self, name: str, tenant: str) -> InboundHook | None: ...
+
+    async def inbound_named(self, name: str) -> list[InboundHook]:
+        """The hooks of that name in every tenant, by tenant."""
+        ...
 
     async def list_inbound(self, tenant: str) -> list[InboundHook]: ...
 
-    async def delete_inbound(self, name: str, tenant: str) -> bool: ...
+    async def delete_inbound(self, name: str, tenant: str) -> bool:
+        """Delete it with its receipts."""
+        ...
+
+    async def claim_inbound_event(self, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        """Record that ``hook`` received the event ``event_id`` at ``now``, atomically: False (nothing written)
+        when it already did within ``window`` seconds before (a replay)."""
+        ...
+
+    async def release_inbound_event(self, tenant: str, hook: str, event_id: str) -> None:
+        """Forget a receipt whose event could not be handled, so that the sender's retry is not a replay."""
+        ...
+
+    async def prune_inbound_events(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` receipts recorded at or before ``before``; return how many."""
+        ...
+
+    # -- secrets at rest ------------------------------------------------------------------------------
+    async def reseal_secrets(self) -> int:
+        """Seal every stored secret that is clear or sealed with an older key with the first key (a store that
+        keeps nothing at rest: 0). Returns how many rows changed. Raises ConfigError without a key."""
+        ...
+
+    async def count_stale_secrets(self) -> int:
+        """How many stored secrets :meth:`reseal_secrets` would rewrite."""
+        ...
 
     async def close(self) -> None: ...

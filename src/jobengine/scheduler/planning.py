@@ -31,13 +31,15 @@ PlannerFn = Callable[["PlanContext"], "Sequence[Json] | Awaitable[Sequence[Json]
 @dataclass(frozen=True, slots=True)
 class PlanContext:
     """What a planner function is told. ``tick`` None: a manual trigger or a retry. ``dry_run``: a
-    simulation asks (nothing will be created; a planner with side effects should skip them)."""
+    simulation asks (nothing will be created; a planner with side effects should skip them).
+    ``trigger_data``: the JSON that came with a trigger (an inbound hook's event), else None."""
 
     schedule_id: ScheduleId
     spec: ScheduleSpec
     tick: float | None
     trigger: RunTrigger
     dry_run: bool = False
+    trigger_data: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,8 @@ async def plan_run(
     are no items, or ``error`` when planning failed."""
     now = run.created_at
     try:
-        items = await items_of(planners, PlanContext(run.schedule_id, spec, run.tick, run.trigger, dry_run))
+        ctx = PlanContext(run.schedule_id, spec, run.tick, run.trigger, dry_run, run.trigger_data)
+        items = await items_of(planners, ctx)
         run_at = None
         if run.tick is not None and spec.jitter:
             run_at = run.tick + firing.jitter_offset(run.schedule_id, run.tick, spec.jitter)
@@ -154,9 +157,10 @@ def new_run(
     actor: str | None = None,
     parent_id: RunId | None = None,
     fired_by: str | None = None,
+    trigger_data: Json = None,
 ) -> Run:
     return Run(
         id=run_id, schedule_id=schedule_id, tenant=tenant, state=RunState.QUEUED, trigger=trigger,
         created_at=now, updated_at=now, tick=tick, reason=reason, actor=actor, parent_id=parent_id,
-        fired_by=fired_by,
+        fired_by=fired_by, trigger_data=trigger_data,
     )  # fmt: skip

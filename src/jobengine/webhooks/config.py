@@ -1,4 +1,5 @@
-"""The ``webhook_*`` settings: validation (called by Settings) and the values the dispatcher uses."""
+"""The ``webhook_*``, ``inbound_*`` and ``secret_keys`` settings: validation (called by Settings) and the
+values the dispatcher uses."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ def check_webhook_settings(s: Settings) -> None:
         raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
     if s.webhook_secret_overlap < 0:
         raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
+    if s.inbound_max_body_bytes < 1024:
+        raise ConfigError("inbound_max_body_bytes: must be at least 1024")
+    if s.inbound_tolerance <= 0:
+        raise ConfigError("inbound_tolerance: must be a positive number of seconds")
+    # A signed timestamp is accepted from tolerance before to tolerance after its time: its id must be
+    # remembered at least that long, or a replay late in that span would pass.
+    if s.inbound_replay_window < 2 * s.inbound_tolerance:
+        raise ConfigError("inbound_replay_window: must be at least twice inbound_tolerance")
+    if s.secret_keys:
+        from jobengine.secretbox import SecretBox
+
+        SecretBox(s.secret_keys)  # a malformed key fails here, naming the setting
     if s.webhook_allow_hosts:  # only then is the SSRF module loaded: most processes never send a webhook
         try:
             address_policy(s)

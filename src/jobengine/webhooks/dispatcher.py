@@ -65,10 +65,15 @@ class WebhookDispatcher:
         self._wake.set()
 
     async def start(self) -> None:
-        """Checks the rate limiter first: ``redis`` without a reachable Redis fails here, clearly."""
+        """Checks the rate limiter first: ``redis`` without a reachable Redis fails here, clearly. Then seals
+        stored secrets that need it (``Webhooks.seal_stale_secrets``; a failure is logged, not fatal)."""
         if self._task is not None and not self._task.done():
             return
         await self.webhooks.limiter.check()
+        try:  # secrets stored in clear (before they were sealed) or under an older key are sealed now
+            await self.webhooks.seal_stale_secrets()
+        except Exception:
+            log.exception("could not seal the stored webhook secrets; they stay as they are")
         self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
                                          timeout=httpx.Timeout(self.settings.webhook_timeout))  # fmt: skip
         self.engine.bus.add_listener(self._on_events)

@@ -56,7 +56,8 @@ def attempt_to_json(a: Attempt) -> dict[str, Any]:
 
 def inbound_to_json(h: InboundHook, *, with_secret: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"name": h.name, "schedule_id": h.schedule, "enabled": h.enabled,
-                           "url_path": f"/api/v1/hooks/{h.name}", "created_at": _t(h.created_at)}  # fmt: skip
+                           "url_path": f"/api/v1/hooks/{h.tenant}/{h.name}", "template": h.template.to_json(),
+                           "created_at": _t(h.created_at)}  # fmt: skip
     if with_secret:
         out["secret"] = h.secret
     return out

@@ -3,17 +3,19 @@ resends and inbound hooks, validated here so every edge refuses bad input the sa
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from jobengine.core import codec
 from jobengine.core.clock import iso
 from jobengine.core.ids import uuid7
-from jobengine.core.models import Event
+from jobengine.core.mapping import TriggerMapping
+from jobengine.core.models import Event, Json
 from jobengine.core.runs import Run
-from jobengine.errors import AlreadyExists, NotFound
+from jobengine.errors import AlreadyExists, ConfigError, IllegalState, NotFound
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.webhooks import WebhookStore
 from jobengine.serialize import event_to_json
@@ -26,6 +28,9 @@ from jobengine.webhooks.model import (
     Delivery,
     Endpoint,
     InboundHook,
+    InboundLimited,
+    InboundRefused,
+    InboundReplay,
     InvalidWebhook,
     check_filter,
     check_name,
@@ -39,6 +44,10 @@ if TYPE_CHECKING:
 #: The dispatcher's cursor over the event log.
 CURSOR: Final = "webhooks"
 _UNSET: Final[Any] = object()
+#: Checked against when no hook of the name exists: a fixed secret nobody signs with.
+_DECOY: Final = signing.PREFIX + "ZGVjb3ktc2VjcmV0LW5vYm9keS1zaWducy13aXRoLWl0"
+
+log = logging.getLogger("jobengine.webhooks")
 
 
 def delivery_body(event: Event) -> str:
@@ -208,16 +217,31 @@ class Webhooks:
         return delivery
 
     # -- inbound hooks --------------------------------------------------------------------------------
-    async def create_inbound(self, tenant: str, name: str, schedule: str, *, secret: str | None = None) -> InboundHook:
-        """``POST /api/v1/hooks/{name}`` signed with the secret triggers a run of the tenant's ``schedule``."""
+    async def create_inbound(
+        self,
+        tenant: str,
+        name: str,
+        schedule: str,
+        *,
+        secret: str | None = None,
+        template: Mapping[str, Any] | None = None,
+    ) -> InboundHook:
+        """``POST /api/v1/hooks/{tenant}/{name}`` signed with the secret triggers a run of the tenant's
+        ``schedule`` with the event's JSON; ``template`` (``{"payload": {key: pointer}, "items": pointer}``,
+        :mod:`jobengine.core.mapping`) maps parts of it into the jobs. The secret defaults to a new
+        ``whsec_`` one (what Standard Webhooks libraries take). Raises InvalidJob naming the field,
+        AlreadyExists when the tenant has a hook of that name."""
         check_name(name)
         if secret is not None and not (isinstance(secret, str) and 16 <= len(secret) <= 200):
             raise InvalidWebhook("secret", "must be 16 to 200 characters")
+        mapping = TriggerMapping.from_json(template)
         try:
             found = await self.engine.get_schedule(schedule, tenant)
         except NotFound:
             raise InvalidWebhook("schedule", f"no schedule {schedule!r} in this tenant") from None
-        hook = InboundHook(name, tenant, found.id, secret or os.urandom(24).hex(), True, self.engine.clock.now())
+        mapping.check(found.spec.template)
+        hook = InboundHook(name, tenant, found.id, secret or signing.new_secret(), True, self.engine.clock.now(),
+                           mapping)  # fmt: skip
         if not await self.store.insert_inbound(hook):
             raise AlreadyExists("inbound hook", name)
         return hook
@@ -229,23 +253,100 @@ class Webhooks:
         if not await self.store.delete_inbound(name, tenant):
             raise NotFound("inbound hook", name)
 
-    async def inbound_hook(self, name: str) -> InboundHook | None:
-        return await self.store.get_inbound(name)
+    async def receive_inbound(self, tenant: str | None, name: str, body: bytes, headers: Mapping[str, str]) -> Run:
+        """An inbound event for hook ``name`` of ``tenant`` (None: of the tenant whose hook of that name the
+        signature is from); ``headers`` by lower-case name. In order, each refusal leaving nothing written:
 
-    async def inbound_wait(self, hook: InboundHook) -> float:
-        """Count one request of ``hook`` against the limiter: 0, or the seconds to wait (nothing counted)."""
+        1. the signature (``signing.verify_inbound_request``): InboundRefused with :data:`NOT_SIGNED` alike
+           for a hook that does not exist or is disabled, an unsigned event and a wrong signature;
+        2. a Standard Webhooks timestamp within ``inbound_tolerance`` of now: InboundRefused naming
+           ``webhook-timestamp``;
+        3. the body: JSON (empty: null), else InvalidWebhook naming ``body``;
+        4. the hook's rate limit (the webhook limiter): InboundLimited;
+        5. the event's id not received within ``inbound_replay_window``: InboundReplay;
+        6. the run: ``trigger_schedule`` with the data and the hook's template (InvalidSchedule naming the
+           place in the body the template needs; the id is forgotten then, so a corrected event is no replay).
+        """
         s = self.settings
-        return await self.limiter.acquire(f"inbound:{hook.name}", s.webhook_rate_limit, s.webhook_rate_window)
+        hooks: Sequence[InboundHook | None] = (
+            await self.store.inbound_named(name) if tenant is None else [await self.store.get_inbound(name, tenant)]
+        )
+        matched: list[tuple[InboundHook, signing.InboundProof]] = []
+        for hook in hooks:
+            proof = signing.verify_inbound_request(hook.secret if hook else _DECOY, body, headers)
+            if hook is not None and proof is not None and hook.enabled:
+                matched.append((hook, proof))
+        if not hooks:  # the same work as for a hook that exists, so timing does not tell them apart either
+            signing.verify_inbound_request(_DECOY, body, headers)
+        if not matched:
+            raise InboundRefused()
+        if len(matched) > 1:
+            raise IllegalState(f"hooks named {name!r} in several tenants take this signature: post to "
+                               f"/api/v1/hooks/<tenant>/{name}")  # fmt: skip
+        hook, proof = matched[0]
+        now = self.engine.clock.now()
+        if proof.timestamp is not None and abs(now - proof.timestamp) > s.inbound_tolerance:
+            raise InboundRefused(f"webhook-timestamp is more than {s.inbound_tolerance:g} s away from the server's "
+                                 "clock (a replay, or a sender's clock that is off)", "webhook-timestamp")  # fmt: skip
+        data = _event_data(body)
+        wait = await self.limiter.acquire(f"inbound:{hook.tenant}:{hook.name}", s.webhook_rate_limit,
+                                          s.webhook_rate_window)  # fmt: skip
+        if wait > 0:
+            raise InboundLimited(hook.name, wait)
+        store = self.store
+        if not await store.claim_inbound_event(hook.tenant, hook.name, proof.event_id, now, s.inbound_replay_window):
+            raise InboundReplay(proof.event_id)
+        try:
+            return await self.engine.trigger_schedule(
+                hook.schedule, reason=f"inbound hook {hook.name}, event {proof.event_id}", tenant=hook.tenant,
+                actor=f"hook:{hook.name}", data=data, mapping=hook.template,
+            )  # fmt: skip
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await store.release_inbound_event(hook.tenant, hook.name, proof.event_id)
+            raise
 
-    async def trigger_inbound(self, hook: InboundHook, body: bytes) -> Run:
-        reason = f"inbound hook {hook.name} ({len(body)} bytes)"
-        return await self.engine.trigger_schedule(hook.schedule, reason=reason, tenant=hook.tenant,
-                                                  actor=f"hook:{hook.name}")  # fmt: skip
+    async def prune_inbound(self, limit: int = 10_000) -> int:
+        """Forget the ids of inbound events older than ``inbound_replay_window``; returns how many went."""
+        before = self.engine.clock.now() - self.settings.inbound_replay_window
+        return await self.store.prune_inbound_events(before, limit)
+
+    # -- secrets at rest ------------------------------------------------------------------------------
+    async def reseal_secrets(self) -> int:
+        """Seal every stored secret with the first of the keys (clear ones, and those of an older key): the
+        step of a key rotation, and of the migration of secrets stored in clear. Returns how many rows
+        changed. Raises ConfigError naming ``secret_keys`` when there is no key."""
+        return await self.store.reseal_secrets()
+
+    async def seal_stale_secrets(self) -> int:
+        """:meth:`reseal_secrets` if any stored secret needs it; when that cannot be done (no key, or a value
+        sealed with a key that is not configured), log why and leave them. The webhook dispatcher calls it as
+        it starts. Returns how many rows changed."""
+        stale = await self.store.count_stale_secrets()
+        if not stale:
+            return 0
+        try:
+            changed = await self.reseal_secrets()
+        except ConfigError as exc:
+            log.warning("%d stored webhook secret(s) are not sealed with the first secret key: %s", stale, exc)
+            return 0
+        log.info("sealed %d stored webhook secret(s) with the first of the secret keys", changed)
+        return changed
 
     async def close(self) -> None:
         if self._limiter is not None:
             await self._limiter.close()
             self._limiter = None
+
+
+def _event_data(body: bytes) -> Json:
+    """An inbound event's JSON (an empty body: null). Raises InvalidWebhook naming ``body``."""
+    if not body.strip():
+        return None
+    try:
+        return codec.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidWebhook("body", "must be JSON (the event)") from None
 
 
 def _check_description(description: object) -> str:

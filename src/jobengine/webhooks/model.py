@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
-from jobengine.errors import InvalidJob
+from jobengine.errors import InvalidJob, JobEngineError
 
 #: Delivery states: waiting for an attempt / delivered (2xx) / given up (window over, 410, endpoint gone).
 PENDING: Final = "pending"
@@ -26,6 +27,38 @@ _PATTERN_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-@]{1,200}(\.\*)?$|^\*$")
 
 class InvalidWebhook(InvalidJob):
     """A webhook endpoint or inbound hook is refused; ``field`` names the field, ``message`` says why."""
+
+
+#: What every inbound event without a valid signature is told, whatever the reason (no such hook, no
+#: signature, a wrong one): a sender without the secret learns nothing, not even whether the hook exists.
+NOT_SIGNED: Final = "the event is not signed by a known inbound hook"
+
+
+class InboundRefused(JobEngineError):
+    """An inbound event is refused before anything is written (HTTP 401). ``field`` names the header at
+    fault once the signature is valid (``webhook-timestamp``); None for :data:`NOT_SIGNED`."""
+
+    def __init__(self, message: str = NOT_SIGNED, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InboundReplay(JobEngineError):
+    """A validly signed inbound event whose id was received already within ``inbound_replay_window``
+    (HTTP 409): nothing is triggered again."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"event {event_id} was received already; it is not triggered again")
+        self.event_id = event_id
+
+
+class InboundLimited(JobEngineError):
+    """Over the hook's rate limit (HTTP 429): nothing was recorded; try again after ``wait`` seconds."""
+
+    def __init__(self, hook: str, wait: float) -> None:
+        super().__init__(f"over the rate limit of hook {hook!r}; retry later")
+        self.wait = wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +155,10 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class InboundHook:
-    """``POST /api/v1/hooks/{name}`` signed with ``secret`` (``X-Signature: sha256=<hex>``) triggers a run of
-    ``schedule`` (the tenant's schedule name or id)."""
+    """``POST /api/v1/hooks/{tenant}/{name}`` signed with ``secret`` (Standard Webhooks headers, or
+    ``X-Scheduler-Signature`` / ``X-Signature: sha256=<hex>``) triggers a run of ``schedule`` (the tenant's
+    schedule id) with the event's JSON; ``template`` maps parts of it into the jobs' payload or items.
+    Names are unique per tenant."""
 
     name: str
     tenant: str
@@ -131,6 +166,7 @@ class InboundHook:
     secret: str
     enabled: bool = True
     created_at: float = 0.0
+    template: TriggerMapping = field(default_factory=TriggerMapping)
 
 
 def check_name(value: object, field_name: str = "name") -> str:

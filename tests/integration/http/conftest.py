@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.engine import Engine
 from jobengine.http import create_app
 from jobengine.settings import Settings
@@ -32,6 +33,29 @@ class Api:
 
     async def key(self, tenant: str, *scopes: str) -> str:
         return (await self.engine.create_api_key(tenant, list(scopes)))[1]
+
+    async def session(self, key: str) -> str:
+        """The token of a new dashboard session of ``key`` (what the login form puts in the cookie)."""
+        found = await self.engine.authenticate(key)
+        assert found is not None
+        return (await self.engine.open_session(found))[1]
+
+
+@asynccontextmanager
+async def browser(api: Api, key: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """A client as a browser of the dashboard: a same-origin Origin and, with ``key``, the cookie of a
+    session opened with it (the cookie is Secure, which httpx sends over https only: set by hand here)."""
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=api.app), base_url="http://dash", headers={"Origin": "http://dash"}
+    ) as client:
+        if key is not None:
+            client.cookies.set(COOKIE, await api.session(key))
+        yield client
+
+
+def form(client: httpx.AsyncClient, **fields: str) -> dict[str, str]:
+    """A dashboard form's fields with the CSRF token of the client's session."""
+    return {"csrf": csrf_token(client.cookies[COOKIE]), **fields}
 
 
 def settings_for(tmp_path: Path, **overrides: object) -> Settings:

@@ -12,35 +12,22 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from jobengine.core.clock import ManualClock
 from jobengine.core.models import JobFilter
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.core.states import JobState
-from jobengine.dashboard.session import COOKIE, csrf_token
+from jobengine.dashboard.session import COOKIE
 from jobengine.http.server import ApiService
 
-from .conftest import Api, MakeApi
+from .conftest import Api, MakeApi, browser, form
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def browser(api: Api, key: str | None = None) -> httpx.AsyncClient:
-    """A client as a browser of the dashboard: the session cookie (when given) and a same-origin Origin."""
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=api.app), base_url="http://dash", headers={"Origin": "http://dash"}
-    )
-    if key is not None:
-        client.cookies.set(COOKIE, key)
-    return client
 
 
 @pytest.fixture
 async def acme_ui(api: Api) -> AsyncIterator[httpx.AsyncClient]:
     async with browser(api, api.keys["acme"]) as c:
         yield c
-
-
-def form(api: Api, tenant: str = "acme", **fields: str) -> dict[str, str]:
-    return {"csrf": csrf_token(api.keys[tenant]), **fields}
 
 
 async def test_login_sets_the_cookie_and_a_bad_key_is_refused_naming_the_field(api: Api) -> None:
@@ -51,8 +38,10 @@ async def test_login_sets_the_cookie_and_a_bad_key_is_refused_naming_the_field(a
         r = await c.post("/login", data={"key": api.keys["acme"], "next": "/jobs"})
         assert r.status_code == 303 and r.headers["location"] == "/jobs"
         cookie = r.headers["set-cookie"]
-        for flag in ("HttpOnly", "Secure", "SameSite=strict", "Path=/"):
+        for flag in ("HttpOnly", "Secure", "SameSite=strict", "Path=/", "Max-Age=43200"):
             assert flag in cookie
+        token = r.cookies[COOKIE]  # a random session token, never the key
+        assert token.startswith("js_") and api.keys["acme"] not in cookie
         # Only paths of this site are followed after logging in.
         for target in ("//evil.example/x", "https://evil.example/", "/\\evil"):
             r = await c.post("/login", data={"key": api.keys["acme"], "next": target})
@@ -110,7 +99,7 @@ async def test_another_tenants_records_are_not_found(api: Api, acme_ui: httpx.As
     assert r.status_code == 404 and "salary" not in r.text
     r = await acme_ui.get("/jobs")
     assert theirs.id not in r.text
-    r = await acme_ui.post(f"/jobs/{theirs.id}/cancel", data=form(api))
+    r = await acme_ui.post(f"/jobs/{theirs.id}/cancel", data=form(acme_ui))
     assert r.status_code == 404
     assert (await api.engine.get_job(theirs.id)).state is JobState.QUEUED
     assert (await acme_ui.get(f"/ui/stream/job/{theirs.id}")).status_code == 404
@@ -121,18 +110,18 @@ async def test_actions_need_the_csrf_token_the_origin_and_the_scope(api: Api) ->
     async with browser(api, api.keys["acme"]) as c:
         assert (await c.post(f"/jobs/{job.id}/cancel", data={})).status_code == 403
         assert (await c.post(f"/jobs/{job.id}/cancel", data={"csrf": "0" * 64})).status_code == 403
-        r = await c.post(f"/jobs/{job.id}/cancel", data=form(api), headers={"Origin": "http://evil.example"})
+        r = await c.post(f"/jobs/{job.id}/cancel", data=form(c), headers={"Origin": "http://evil.example"})
         assert r.status_code == 403
     assert (await api.engine.get_job(job.id)).state is JobState.QUEUED
     reader = await api.key("acme", "jobs:read")
     async with browser(api, reader) as c:
         assert (await c.get(f"/jobs/{job.id}")).status_code == 200
-        r = await c.post(f"/jobs/{job.id}/cancel", data={"csrf": csrf_token(reader)})
+        r = await c.post(f"/jobs/{job.id}/cancel", data=form(c))
         assert r.status_code == 403 and "jobs:write" in r.text
         assert (await c.get("/schedules")).status_code == 403  # schedules:read
     assert (await api.engine.get_job(job.id)).state is JobState.QUEUED
     async with browser(api, api.keys["acme"]) as c:
-        r = await c.post(f"/jobs/{job.id}/cancel", data=form(api, reason="not needed"))
+        r = await c.post(f"/jobs/{job.id}/cancel", data=form(c, reason="not needed"))
         assert r.status_code == 303 and r.headers["location"].startswith(f"/jobs/{job.id}?done=")
     cancelled = await api.engine.get_job(job.id)
     assert cancelled.state is JobState.CANCELLED and cancelled.reason == "not needed"
@@ -144,49 +133,49 @@ async def test_bad_input_names_the_field_and_writes_nothing(api: Api, acme_ui: h
                           ({"cursor": "x" * 101}, "cursor"), ({"q": "x" * 201}, "q")):  # fmt: skip
         r = await acme_ui.get("/jobs", params=params)
         assert r.status_code == 422 and f"<strong>{field}</strong>" in r.text, (params, r.text[-300:])
-    r = await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="lots"))
+    r = await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="lots"))
     assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
-    r = await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="0"))
+    r = await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="0"))
     assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
     assert "billing" not in await e.queue_settings(fresh=True)
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
     schedule = await e.create_schedule(spec)
-    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(api, reason=" "))
+    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(acme_ui, reason=" "))
     assert r.status_code == 422 and "<strong>reason</strong>" in r.text
     assert await e.list_runs() == []
     dead = await e.enqueue("invoice", tenant="acme")
-    r = await acme_ui.post(f"/jobs/{dead.id}/replay", data=form(api))
+    r = await acme_ui.post(f"/jobs/{dead.id}/replay", data=form(acme_ui))
     assert r.status_code == 409 and "only a dead job can be replayed" in r.text
-    r = await acme_ui.post(f"/jobs/{dead.id}/explode", data=form(api))
+    r = await acme_ui.post(f"/jobs/{dead.id}/explode", data=form(acme_ui))
     assert r.status_code == 404 and "<strong>action</strong>" in r.text
-    r = await acme_ui.post("/dead/purge", data=form(api, confirm="yes"))
+    r = await acme_ui.post("/dead/purge", data=form(acme_ui, confirm="yes"))
     assert r.status_code == 422 and "<strong>confirm</strong>" in r.text
 
 
 async def test_queue_schedule_and_run_actions(api: Api, acme_ui: httpx.AsyncClient) -> None:
     e = api.engine
     await e.enqueue("invoice", tenant="acme", queue="billing")
-    r = await acme_ui.post("/queues/billing/pause", data=form(api))
+    r = await acme_ui.post("/queues/billing/pause", data=form(acme_ui))
     assert r.status_code == 303
     assert (await e.queue_settings(fresh=True))["billing"].paused
-    await acme_ui.post("/queues/billing/limit", data=form(api, concurrency="4"))
+    await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="4"))
     assert (await e.queue_settings(fresh=True))["billing"].concurrency == 4
-    await acme_ui.post("/queues/billing/resume", data=form(api))
+    await acme_ui.post("/queues/billing/resume", data=form(acme_ui))
     assert not (await e.queue_settings(fresh=True))["billing"].paused
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
     schedule = await e.create_schedule(spec)
-    r = await acme_ui.post(f"/schedules/{schedule.id}/pause", data=form(api))
+    r = await acme_ui.post(f"/schedules/{schedule.id}/pause", data=form(acme_ui))
     assert r.status_code == 303 and not (await e.get_schedule(schedule.id)).spec.enabled
-    r = await acme_ui.post(f"/schedules/{schedule.id}/resume", data=form(api, back=f"/schedules/{schedule.id}"))
+    r = await acme_ui.post(f"/schedules/{schedule.id}/resume", data=form(acme_ui, back=f"/schedules/{schedule.id}"))
     assert r.headers["location"].startswith(f"/schedules/{schedule.id}?")
     assert (await e.get_schedule(schedule.id)).spec.enabled
-    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(api, reason="month end"))
+    r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(acme_ui, reason="month end"))
     (run,) = await e.list_runs()
     assert r.headers["location"].startswith(f"/runs/{run.id}") and run.reason == "month end"
     assert run.actor is not None and run.actor.startswith("dashboard:")
-    r = await acme_ui.post(f"/runs/{run.id}/cancel", data=form(api))
+    r = await acme_ui.post(f"/runs/{run.id}/cancel", data=form(acme_ui))
     assert r.status_code == 303 and (await e.get_run(run.id)).state.value == "cancelled"
-    r = await acme_ui.post(f"/runs/{run.id}/retry", data=form(api))
+    r = await acme_ui.post(f"/runs/{run.id}/retry", data=form(acme_ui))
     assert r.status_code == 303
     assert len(await e.list_runs()) == 2
 
@@ -210,16 +199,16 @@ async def test_dead_letter_replay_purge_and_failure_signatures(api: Api, acme_ui
     r = await acme_ui.get("/failures")
     assert "ValueError" in r.text and "ledger" in r.text and '<svg class="spark"' in r.text
     (key,) = re.findall(r'id="sig-([0-9a-f]+)"', r.text)
-    r = await acme_ui.post(f"/failures/{key}/non-retryable", data=form(api))
+    r = await acme_ui.post(f"/failures/{key}/non-retryable", data=form(acme_ui))
     assert r.status_code == 303
     assert (await e.get_signature(key, tenant="acme")).non_retryable
-    await acme_ui.post(f"/failures/{key}/resolve", data=form(api))
+    await acme_ui.post(f"/failures/{key}/resolve", data=form(acme_ui))
     assert (await e.get_signature(key, tenant="acme")).status.value == "resolved"
     r = await acme_ui.get("/dead")
     assert all(j.id in r.text for j in jobs) and "ValueError" in r.text
-    await acme_ui.post(f"/jobs/{jobs[0].id}/replay", data=form(api, back="/dead"))
+    await acme_ui.post(f"/jobs/{jobs[0].id}/replay", data=form(acme_ui, back="/dead"))
     assert (await e.get_job(jobs[0].id)).state is JobState.QUEUED
-    r = await acme_ui.post("/dead/purge", data=form(api, confirm="purge"))
+    r = await acme_ui.post("/dead/purge", data=form(acme_ui, confirm="purge"))
     assert r.status_code == 303 and "2+dead+job" in r.headers["location"]
     assert await e.list_jobs(JobFilter(tenant="acme", states=(JobState.DEAD,))) == []
     assert (await e.get_job(jobs[0].id)).state is JobState.QUEUED
@@ -279,7 +268,7 @@ async def test_live_streams_send_rendered_fragments_and_end_when_the_server_stop
         service = ApiService(api.engine, api.engine.settings, host="127.0.0.1", port=0, app=api.app)
         await service.start()
         try:
-            cookies = {COOKIE: api.keys["acme"]}
+            cookies = {COOKIE: await api.session(api.keys["acme"])}
             async with (
                 httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=10) as c,
                 c.stream("GET", "/ui/stream/overview") as overview,
@@ -343,6 +332,84 @@ async def test_a_key_without_jobs_read_cannot_log_in_and_logout_ends_the_session
         assert COOKIE not in r.headers.get("set-cookie", "")
     async with browser(api, api.keys["acme"]) as c:
         assert (await c.post("/logout", data={"csrf": "wrong"})).status_code == 403
-        r = await c.post("/logout", data=form(api))
+        r = await c.post("/logout", data=form(c))
         assert r.status_code == 303 and r.headers["location"] == "/login"
         assert f'{COOKIE}=""' in r.headers["set-cookie"] and "Max-Age=0" in r.headers["set-cookie"]
+
+
+def _session_cookie(response: httpx.Response) -> str:
+    assert response.status_code == 303, response.text
+    return response.cookies[COOKIE]
+
+
+def _use(client: httpx.AsyncClient, token: str) -> None:
+    """Send ``token`` as the session cookie (httpx keeps a Secure cookie for https only: set by hand)."""
+    client.cookies.clear()
+    client.cookies.set(COOKIE, token)
+
+
+async def test_logout_ends_the_session_and_its_old_cookie_opens_neither_the_dashboard_nor_the_api(api: Api) -> None:
+    async with browser(api) as c, api.client("") as anonymous:
+        token = _session_cookie(await c.post("/login", data={"key": api.keys["acme"]}))
+        other = _session_cookie(await c.post("/login", data={"key": api.keys["acme"]}))  # a second login
+        _use(c, token)
+        assert (await c.get("/jobs")).status_code == 200
+        as_bearer = await anonymous.get("/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+        assert as_bearer.status_code == 401  # the cookie is no API key
+        r = await c.post("/logout", data=form(c))
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        _use(c, token)  # the old cookie, kept (or stolen) after the logout
+        r = await c.get("/jobs")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+        assert (await c.post("/logout", data=form(c))).status_code == 303  # ends nothing more: to the login page
+        for header in ({"Authorization": f"Bearer {token}"}, {"X-API-Key": token}):
+            assert (await anonymous.get("/api/v1/jobs", headers=header)).status_code == 401
+        _use(c, other)  # the other login is a session of its own: still open
+        assert (await c.get("/jobs")).status_code == 200
+
+
+async def test_revoking_the_key_ends_its_sessions_at_once(api: Api) -> None:
+    key = await api.key("acme", "jobs:read")
+    key_id = key.split("_")[1]
+    async with browser(api, key) as c:
+        assert (await c.get("/")).status_code == 200
+        await api.engine.revoke_api_key(key_id)
+        r = await c.get("/")  # at once, within no cache time
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+        assert (await c.post("/login", data={"key": key})).status_code == 401
+
+
+async def test_a_session_expires_after_dashboard_session_seconds(make_api: MakeApi) -> None:
+    async with make_api(dashboard_session_seconds=600.0) as api:
+        clock = ManualClock(api.engine.clock.now())
+        api.engine.clock = clock  # the session's times are the engine's: moved by hand here
+        async with browser(api, api.keys["acme"]) as c:
+            assert (await c.get("/jobs")).status_code == 200
+            found = await api.engine.session(c.cookies[COOKIE])
+            assert found is not None and found[0].expires_at == clock.now() + 600.0
+            clock.advance(599.0)
+            assert (await c.get("/jobs")).status_code == 200
+            clock.advance(1.0)
+            r = await c.get("/jobs")
+            assert r.status_code == 303 and r.headers["location"].startswith("/login")
+            assert await api.engine.prune_sessions() == 1
+
+
+async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> None:
+    async with make_api(dashboard_refresh_seconds=0.05, sse_keepalive=0.2) as api:
+        service = ApiService(api.engine, api.engine.settings, host="127.0.0.1", port=0, app=api.app)
+        await service.start()
+        token = await api.session(api.keys["acme"])
+        try:
+            async with (
+                httpx.AsyncClient(base_url=service.url, cookies={COOKIE: token}, timeout=10) as c,
+                c.stream("GET", "/ui/stream/overview") as overview,
+            ):
+                lines = overview.aiter_lines()
+                assert [name for name, _ in await _frames(lines, 1)] == ["overview"]
+                await api.engine.end_session(token)  # a logout, from any process
+                async with asyncio.timeout(10):  # the stream ends (within a keep-alive or two)
+                    async for _ in lines:
+                        pass
+        finally:
+            await service.stop()

@@ -10,25 +10,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.ports.packs import PackStatus
 from support.packs import pack_bytes
 
-from .conftest import Api, MakeApi
+from .conftest import Api, MakeApi, browser, form
 
 pytestmark = pytest.mark.timeout(30)
 
 P = "/api/v1/packs"
 GZ = {"Content-Type": "application/gzip"}
 UI = ("jobs:read", "packs:read")
-
-
-def browser(api: Api, key: str) -> httpx.AsyncClient:
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=api.app), base_url="http://dash", headers={"Origin": "http://dash"}
-    )
-    client.cookies.set(COOKIE, key)
-    return client
 
 
 async def upload(api: Api, key: str, data: bytes) -> None:
@@ -101,19 +92,19 @@ async def test_workflow_actions_with_reasons_scopes_and_four_eyes(make_api: Make
         async with browser(api, reader) as c:  # no packs:approve: 403, nothing changed
             r = await c.get("/packs/hello/versions/1.0.0")
             assert r.status_code == 200 and "lacks the scope <code>packs:approve</code>" in r.text
-            r = await c.post(approve, data={"csrf": csrf_token(reader)})
+            r = await c.post(approve, data=form(c))
             assert r.status_code == 403 and "packs:approve" in r.text
         async with browser(api, await api.key("acme", "jobs:read")) as c:  # no packs:read: cannot even look
             assert (await c.get("/packs")).status_code == 403
         async with browser(api, both) as c:  # the uploader: four-eyes, with a clear message
             r = await c.get("/packs/hello/versions/1.0.0")
             assert 'id="four-eyes"' in r.text and 'action="/packs/hello/versions/1.0.0/approve"' not in r.text
-            r = await c.post(approve, data={"csrf": csrf_token(both)})
+            r = await c.post(approve, data=form(c))
             assert r.status_code == 403 and "four-eyes: your key uploaded hello@1.0.0" in r.text
         assert await status(api, "1.0.0") is PackStatus.PENDING
 
         async with browser(api, reviewer) as c:
-            token = csrf_token(reviewer)
+            token = form(c)["csrf"]
             assert (await c.post(approve, data={"csrf": "0" * 64})).status_code == 403  # CSRF
             r = await c.post(approve, data={"csrf": token}, headers={"Origin": "http://evil.example"})
             assert r.status_code == 403  # another site

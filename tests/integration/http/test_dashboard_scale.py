@@ -64,7 +64,7 @@ async def test_jobs_page_and_overview_with_100000_jobs(make_api: MakeApi) -> Non
         medians: dict[str, float] = {}
         cpu_ms: dict[str, float] = {}  # this process's CPU per request (a loaded machine inflates it less)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://dash", cookies={COOKIE: api.keys["acme"]}
+            transport=transport, base_url="http://dash", cookies={COOKIE: await api.session(api.keys["acme"])}
         ) as c:
             for path in PAGES:
                 first = await c.get(path)  # warm-up: templates compiled, the chart's recorder backfilled

@@ -5,6 +5,12 @@ COLUMN api_keys.revoked_at double precision NULL
 COLUMN api_keys.scopes ARRAY NOT NULL
 COLUMN api_keys.secret_hash text NOT NULL
 COLUMN api_keys.tenant text NOT NULL
+COLUMN dashboard_sessions.created_at double precision NOT NULL
+COLUMN dashboard_sessions.ended_at double precision NULL
+COLUMN dashboard_sessions.expires_at double precision NOT NULL
+COLUMN dashboard_sessions.key_id text NOT NULL
+COLUMN dashboard_sessions.tenant text NOT NULL
+COLUMN dashboard_sessions.token_hash text NOT NULL
 COLUMN events.at double precision NOT NULL
 COLUMN events.data jsonb NOT NULL DEFAULT '{}'::jsonb
 COLUMN events.id bigint NOT NULL IDENTITY
@@ -46,7 +52,12 @@ COLUMN inbound_hooks.enabled integer NOT NULL DEFAULT 1
 COLUMN inbound_hooks.name text NOT NULL
 COLUMN inbound_hooks.schedule text NOT NULL
 COLUMN inbound_hooks.secret text NOT NULL
+COLUMN inbound_hooks.template text NULL
 COLUMN inbound_hooks.tenant text NOT NULL
+COLUMN inbound_receipts.event_id text NOT NULL
+COLUMN inbound_receipts.hook text NOT NULL
+COLUMN inbound_receipts.received_at double precision NOT NULL
+COLUMN inbound_receipts.tenant text NOT NULL
 COLUMN job_dependencies.dep_id text NOT NULL COLLATE C
 COLUMN job_dependencies.job_id text NOT NULL COLLATE C
 COLUMN job_watermarks.job_id text NOT NULL COLLATE C
@@ -146,6 +157,7 @@ COLUMN runs.tenant text NOT NULL
 COLUMN runs.tick double precision NULL
 COLUMN runs.total integer NOT NULL DEFAULT 0
 COLUMN runs.trigger text NOT NULL
+COLUMN runs.trigger_data text NULL
 COLUMN runs.updated_at double precision NOT NULL
 COLUMN schedule_ticks.fired_at double precision NOT NULL
 COLUMN schedule_ticks.fired_by text NULL
@@ -227,13 +239,15 @@ COLUMN workers.tasks jsonb NOT NULL
 COLUMN workers.tenant text NULL
 COLUMN workers.version text NOT NULL
 CONSTRAINT api_keys.api_keys_pkey PRIMARY KEY (id)
+CONSTRAINT dashboard_sessions.dashboard_sessions_pkey PRIMARY KEY (token_hash)
 CONSTRAINT events.events_pkey PRIMARY KEY (id)
 CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = ANY (ARRAY['active'::text, 'resolved'::text, 'suppressed'::text])))
 CONSTRAINT flow_buckets.flow_buckets_pkey PRIMARY KEY (key)
 CONSTRAINT flow_limits.flow_limits_pkey PRIMARY KEY (queue)
 CONSTRAINT http_idempotency.http_idempotency_pkey PRIMARY KEY (tenant, key)
-CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (name)
+CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (tenant, name)
+CONSTRAINT inbound_receipts.inbound_receipts_pkey PRIMARY KEY (tenant, hook, event_id)
 CONSTRAINT job_dependencies.job_dependencies_pkey PRIMARY KEY (dep_id, job_id)
 CONSTRAINT job_watermarks.job_watermarks_pkey PRIMARY KEY (job_id, source, key)
 CONSTRAINT job_watermarks.job_watermarks_value_check CHECK ((jsonb_typeof(value) = ANY (ARRAY['number'::text, 'string'::text])))
@@ -261,10 +275,14 @@ CONSTRAINT webhook_endpoints.webhook_endpoints_pkey PRIMARY KEY (id)
 CONSTRAINT workers.workers_kind_check CHECK ((kind = ANY (ARRAY['local'::text, 'remote'::text])))
 CONSTRAINT workers.workers_pkey PRIMARY KEY (id)
 INDEX CREATE INDEX api_keys_tenant ON api_keys USING btree (tenant, created_at)
+INDEX CREATE INDEX dashboard_sessions_expires ON dashboard_sessions USING btree (expires_at)
+INDEX CREATE INDEX dashboard_sessions_key ON dashboard_sessions USING btree (key_id)
 INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
 INDEX CREATE INDEX failure_signatures_recent ON failure_signatures USING btree (tenant, last_seen)
 INDEX CREATE INDEX http_idempotency_expires ON http_idempotency USING btree (expires_at)
+INDEX CREATE INDEX inbound_hooks_name ON inbound_hooks USING btree (name)
+INDEX CREATE INDEX inbound_receipts_received ON inbound_receipts USING btree (received_at)
 INDEX CREATE INDEX job_dependencies_job ON job_dependencies USING btree (job_id)
 INDEX CREATE INDEX jobs_finished ON jobs USING btree (id) WHERE (state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'stale'::text]))
 INDEX CREATE INDEX jobs_lease_worker ON jobs USING btree (lease_worker) WHERE (state = 'running'::text)
@@ -285,12 +303,14 @@ INDEX CREATE INDEX webhook_deliveries_due ON webhook_deliveries USING btree (nex
 INDEX CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries USING btree (tenant, created_at)
 INDEX CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints USING btree (tenant, created_at)
 INDEX CREATE UNIQUE INDEX api_keys_pkey ON api_keys USING btree (id)
+INDEX CREATE UNIQUE INDEX dashboard_sessions_pkey ON dashboard_sessions USING btree (token_hash)
 INDEX CREATE UNIQUE INDEX events_pkey ON events USING btree (id)
 INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX flow_buckets_pkey ON flow_buckets USING btree (key)
 INDEX CREATE UNIQUE INDEX flow_limits_pkey ON flow_limits USING btree (queue)
 INDEX CREATE UNIQUE INDEX http_idempotency_pkey ON http_idempotency USING btree (tenant, key)
-INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (name)
+INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (tenant, name)
+INDEX CREATE UNIQUE INDEX inbound_receipts_pkey ON inbound_receipts USING btree (tenant, hook, event_id)
 INDEX CREATE UNIQUE INDEX job_dependencies_pkey ON job_dependencies USING btree (dep_id, job_id)
 INDEX CREATE UNIQUE INDEX job_watermarks_pkey ON job_watermarks USING btree (job_id, source, key)
 INDEX CREATE UNIQUE INDEX jobengine_migrations_pkey ON jobengine_migrations USING btree (version)

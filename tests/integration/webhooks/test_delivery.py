@@ -13,6 +13,7 @@ from collections.abc import Callable
 from standardwebhooks.webhooks import Webhook
 
 from jobengine.engine import Engine
+from jobengine.secretbox import new_key
 from jobengine.webhooks.model import ENDPOINT_DISABLED, FAILED, SUCCEEDED
 from tests.integration.webhooks.conftest import MakeEngine, dispatching
 from tests.support.webhook_receiver import Answer, Receiver
@@ -146,7 +147,7 @@ async def test_delivery_on_postgresql(postgres_dsn: str, receiver: Callable[[Ans
     rx = receiver(lambda n, r: (503, {}) if n == 1 else (200, {}))
     from tests.integration.webhooks.conftest import webhook_settings
 
-    async with Engine.from_settings(webhook_settings(postgres_dsn)) as engine:
+    async with Engine.from_settings(webhook_settings(postgres_dsn, secret_keys=(new_key(),))) as engine:
         endpoint = await engine.webhooks.create_endpoint("acme", rx.url, filter={"types": ["job.enqueued"]})
         async with dispatching(engine):
             jobs = [await engine.enqueue("t", {"n": i}, tenant="acme") for i in range(2)]

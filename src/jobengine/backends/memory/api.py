@@ -1,6 +1,6 @@
-"""The optional ports of the HTTP layer (keys, idempotency records, queue settings, filtered claims) for
-the in-memory store. Mixed into :class:`MemoryStore`; its state is created on first use, so the store's
-own constructor is left alone."""
+"""The optional ports of the HTTP layer (keys, dashboard sessions, idempotency records, queue settings,
+filtered claims) for the in-memory store. Mixed into :class:`MemoryStore`; its state is created on first use,
+so the store's own constructor is left alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, NewEvent
 from jobengine.core.states import JobState
 from jobengine.errors import StoreError
-from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
+from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord, SessionRecord
 from jobengine.ports.queues import QueueSettings
 
 
@@ -33,6 +33,7 @@ class _State(Protocol):
 @dataclass
 class _ApiState:
     keys: dict[str, ApiKey] = field(default_factory=dict)
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)
     idem: dict[tuple[str, str], IdempotencyRecord] = field(default_factory=dict)
     queues: dict[str, QueueSettings] = field(default_factory=dict)
 
@@ -66,7 +67,34 @@ class MemoryApiMixin:
             return None
         if key.revoked_at is None:
             key = keys[key_id] = replace(key, revoked_at=now)
+        sessions = self._api().sessions
+        for token_hash, session in list(sessions.items()):
+            if session.key_id == key_id and session.ended_at is None:
+                sessions[token_hash] = replace(session, ended_at=now)
         return key
+
+    # -- SessionStore -------------------------------------------------------------------------------
+    async def insert_session(self, session: SessionRecord) -> None:
+        sessions = self._api().sessions
+        if session.token_hash in sessions:
+            raise StoreError("session token is taken")
+        sessions[session.token_hash] = session
+
+    async def get_session(self, token_hash: str) -> SessionRecord | None:
+        return self._api().sessions.get(token_hash)
+
+    async def end_session(self, token_hash: str, now: float) -> None:
+        sessions = self._api().sessions
+        session = sessions.get(token_hash)
+        if session is not None and session.ended_at is None:
+            sessions[token_hash] = replace(session, ended_at=now)
+
+    async def prune_sessions(self, now: float, limit: int) -> int:
+        sessions = self._api().sessions
+        gone = [h for h, s in sessions.items() if s.expires_at <= now or (s.ended_at is not None and s.ended_at <= now)]
+        for token_hash in gone[:limit]:
+            del sessions[token_hash]
+        return len(gone[:limit])
 
     # -- IdempotencyStore ---------------------------------------------------------------------------
     async def claim_idempotency_key(

@@ -21,7 +21,8 @@ class MemoryWebhookStore:
         self._deliveries: dict[str, Delivery] = {}
         self._attempts: dict[str, list[Attempt]] = {}
         self._cursors: dict[str, int] = {}
-        self._inbound: dict[str, InboundHook] = {}
+        self._inbound: dict[tuple[str, str], InboundHook] = {}  # (tenant, name)
+        self._receipts: dict[tuple[str, str, str], float] = {}  # (tenant, hook, event id) -> received at
 
     async def insert_endpoint(self, endpoint: Endpoint) -> None:
         self._endpoints[endpoint.id] = endpoint
@@ -136,23 +137,48 @@ class MemoryWebhookStore:
         return d
 
     async def insert_inbound(self, hook: InboundHook) -> bool:
-        if hook.name in self._inbound:
+        if (hook.tenant, hook.name) in self._inbound:
             return False
-        self._inbound[hook.name] = hook
+        self._inbound[(hook.tenant, hook.name)] = hook
         return True
 
-    async def get_inbound(self, name: str, tenant: str | None = None) -> InboundHook | None:
-        h = self._inbound.get(name)
-        return h if h is not None and (tenant is None or h.tenant == tenant) else None
+    async def get_inbound(self, name: str, tenant: str) -> InboundHook | None:
+        return self._inbound.get((tenant, name))
+
+    async def inbound_named(self, name: str) -> list[InboundHook]:
+        return sorted((h for h in self._inbound.values() if h.name == name), key=lambda h: h.tenant)
 
     async def list_inbound(self, tenant: str) -> list[InboundHook]:
         return sorted((h for h in self._inbound.values() if h.tenant == tenant), key=lambda h: h.name)
 
     async def delete_inbound(self, name: str, tenant: str) -> bool:
-        if await self.get_inbound(name, tenant) is None:
+        if self._inbound.pop((tenant, name), None) is None:
             return False
-        del self._inbound[name]
+        for key in [k for k in self._receipts if k[:2] == (tenant, name)]:
+            del self._receipts[key]
         return True
+
+    async def claim_inbound_event(self, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+        seen = self._receipts.get((tenant, hook, event_id))
+        if seen is not None and seen > now - window:
+            return False
+        self._receipts[(tenant, hook, event_id)] = now
+        return True
+
+    async def release_inbound_event(self, tenant: str, hook: str, event_id: str) -> None:
+        self._receipts.pop((tenant, hook, event_id), None)
+
+    async def prune_inbound_events(self, before: float, limit: int) -> int:
+        old = sorted((at, key) for key, at in self._receipts.items() if at <= before)[:limit]
+        for _, key in old:
+            del self._receipts[key]
+        return len(old)
+
+    async def reseal_secrets(self) -> int:
+        return 0  # nothing is kept at rest
+
+    async def count_stale_secrets(self) -> int:
+        return 0
 
     async def close(self) -> None:
         return None

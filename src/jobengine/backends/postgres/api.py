@@ -1,6 +1,7 @@
-"""The optional ports of the HTTP layer on PostgreSQL: API keys, idempotency records, queue settings
-and the event log's bounds (tables: migration ``0003_api.sql``). Mixed into
-:class:`PostgresStore`; every statement goes through its pool, retry and error translation (``_run``)."""
+"""The optional ports of the HTTP layer on PostgreSQL: API keys, dashboard sessions, idempotency records,
+queue settings and the event log's bounds (tables: migrations ``0003_api.sql``,
+``0011_sessions_hooks.sql``). Mixed into :class:`PostgresStore`; every statement goes through its pool,
+retry and error translation (``_run``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,19 @@ from collections.abc import Sequence
 from jobengine.backends.postgres.mixin import Conn, Row, StoreCalls, qualify
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event
-from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
+from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord, SessionRecord
 from jobengine.ports.queues import QueueSettings
 
 _KEY_COLUMNS = "id, tenant, name, scopes, secret_hash, created_at, revoked_at"
+_SESSION_COLUMNS = "token_hash, key_id, tenant, created_at, expires_at, ended_at"
 _IDEM_COLUMNS = "tenant, key, fingerprint, created_at, expires_at, locked_until, status, content_type, body"
+
+# Revoke a key (the first time counts) and end its dashboard sessions, in one statement.
+_REVOKE = f"""WITH ended AS (
+    UPDATE {{s}}dashboard_sessions SET ended_at = %(now)s::float8 WHERE key_id = %(id)s::text AND ended_at IS NULL
+)
+UPDATE {{s}}api_keys SET revoked_at = coalesce(revoked_at, %(now)s::float8) WHERE id = %(id)s::text
+RETURNING {_KEY_COLUMNS}"""
 
 # Insert a claim, or take over an expired record or a lapsed one of the same request; no row: not ours.
 _CLAIM = """INSERT INTO {s}http_idempotency AS h (tenant, key, fingerprint, created_at, expires_at, locked_until)
@@ -96,10 +105,32 @@ class PostgresApiMixin:
         return [_key(r) for r in rows]
 
     async def revoke_api_key(self: StoreCalls, key_id: str, now: float) -> ApiKey | None:
-        q = (f"UPDATE {{s}}api_keys SET revoked_at = coalesce(revoked_at, %(now)s::float8) WHERE id = %(id)s::text "
-             f"RETURNING {_KEY_COLUMNS}")  # fmt: skip
-        rows = await self._rows(qualify(self, q), {"id": key_id, "now": now})
+        rows = await self._rows(qualify(self, _REVOKE), {"id": key_id, "now": now})
         return _key(rows[0]) if rows else None
+
+    # -- SessionStore -------------------------------------------------------------------------------
+    async def insert_session(self: StoreCalls, session: SessionRecord) -> None:
+        q = (f"INSERT INTO {{s}}dashboard_sessions ({_SESSION_COLUMNS}) VALUES (%(hash)s::text, %(key)s::text, "
+             "%(tenant)s::text, %(created)s::float8, %(expires)s::float8, %(ended)s::float8) RETURNING 1")  # fmt: skip
+        params = {"hash": session.token_hash, "key": session.key_id, "tenant": session.tenant,
+                  "created": session.created_at, "expires": session.expires_at, "ended": session.ended_at}  # fmt: skip
+        await self._rows(qualify(self, q), params, retry=False)
+
+    async def get_session(self: StoreCalls, token_hash: str) -> SessionRecord | None:
+        q = f"SELECT {_SESSION_COLUMNS} FROM {{s}}dashboard_sessions WHERE token_hash = %(hash)s::text"
+        rows = await self._rows(qualify(self, q), {"hash": token_hash})
+        return SessionRecord(*rows[0]) if rows else None
+
+    async def end_session(self: StoreCalls, token_hash: str, now: float) -> None:
+        q = ("UPDATE {s}dashboard_sessions SET ended_at = %(now)s::float8 WHERE token_hash = %(hash)s::text "
+             "AND ended_at IS NULL RETURNING 1")  # fmt: skip
+        await self._rows(qualify(self, q), {"hash": token_hash, "now": now})
+
+    async def prune_sessions(self: StoreCalls, now: float, limit: int) -> int:
+        q = ("DELETE FROM {s}dashboard_sessions WHERE token_hash IN (SELECT token_hash FROM {s}dashboard_sessions "
+             "WHERE expires_at <= %(now)s::float8 OR ended_at <= %(now)s::float8 LIMIT %(limit)s::int4) "
+             "RETURNING 1")  # fmt: skip
+        return len(await self._rows(qualify(self, q), {"now": now, "limit": limit}))
 
     # -- IdempotencyStore ---------------------------------------------------------------------------
     async def claim_idempotency_key(

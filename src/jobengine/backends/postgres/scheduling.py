@@ -24,11 +24,14 @@ from jobengine.backends.scheduling_rows import (
     RUN_WIDTH,
     SCHEDULE_WRITE_COLUMNS,
     SEGMENT_COLUMNS,
+    TRIGGER_DATA,
     run_from_row,
     run_values,
     schedule_from_row,
     schedule_values,
     segment_from_row,
+    trigger_data_value,
+    with_trigger_data,
 )
 from jobengine.core import firing
 from jobengine.core import runs as rn
@@ -151,8 +154,9 @@ class PostgresScheduling(PostgresSignatures):
             sets = ", ".join(f"{c} = %s" for c in RUN_COLUMNS.split(", ")[1:])
             await conn.execute(self._q(f"UPDATE {{s}}runs SET {sets} WHERE id = %s"), (*_run_params(run)[1:], run.id))
         else:
-            marks = ", ".join(["%s"] * RUN_WIDTH)
-            await conn.execute(self._q(f"INSERT INTO {{s}}runs ({RUN_COLUMNS}) VALUES ({marks})"), _run_params(run))
+            marks = ", ".join(["%s"] * (RUN_WIDTH + 1))
+            insert = f"INSERT INTO {{s}}runs ({RUN_COLUMNS}, {TRIGGER_DATA}) VALUES ({marks})"
+            await conn.execute(self._q(insert), (*_run_params(run), trigger_data_value(run)))
         if planned.jobs:
             phases = list(planned.phases) or [()] * len(planned.jobs)
             plan = InsertPlan.of(planned.jobs, now, phases, None)
@@ -342,7 +346,8 @@ class PostgresScheduling(PostgresSignatures):
         return [run_from_row(r) for r in rows]
 
     async def get_runs(self, ids: Sequence[RunId], tenant: str | None = None) -> list[Run]:
-        by_id = {r.id: r for r in await self._runs("id = ANY(%s)", (list(ids),))}
+        rows = await self._read(f"SELECT {RUN_COLUMNS}, {TRIGGER_DATA} FROM {{s}}runs WHERE id = ANY(%s)", (list(ids),))
+        by_id = {r.id: r for r in (with_trigger_data(run_from_row(row), row[RUN_WIDTH]) for row in rows)}
         return [r for i in ids if (r := by_id.get(i)) is not None and (tenant is None or r.tenant == tenant)]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:

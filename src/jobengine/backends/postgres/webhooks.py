@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from jobengine.backends.postgres import sql
 from jobengine.backends.webhooks_sql import Dialect, Row, SqlWebhookStore, WebhookSql
 from jobengine.errors import StoreError, StoreUnavailable
+from jobengine.secretbox import SecretBox
 
 
 class _Tx:
@@ -56,6 +57,7 @@ class _Runner:
             self._opened = False
 
 
-def postgres_webhook_store(dsn: str, schema: str) -> SqlWebhookStore:
-    dialect = Dialect(prefix=sql.prefix(schema), skip_locked=" FOR UPDATE OF d SKIP LOCKED", json_param="?::jsonb")
-    return SqlWebhookStore(WebhookSql(dialect), _Runner(dsn))
+def postgres_webhook_store(dsn: str, schema: str, box: SecretBox) -> SqlWebhookStore:
+    dialect = Dialect(prefix=sql.prefix(schema), skip_locked=" FOR UPDATE OF d SKIP LOCKED", json_param="?::jsonb",
+                      same="IS NOT DISTINCT FROM")  # fmt: skip
+    return SqlWebhookStore(WebhookSql(dialect, box), _Runner(dsn))

@@ -1,6 +1,7 @@
-"""The optional ports of the HTTP layer on SQLite: API keys, idempotency records, queue settings, filtered
-claims and the event log's bounds. Mixed into :class:`SqliteStore`, so every statement runs on the store's
-one thread and connection, in ``BEGIN IMMEDIATE`` for writes (tables: migration ``0003_api.sql``)."""
+"""The optional ports of the HTTP layer on SQLite: API keys, dashboard sessions, idempotency records, queue
+settings and the event log's bounds. Mixed into :class:`SqliteStore`, so every statement
+runs on the store's one thread and connection, in ``BEGIN IMMEDIATE`` for writes (tables: migrations
+``0003_api.sql``, ``0011_sessions_hooks.sql``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event
-from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord
+from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord, SessionRecord
 from jobengine.ports.queues import QueueSettings
 
 from .rows import append_events, json_list, select_jobs
@@ -20,6 +21,7 @@ from .rows import append_events, json_list, select_jobs
 T = TypeVar("T")
 
 _KEY_COLUMNS: Final = "id, tenant, name, scopes, secret_hash, created_at, revoked_at"
+_SESSION_COLUMNS: Final = "token_hash, key_id, tenant, created_at, expires_at, ended_at"
 _IDEM_COLUMNS: Final = "tenant, key, fingerprint, created_at, expires_at, locked_until, status, content_type, body"
 
 
@@ -111,10 +113,36 @@ class SqliteApiMixin:
     async def revoke_api_key(self: _Runs, key_id: str, now: float) -> ApiKey | None:
         def write(c: sqlite3.Connection) -> ApiKey | None:
             c.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, key_id))
+            c.execute("UPDATE dashboard_sessions SET ended_at = ? WHERE key_id = ? AND ended_at IS NULL", (now, key_id))
             row = c.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
             return _key(row) if row is not None else None
 
         return await self._write(write)
+
+    # -- SessionStore -------------------------------------------------------------------------------
+    async def insert_session(self: _Runs, session: SessionRecord) -> None:
+        row = (session.token_hash, session.key_id, session.tenant, session.created_at, session.expires_at,
+               session.ended_at)  # fmt: skip
+        await self._write(
+            lambda c: c.execute(f"INSERT INTO dashboard_sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", row)
+        )
+
+    async def get_session(self: _Runs, token_hash: str) -> SessionRecord | None:
+        def read(c: sqlite3.Connection) -> SessionRecord | None:
+            sql = f"SELECT {_SESSION_COLUMNS} FROM dashboard_sessions WHERE token_hash = ?"
+            row = c.execute(sql, (token_hash,)).fetchone()
+            return SessionRecord(*row) if row is not None else None
+
+        return await self._read(read)
+
+    async def end_session(self: _Runs, token_hash: str, now: float) -> None:
+        sql = "UPDATE dashboard_sessions SET ended_at = ? WHERE token_hash = ? AND ended_at IS NULL"
+        await self._write(lambda c: c.execute(sql, (now, token_hash)))
+
+    async def prune_sessions(self: _Runs, now: float, limit: int) -> int:
+        sql = ("DELETE FROM dashboard_sessions WHERE token_hash IN (SELECT token_hash FROM dashboard_sessions "
+               "WHERE expires_at <= ? OR ended_at <= ? LIMIT ?)")  # fmt: skip
+        return await self._write(lambda c: c.execute(sql, (now, now, limit)).rowcount)
 
     # -- IdempotencyStore ---------------------------------------------------------------------------
     async def claim_idempotency_key(

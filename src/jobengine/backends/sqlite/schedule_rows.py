@@ -13,11 +13,14 @@ from jobengine.backends.scheduling_rows import (
     SCHEDULE_COLUMNS,
     SIGNATURE_COLUMNS,
     SIGNATURE_WIDTH,
+    TRIGGER_DATA,
     run_from_row,
     run_values,
     schedule_from_row,
     signature_from_row,
     signature_values,
+    trigger_data_value,
+    with_trigger_data,
 )
 from jobengine.core.runs import Run
 from jobengine.core.schedules import Schedule
@@ -30,8 +33,9 @@ def select_schedules(conn: sqlite3.Connection, where: str, params: Sequence[Any]
 
 
 def insert_run(conn: sqlite3.Connection, run: Run) -> None:
-    marks = ", ".join("?" * RUN_WIDTH)
-    conn.execute(f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({marks})", run_values(run))
+    marks = ", ".join("?" * (RUN_WIDTH + 1))
+    sql = f"INSERT INTO runs ({RUN_COLUMNS}, {TRIGGER_DATA}) VALUES ({marks})"
+    conn.execute(sql, (*run_values(run), trigger_data_value(run)))
 
 
 def save_run(conn: sqlite3.Connection, run: Run) -> None:
@@ -43,6 +47,12 @@ def save_run(conn: sqlite3.Connection, run: Run) -> None:
 
 def select_runs(conn: sqlite3.Connection, where: str, params: Sequence[Any] = ()) -> list[Run]:
     return [run_from_row(r) for r in conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE {where}", params)]
+
+
+def select_runs_with_data(conn: sqlite3.Connection, where: str, params: Sequence[Any] = ()) -> list[Run]:
+    """As :func:`select_runs`, with each run's ``trigger_data``."""
+    rows = conn.execute(f"SELECT {RUN_COLUMNS}, {TRIGGER_DATA} FROM runs WHERE {where}", params)
+    return [with_trigger_data(run_from_row(r), r[RUN_WIDTH]) for r in rows]
 
 
 def upsert_signature(conn: sqlite3.Connection, s: Signature) -> None:

@@ -354,7 +354,11 @@ class SqliteScheduling(SqliteSignatures):
 
     # -- reads --------------------------------------------------------------------------------------
     async def get_runs(self, ids: Sequence[RunId], tenant: str | None = None) -> list[Run]:
-        found = await self._store._read(lambda c: _runs_by_id(c, list(ids)))
+        def read(c: sqlite3.Connection) -> dict[str, Run]:
+            runs = sr.select_runs_with_data(c, "id IN (SELECT value FROM json_each(?))", (json_list(ids),))
+            return {r.id: r for r in runs}
+
+        found = await self._store._read(read)
         return [r for i in ids if (r := found.get(i)) is not None and (tenant is None or r.tenant == tenant)]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobengine.backends.webhooks_sql import HOT, WRITE, Dialect, Row, SqlWebhookStore, WebhookSql
+from jobengine.secretbox import SecretBox
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -36,5 +37,5 @@ class _Runner:
         return await self.store._read(lambda c: fn(_Tx(c)))
 
 
-def sqlite_webhook_store(store: SqliteStore) -> SqlWebhookStore:
-    return SqlWebhookStore(WebhookSql(Dialect()), _Runner(store))
+def sqlite_webhook_store(store: SqliteStore, box: SecretBox) -> SqlWebhookStore:
+    return SqlWebhookStore(WebhookSql(Dialect(), box), _Runner(store))

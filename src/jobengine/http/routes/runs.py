@@ -70,7 +70,9 @@ async def trigger_run(body: RunTriggerIn, request: Request, principal: Writer) -
 
 @router.get("/{run_id}", response_model=RunOut, responses=READ_ONE)
 async def get_run(run_id: RunIdPath, request: Request, principal: Reader) -> Response:
-    return json_response(run_to_json(await context(request).engine.get_run(run_id, principal.tenant)))
+    """The run, with ``trigger_data``: the JSON that came with its trigger (an inbound hook's event)."""
+    run = await context(request).engine.get_run(run_id, principal.tenant)
+    return json_response(run_to_json(run, with_trigger_data=True))
 
 
 @router.get("/{run_id}/jobs", response_model=RunJobsOut, responses=READ_ONE)

@@ -1,7 +1,6 @@
 """``/api/v1/webhooks`` (endpoints, deliveries, attempts, resend, inbound hooks; scopes ``webhooks:read`` /
-``webhooks:write``, tenant-scoped: another tenant's id is 404) and ``POST /api/v1/hooks/{name}`` (inbound
-event hooks: no API key, an ``X-Signature: sha256=<hex>`` HMAC of the raw body instead; 401 without a
-valid one, 429 with Retry-After over the rate limit, 202 with the run it triggered)."""
+``webhooks:write``, tenant-scoped: another tenant's id is 404) and ``POST /api/v1/hooks/{tenant}/{name}``
+(inbound events: no API key, a signature with the hook's secret instead; see :func:`receive`)."""
 
 from __future__ import annotations
 
@@ -14,12 +13,12 @@ from starlette.responses import Response
 
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
-from jobengine.http.problems import ProblemError, problem_responses
+from jobengine.http.problems import ProblemError, problem_response, problem_responses
 from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
 from jobengine.http.schemas import INTEGRAL, Strict
 from jobengine.serialize import run_to_json
-from jobengine.webhooks import signing
 from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json, inbound_to_json
+from jobengine.webhooks.model import InboundLimited, InboundRefused, InboundReplay
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 hooks = APIRouter(prefix="/api/v1/hooks", tags=["webhooks"])
@@ -28,6 +27,8 @@ Reader = Annotated[Principal, Depends(require("webhooks:read"))]
 Writer = Annotated[Principal, Depends(require("webhooks:write"))]
 Id = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 HookName = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")]
+#: Inbound paths take any name: one that cannot exist is refused like an unknown hook (401), not as malformed.
+AnyName = Annotated[str, Path(min_length=1, max_length=200)]
 Names = Annotated[
     list[Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^([A-Za-z0-9_.:\-@]+(\.\*)?|\*)$")]],
     Field(max_length=100),
@@ -69,10 +70,22 @@ class RotateIn(Strict):
     overlap: Annotated[StrictFloat, Field(ge=0, le=30 * 86400)] | None = None
 
 
+Pointer = Annotated[StrictStr, Field(max_length=500, pattern=r"^(/.*)?$")]
+
+
+class TemplateIn(Strict):
+    """How the event's JSON reaches the jobs: payload keys and the JSON Pointer (RFC 6901) of the value each
+    takes (``""``: the whole event); ``items``: the pointer of an array that becomes the run's items."""
+
+    payload: Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)], Pointer], Field(max_length=100)] = {}
+    items: Pointer | None = None
+
+
 class InboundIn(Strict):
     name: Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")]
     schedule: Annotated[StrictStr, Field(min_length=1, max_length=200)]
     secret: Annotated[StrictStr, Field(min_length=16, max_length=200)] | None = None
+    template: TemplateIn | None = None
 
 
 # -- endpoints --------------------------------------------------------------------------------------------
@@ -178,9 +191,12 @@ async def resend(delivery_id: Id, request: Request, principal: Writer) -> Respon
 # -- inbound hooks ----------------------------------------------------------------------------------------
 @router.post("/inbound", status_code=201, responses=WRITE)
 async def create_inbound(body: InboundIn, request: Request, principal: Writer) -> Response:
-    """``POST /api/v1/hooks/{name}`` signed with the secret (shown once) will trigger a run of ``schedule``."""
+    """``POST /api/v1/hooks/{tenant}/{name}`` signed with the secret (shown once; a new ``whsec_`` one by
+    default) will trigger a run of ``schedule`` with the event; ``template`` maps parts of it into the jobs.
+    Names are per tenant (409 for a name this tenant already has)."""
+    template = body.template.model_dump() if body.template is not None else None
     hook = await context(request).engine.webhooks.create_inbound(
-        principal.tenant, body.name, body.schedule, secret=body.secret
+        principal.tenant, body.name, body.schedule, secret=body.secret, template=template
     )
     return json_response(inbound_to_json(hook, with_secret=True), 201)
 
@@ -197,21 +213,42 @@ async def delete_inbound(name: HookName, request: Request, principal: Writer) ->
     return Response(status_code=204)
 
 
-@hooks.post("/{name}", status_code=202, responses=problem_responses(401, 404, 413, 429, 503))
-async def receive(name: HookName, request: Request) -> Response:
-    """An inbound event: ``X-Signature: sha256=<hex HMAC-SHA256 of the raw body>`` with the hook's secret.
-    Triggers a run of the hook's schedule (202 with the run)."""
-    webhooks = context(request).engine.webhooks
-    hook = await webhooks.inbound_hook(name)
-    if hook is None or not hook.enabled:
-        raise ProblemError(404, f"no inbound hook {name!r}")
+_HOOK_ANSWERS = problem_responses(401, 409, 413, 422, 429, 503)
+
+
+@hooks.post("/{tenant}/{name}", status_code=202, responses=_HOOK_ANSWERS)
+async def receive(tenant: AnyName, name: AnyName, request: Request) -> Response:
+    """An inbound event for the tenant's hook ``name``, signed with its secret in either style:
+
+    - Standard Webhooks: ``webhook-id``, ``webhook-timestamp`` (within ``inbound_tolerance`` of now) and
+      ``webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">``;
+    - ``X-Scheduler-Signature`` (or ``X-Signature``): ``sha256=<hex HMAC-SHA256 of the raw body>``; the
+      event's id is then its signature, so the same body is the same event.
+
+    The body is the event's JSON (at most ``inbound_max_body_bytes``: 413; not JSON: 422 naming ``body``).
+    Triggers a run of the hook's schedule with it (202 with the run); the hook's template maps parts of it
+    into the jobs (422 naming the place in the body it lacks). 401 alike for an unknown hook, no signature or
+    a wrong one; 409 for an event id received within ``inbound_replay_window``; 429 with Retry-After over the
+    rate limit."""
+    return await _receive(request, tenant, name)
+
+
+@hooks.post("/{name}", status_code=202, responses=_HOOK_ANSWERS)
+async def receive_by_signature(name: AnyName, request: Request) -> Response:
+    """As ``/api/v1/hooks/{tenant}/{name}``, for the hook of that name whose secret signed the event, in
+    whichever tenant (409 when hooks of several tenants take the signature: use the path with the tenant)."""
+    return await _receive(request, None, name)
+
+
+async def _receive(request: Request, tenant: str | None, name: str) -> Response:
     body = await request.body()
-    if not signing.verify_inbound(hook.secret, body, request.headers.get("x-signature")):
-        raise ProblemError(401, "X-Signature must be sha256=<hex HMAC-SHA256 of the body> with the hook's secret",
-                           field="X-Signature")  # fmt: skip
-    wait = await webhooks.inbound_wait(hook)
-    if wait > 0:
-        raise ProblemError(429, f"over the rate limit of hook {name!r}; retry later",
-                           headers={"Retry-After": str(max(1, math.ceil(wait)))})  # fmt: skip
-    run = await webhooks.trigger_inbound(hook, body)
+    try:
+        run = await context(request).engine.webhooks.receive_inbound(tenant, name, body, request.headers)
+    except InboundRefused as exc:
+        # No instance: the answer to an event that is not signed is the same bytes whatever the path said.
+        return problem_response(401, exc.message, field=exc.field)
+    except InboundReplay as exc:
+        raise ProblemError(409, str(exc), field="webhook-id") from None
+    except InboundLimited as exc:
+        raise ProblemError(429, str(exc), headers={"Retry-After": str(max(1, math.ceil(exc.wait)))}) from None
     return json_response(run_to_json(run), 202)
