@@ -141,7 +141,15 @@ async def test_the_claim_reads_the_partial_runnable_index(store: PostgresStore, 
     await _fill(store, 2000, now)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
         await conn.execute("ANALYZE jobengine.jobs")
-        params = {"queue": "default", "limit": 10, "worker": "w", "expires": now + 30, "now": now}
+        params = {
+            "queue": "default",
+            "limit": 10,
+            "worker": "w",
+            "expires": now + 30,
+            "now": now,
+            "tasks": ["t"],
+            "tenant": None,
+        }
         cur = await conn.execute(b"EXPLAIN " + store._q.claim_one, params)
         plan = "\n".join(r[0] for r in await cur.fetchall())
     assert "jobs_runnable" in plan, plan
