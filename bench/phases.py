@@ -1,4 +1,4 @@
-"""The four phases of one run (``BENCHMARK.md``), each on a fresh store, each returning its measures.
+"""The four phases of one run (``bench/README.md``), each on a fresh store, each returning its measures.
 
 Times are taken with ``time.perf_counter``; the job records carry ``time.time()`` stamps because they
 cross processes (the producer's ``t`` and the worker's start).

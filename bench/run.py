@@ -1,6 +1,6 @@
 """The benchmark command: ``python -m bench`` or ``python bench/run.py``.
 
-Runs the standard workload (``BENCHMARK.md``) ``--runs`` times, every worker setting given in each run
+Runs the standard workload (``bench/README.md``) ``--runs`` times, every worker setting given in each run
 (interleaved: A B A B …), measures the machine's commit ceiling in the same runs, and prints one table
 of medians and spreads. ``--help`` lists the options; ``bench/README.md`` explains the phases.
 """
@@ -46,7 +46,7 @@ def _list(kind: type, text: str) -> list:  # type: ignore[type-arg]
 def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="The standard jobengine benchmark (BENCHMARK.md). Comma lists compare settings.",
+        description="The standard jobengine benchmark (bench/README.md). Comma lists compare settings.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--backend", choices=BACKENDS, default="sqlite")

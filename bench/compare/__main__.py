@@ -1,5 +1,5 @@
 """``python -m bench.compare --dsn postgresql://postgres@127.0.0.1/postgres``: jobengine on PostgreSQL against
-PgQueuer and Procrastinate, the standard workload of ``BENCHMARK.md``, on the same server, one table.
+PgQueuer and Procrastinate, the standard workload of ``bench/README.md``, on the same server, one table.
 
 - A separate virtual environment (``--venv``, default ``/tmp/jobengine-compare-venv``, never committed)
   gets ``pgqueuer`` and ``procrastinate`` from PyPI, plus this checkout (the drivers share the benchmark's

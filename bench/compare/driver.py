@@ -1,6 +1,6 @@
 """The standard workload on another job queue (runs in the comparison venv): ``python -m bench.compare.driver``.
 
-``phases <system> --dsn ... --json out.json`` runs the phases of ``BENCHMARK.md`` on ``system`` exactly as
+``phases <system> --dsn ... --json out.json`` runs the phases of ``bench/README.md`` on ``system`` exactly as
 :mod:`bench.phases` runs them on jobengine (same collector, same producer loops, fresh database per phase)
 and writes the measures as JSON. ``worker <system> ...`` is one worker process of the process and latency
 phases.

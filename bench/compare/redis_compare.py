@@ -1,5 +1,5 @@
 """``python -m bench.compare.redis_compare``: jobengine over Redis and NATS against RQ, arq, Celery, Dramatiq
-and Huey (Redis broker), the standard workload of ``BENCHMARK.md``, on the same machine, one table.
+and Huey (Redis broker), the standard workload of ``bench/README.md``, on the same machine, one table.
 
 - jobengine runs its own harness (``python -m bench --transport redis|nats``): the jobs' state is recorded
   in the store (``--backend``, SQLite by default, ``synchronous=FULL``) and delivered by the broker.

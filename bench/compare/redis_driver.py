@@ -1,7 +1,7 @@
 """The standard workload on a Redis-broker job queue (runs in a comparison venv):
 ``python -m bench.compare.redis_driver phases <system> --url redis://127.0.0.1:6379/<db> --setting ...``.
 
-The phases of ``BENCHMARK.md`` exactly as :mod:`bench.phases` runs them on jobengine (the same collector,
+The phases of ``bench/README.md`` exactly as :mod:`bench.phases` runs them on jobengine (the same collector,
 producer loops and clocks): each phase starts with FLUSHDB of the given database (the caller claimed it for
 this run alone). ``worker <system> ...`` is one worker process of the process and latency phases.
 """

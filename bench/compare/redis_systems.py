@@ -2,14 +2,14 @@
 
 Runs in a comparison venv (never this project's): ``/tmp/jobengine-compare-redis-venv`` (RQ, Celery,
 Dramatiq, Huey; redis-py 6+) and ``/tmp/jobengine-compare-arq-venv`` (arq pins redis-py below 6). Each system
-gets the standard job of ``BENCHMARK.md``: a no-op that receives ``(i, t)`` and sends one ``(i, t, now)``
+gets the standard job of ``bench/README.md``: a no-op that receives ``(i, t)`` and sends one ``(i, t, now)``
 datagram to the collector (:class:`bench.workload.Sink`), with results and retries turned off where the
 system keeps them by default, so that every system does the same work per job. Every phase starts from an
 empty Redis database (FLUSHDB of the db number the comparison claimed).
 
 Worker settings (``setting``, a string): RQ ``simple`` (a SimpleWorker: one job at a time, no fork per job);
 arq ``<max_jobs>``; Celery ``threads:<n>`` / ``solo`` / ``prefork:<n>``; Dramatiq ``<threads>``; Huey
-``thread:<n>`` / ``process:<n>``. Always 2 worker processes (``BENCHMARK.md``), except where the setting
+``thread:<n>`` / ``process:<n>``. Always 2 worker processes (``bench/README.md``), except where the setting
 itself makes processes (Celery prefork, Huey process): those say so in the table.
 """
 

@@ -297,8 +297,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
                 if wait < 0:
                     raise InvalidJob("delay", "must be >= 0 seconds")
                 at = self.clock.now() + wait
-        # By position, in NewJob's field order: keywords cost ~400 ns more per job (timeit), a sixth of
-        # building one.
+        # By position, in NewJob's field order (checked at import, above): this runs for every job enqueued
+        # (docs/decisions/0020-positional-construction.md).
         return NewJob(
             task,
             payload,

@@ -74,13 +74,13 @@ class Settings:
     # for it to fill, and after this take it for a rollback (see jobengine.feed).
     event_settle_grace: float = 5.0
     claim_max_wait: float = 30.0  # the longest long-poll of a remote worker's claim
-    # -- task packs (issue 8, jobengine.packs) --
+    # -- task packs (jobengine.packs; docs/packs.md) --
     packs_four_eyes: str = "auto"  # on | off | auto: on unless api_host is a loopback address
     packs_max_bytes: int = 16 * 1024 * 1024  # largest pack archive accepted (compressed)
     worker_packs: tuple[str, ...] = ()  # name@version (or @stable) of approved packs a worker loads
     packs_cache_dir: str = ""  # where workers unpack packs, by digest ("": ~/.cache/jobengine/packs)
     #: Where pack content lives: filesystem | s3 | database; "": filesystem on SQLite, database on PostgreSQL
-    #: (s3 on either when packs_s3_bucket is set). See jobengine.packs.storage and docs/architecture.md.
+    #: (s3 on either when packs_s3_bucket is set). See jobengine.packs.storage and docs/packs.md.
     packs_blob_store: str = ""
     packs_blob_dir: str = ""  # filesystem: the directory ("": beside the SQLite file, <database>.packs)
     packs_s3_bucket: str = ""  # s3: bucket, key prefix, endpoint ("": AWS) and region; credentials: AWS_* env
@@ -116,7 +116,7 @@ class Settings:
     inbound_replay_window: float = 86400.0
     # -- the queue transport: the ``queue:`` section (database | redis | nats), see jobengine.delivery.config --
     queue: QueueConfig = field(default_factory=QueueConfig)
-    # -- flow control (issue 7, jobengine.flow; see docs/architecture.md "Flow control") --
+    # -- flow control (jobengine.flow; docs/flow.md) --
     flow_limits: str = ""  # JSON (or a YAML mapping): {queue: {rate, burst, concurrency, hard_limit, ...}}
     flow_soft_limit: int = 0  # every queue's default soft / hard depth limit (0: none)
     flow_hard_limit: int = 0
@@ -203,7 +203,7 @@ class Settings:
         if path and not candidate.exists():
             raise ConfigError(f"config: {candidate} does not exist")
         if candidate.exists():
-            import yaml  # only when a file is read: 14 ms of every process's start otherwise
+            import yaml  # only when a file is read (docs/decisions/0023-lazy-imports.md)
 
             try:
                 loaded = yaml.safe_load(candidate.read_text()) or {}

@@ -6,12 +6,17 @@ tool's output when it fails. A tool that is not installed skips its test locally
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import io
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tokenize
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -125,3 +130,113 @@ def test_wheel_and_sdist_carry_sql_and_py_typed(tmp_path: Path) -> None:
         in_sdist = {name.split("/src/", 1)[1] for name in tf.getnames() if "/src/" in name}
     assert not expected - in_wheel, f"missing from the wheel: {sorted(expected - in_wheel)}"
     assert not expected - in_sdist, f"missing from the sdist: {sorted(expected - in_sdist)}"
+
+
+# -- Comments say why: history and figures live in docs/decisions/, bench/results/ and commit bodies --------
+
+#: An issue or a session number: history, which belongs in the commit body.
+_HISTORY = re.compile(r"\b(issue|session)s? ?#?\d+", re.IGNORECASE)
+#: A measurement (a before -> after time, a rate, an instruction count, a profiler's name): a decision's figure.
+_FIGURES = re.compile(
+    r"\d+(\.\d+)? ?(ms|µs|us|ns)\b.*(->|→)"
+    r"|(->|→) ?~?\d+(\.\d+)? ?(ms|µs|us|ns)\b"
+    r"|\bjobs/s\b"
+    r"|\b(callgrind|timeit)\b"
+    r"|\d[\d,.]* (more |fewer )?instructions\b"
+    r"|\b\d+(\.\d+)?x (faster|slower|cheaper|dearer)\b"
+    r"|[+-]\d+(\.\d+)?%",
+    re.IGNORECASE,
+)
+#: A decision cited by a comment: ``docs/decisions/0003-postgres-lane-connection.md``.
+_CITED = re.compile(r"docs/decisions/(\d{4}-[a-z0-9-]+\.md)")
+
+
+def _python_comments(text: str) -> Iterator[tuple[int, str]]:
+    """Every comment and every docstring (any string statement) of a Python source, with its line."""
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for offset, line in enumerate(node.value.value.splitlines()):
+                yield node.lineno + offset, line
+
+
+def _line_comments(text: str, marker: str) -> Iterator[tuple[int, str]]:
+    """The part of each line after ``marker`` outside a quoted string (SQL ``--``, TOML ``#``)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        quote = ""
+        for i, char in enumerate(line):
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif line.startswith(marker, i):
+                yield number, line[i:]
+                break
+
+
+def comment_offences(root: Path) -> list[str]:
+    """``path:line: text`` of every comment or docstring under ``root`` (src/jobengine, its migrations,
+    pyproject.toml) that carries an issue or session number or a measurement, or cites a decision that does
+    not exist."""
+    sources: list[tuple[Path, Iterator[tuple[int, str]]]] = []
+    for path in sorted((root / "src" / "jobengine").rglob("*.py")):
+        sources.append((path, _python_comments(path.read_text())))
+    for path in sorted((root / "src" / "jobengine").rglob("migrations/*.sql")):
+        sources.append((path, _line_comments(path.read_text(), "--")))
+    sources.append((root / "pyproject.toml", _line_comments((root / "pyproject.toml").read_text(), "#")))
+    decisions = {p.name for p in (root / "docs" / "decisions").glob("*.md")}
+    found = []
+    for path, comments in sources:
+        for number, text in comments:
+            missing = [name for name in _CITED.findall(text) if name not in decisions]
+            if _HISTORY.search(text) or _FIGURES.search(text) or missing:
+                found.append(f"{path.relative_to(root)}:{number}: {text.strip()}")
+    return found
+
+
+def test_comments_carry_no_issue_session_or_figures() -> None:
+    """Comments and docstrings say why; figures go in docs/decisions/ (cited by name), history in commits."""
+    found = comment_offences(ROOT)
+    assert not found, "move these to docs/decisions/ or the commit body (CONTRIBUTING.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# -- flow control (issue 7, jobengine.flow) --",
+        "# since session 6's faster ids",
+        "# 41.1 -> 39.3 ms, the batch phase",
+        "# at 200 jobs/s",
+        "# 6,000 -> 4,700 instructions per id (callgrind)",
+        "# keywords cost ~400 ns more per job (timeit)",
+        "# parsed 11x faster",
+        "# the batch phase +6%",
+        "# see docs/decisions/9999-no-such-decision.md",
+    ],
+)
+def test_the_comment_guard_catches(tmp_path: Path, text: str) -> None:
+    (tmp_path / "src" / "jobengine").mkdir(parents=True)
+    (tmp_path / "docs" / "decisions").mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / "src" / "jobengine" / "m.py").write_text(f'"""A module."""\n\n{text}\nX = 1\n')
+    assert comment_offences(tmp_path) == [f"src/jobengine/m.py:3: {text}"]
+
+
+def test_the_comment_guard_reads_docstrings_sql_and_toml_and_lets_the_why_pass(tmp_path: Path) -> None:
+    package = tmp_path / "src" / "jobengine"
+    (package / "migrations").mkdir(parents=True)
+    (tmp_path / "docs" / "decisions").mkdir(parents=True)
+    (tmp_path / "docs" / "decisions" / "0001-a.md").write_text("# 0001\n")
+    (package / "m.py").write_text(
+        '"""Why: one statement per batch (docs/decisions/0001-a.md); every 30 s, 5 ms at most."""\n\n'
+        'def f() -> None:\n    """Measured 5 ms -> 4 ms."""\n\nHELP = "rate (jobs/s)"  # a string, not a comment\n'
+    )
+    (package / "migrations" / "0001_x.sql").write_text("-- issue 3: the jobs table\nSELECT '-- issue 4';\n")
+    (tmp_path / "pyproject.toml").write_text('x = ["a#b"]  # fast (issue 8)\n')
+    assert comment_offences(tmp_path) == [
+        "src/jobengine/m.py:4: Measured 5 ms -> 4 ms.",
+        "src/jobengine/migrations/0001_x.sql:1: -- issue 3: the jobs table",
+        "pyproject.toml:1: # fast (issue 8)",
+    ]

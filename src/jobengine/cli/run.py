@@ -118,7 +118,8 @@ async def _up(settings: Settings) -> None:
         )
         first_start = not await engine.list_jobs(JobFilter(limit=1))
 
-        # Imported here: FastAPI costs ~1 s of start-up that commands without the API should not pay.
+        # Imported here: FastAPI is a large share of start-up that commands without the API should not pay
+        # (docs/decisions/0023-lazy-imports.md).
         from jobengine.cli.serve import dev_key
         from jobengine.http.server import ApiMaintenance, ApiService
         from jobengine.webhooks.dispatcher import WebhookDispatcher

@@ -29,10 +29,10 @@ class _Uuid7:
 
     The text of an id is made of three parts: the millisecond with the version digit (``xxxxxxxx-xxxx-7``),
     the counter (three hex digits) and the variant with 62 random bits (``-yxxx-xxxxxxxxxxxx``). The first
-    and last change once per millisecond and are kept as strings, so an id costs a lookup and two
-    concatenations (a fifth of the instructions of formatting a 128-bit integer each time). The random bits
-    are drawn afresh every millisecond (RFC 9562 allows any rand_b for uniqueness; within one millisecond of
-    one process the counter already tells ids apart)."""
+    and last change once per millisecond and are kept as strings, so an id costs a lookup and one f-string
+    instead of formatting a 128-bit integer each time (docs/decisions/0021-enqueue-client-instructions.md).
+    The random bits are drawn afresh every millisecond (RFC 9562 allows any rand_b for uniqueness; within
+    one millisecond of one process the counter already tells ids apart)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -50,15 +50,15 @@ class _Uuid7:
     def _block(self, ms: int) -> None:
         """The parts of the ids of millisecond ``ms`` (the lock held)."""
         h = "%012x" % ms  # noqa: UP031 - measurably faster than an f-string format spec here
-        # Ids need uniqueness, not secrecy: a PRNG seeded from the OS is ~20x cheaper than a urandom
+        # Ids need uniqueness, not secrecy: a PRNG seeded from the OS is far cheaper than a urandom
         # syscall, and the millisecond + counter prefix already orders them.
         r = "%016x" % ((0b10 << 62) | self._rng.getrandbits(62))
         self._head = f"{h[:8]}-{h[8:]}-7"
         self._tail = f"-{r[:4]}-{r[4:]}"
 
     def __call__(self) -> str:
-        # acquire / release rather than ``with``, and one f-string rather than two concatenations: 6,000 ->
-        # 4,700 instructions per id (callgrind, the clock stubbed); every NewJob draws one.
+        # acquire / release rather than ``with``, and one f-string rather than two concatenations: fewer
+        # instructions, and every NewJob draws an id (docs/decisions/0021-enqueue-client-instructions.md).
         lock = self._lock
         lock.acquire()
         try:
@@ -83,7 +83,7 @@ uuid7 = _Uuid7()
 
 
 #: A new job id: uuid7 itself, typed (a NewType is the identity at run time), so that NewJob's default
-#: costs no wrapper call (~1,000 instructions per job, callgrind).
+#: costs no wrapper call (docs/decisions/0021-enqueue-client-instructions.md).
 new_job_id = cast("Callable[[], JobId]", uuid7)
 
 

@@ -22,9 +22,9 @@ _T = TypeVar("_T")
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def value(cls: type[_T]) -> type[_T]:
     """A value object: immutable to the type checker (assigning a field is a mypy error), a plain slotted
-    dataclass at run time. A frozen dataclass sets each field through ``object.__setattr__``, which made a
-    ``Job`` cost ~10 us to build against ~1 us for this (measured with timeit); jobs are built on every
-    enqueue, claim and completion. Hashable like a frozen dataclass (by value)."""
+    dataclass at run time. A frozen dataclass sets each field through ``object.__setattr__``, which makes a
+    ``Job`` several times dearer to build (docs/decisions/0020-positional-construction.md); jobs are built
+    on every enqueue, claim and completion. Hashable like a frozen dataclass (by value)."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
@@ -75,8 +75,9 @@ class NewJob:
     schedule_id: ScheduleId | None = None
 
     def __post_init__(self) -> None:
-        # The usual job first, in one cached lookup and plain type checks (about half the instructions of
-        # the checks one by one); anything else (a bad value, an int subclass) gets the full checks below.
+        # The usual job first, in one cached lookup and plain type checks, cheaper than the checks one by one
+        # (docs/decisions/0021-enqueue-client-instructions.md); anything else (a bad value, an int subclass)
+        # gets the full checks below.
         try:
             names = _valid_names(self.task, self.queue, self.tenant)
         except TypeError:  # an unhashable name

@@ -1,6 +1,6 @@
 """Throughput and failures over time, for the overview's charts.
 
-The event log is the one source (DESIGN.md): a :class:`Recorder` reads the events appended since its last
+The event log is the one source: a :class:`Recorder` reads the events appended since its last
 read (``engine.read_settled_events``, every tenant, oldest first, never past an id that may still commit)
 whenever a page or stream asks for the series, and counts them per tenant in one-minute buckets, keeping
 the last ``BUCKETS``. No background task, so nothing to start or stop. On first use it reads back at most
@@ -89,9 +89,10 @@ class Recorder:
 class CountCache:
     """A tenant's job counts (``count_jobs``), shared by the open overview streams for ``ttl`` seconds.
 
-    On SQLite the count is one pass over the tenant's jobs (~40-90 ms of CPU at 100,000 jobs, measured with
-    ``bench/dashboard.py``); every open overview re-renders each ``dashboard_refresh_seconds``, so without
-    sharing, ten open tabs would spend most of a core counting. Pages (a person asked) always count afresh.
+    On SQLite the count is one pass over the tenant's jobs
+    (docs/decisions/0030-dashboard-counts-without-index.md); every open overview re-renders each
+    ``dashboard_refresh_seconds``, so without sharing, ten open tabs would spend most of a core counting.
+    Pages (a person asked) always count afresh.
     """
 
     def __init__(self, engine: Engine, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:

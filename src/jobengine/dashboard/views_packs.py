@@ -1,4 +1,4 @@
-"""Task packs (issue 8's registry, through ``engine.packs``): the packs, a pack's versions in semver order, a
+"""Task packs (the registry, through ``engine.packs``): the packs, a pack's versions in semver order, a
 version (manifest, digest, size, uploader, approvals, history) with approve / reject / deprecate / archive,
 and a line diff of two versions' manifests.
 

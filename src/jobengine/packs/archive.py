@@ -188,7 +188,7 @@ def extract(data: BinaryIO, target: str | Path, limits: Limits | None = None) ->
     try:
         if data.seekable():
             # A first pass that writes nothing: a hostile archive is refused before a single file exists
-            # (creating files is what costs: ~1 ms each on a slow disk, for 10,000 members).
+            # (creating files is what costs: docs/decisions/0029-pack-verification-at-upload.md).
             start = data.tell()
             _extract_into(data, tmp, limits or Limits(), write=False)
             data.seek(start)

@@ -64,7 +64,7 @@ class WorkerOptions:
     #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds: a job
     #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile, so its
     #: outcome is stored up to this much later. Each flush is a commit, whose WAL flush the database's other
-    #: commits queue behind (the measurements: docs/architecture.md, "Outcomes are batched"). Not waited
+    #: commits queue behind (docs/decisions/0004-worker-outcome-flush-spacing.md). Not waited
     #: out: FLUSH_EARLY outcomes waiting (a busy worker), or a job that others depend on
     #: (``Job.has_dependents``). 0: after every loop turn. The setting ``worker_flush_spacing``.
     flush_spacing: float = 0.05
@@ -87,9 +87,9 @@ def _tune_gc() -> None:
     """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (modules, the engine, the
     application's imports: long-lived, not garbage), so the collector's full passes stop re-scanning it, and
     collect the youngest generation after 7,000 allocations instead of 700 if nobody changed the default.
-    Jobs allocate many short-lived tracked objects (rows, jobs, events): measured on a worker draining 20,000
-    jobs, the collector took ~220 ms of its ~1.2 s CPU (5 full passes of 16-35 ms each), and 16 ms after
-    this. Garbage cycles made before the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
+    Jobs allocate many short-lived tracked objects (rows, jobs, events), and the collector's full passes
+    re-scanned every module each time (docs/decisions/0009-worker-gc-tuning.md). Garbage cycles made before
+    the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
     the interpreter's settings; so does a process that froze objects itself (or whose first worker did)."""
     if not gc.isenabled() or gc.get_freeze_count():
         return

@@ -34,7 +34,8 @@ from jobengine.errors import IdempotencyConflict, InvalidJob, StoreError, Unknow
 from jobengine.ports.watermarks import Watermark
 
 Conn = psycopg.AsyncConnection[Any]
-_DEPENDS_ON = attrgetter("depends_on")  # in C: any() over a generator costs ~250 instructions per job
+# In C, unlike any() over a generator (docs/decisions/0021-enqueue-client-instructions.md).
+_DEPENDS_ON = attrgetter("depends_on")
 _KEY = attrgetter("idempotency_key")
 #: Rows per statement of a piped batch, and the smallest batch that is piped (two chunks).
 PIPE_CHUNK = 250
@@ -108,8 +109,8 @@ def _plain(new: NewJob, phases: tuple[Phase, ...]) -> bool:
 def _job(new: NewJob, payload: Json, phases: tuple[Phase, ...], state: JobState, now: float) -> Job:
     run_at = new.run_at if new.run_at is not None else now
     if _plain(new, phases):
-        # The usual job, by position (Job's first twelve fields, the rest default): all by keyword, a Job
-        # costs 14,400 instructions, by position 5,600 (callgrind).
+        # The usual job, by position (Job's first twelve fields, the rest default), as on every hot path
+        # (docs/decisions/0020-positional-construction.md).
         return Job(new.id, new.tenant, new.queue, new.task, payload, new.priority, run_at, state, 0,
                    new.max_attempts, now, now)  # fmt: skip
     return Job(
@@ -135,7 +136,7 @@ def _job_row(j: Job) -> list[Any]:
         j.payload,
         j.priority,
         j.run_at,
-        j.state._value_,  # the enum's own attribute: ``.value`` is a property, ~1,400 instructions (callgrind)
+        j.state._value_,  # ``.value`` is a property: docs/decisions/0021-enqueue-client-instructions.md
         j.max_attempts,
         j.timeout,
         [p.to_json() for p in j.phases] if j.phases else None,
@@ -148,8 +149,8 @@ def _job_row(j: Job) -> list[Any]:
 def _fast_batch(plan: InsertPlan) -> tuple[list[Job], list[list[Any]]]:
     """The jobs of a batch without dependencies, and their rows as INSERT_FAST's ``src`` reads them, in one
     pass: run_at null for a job that gave none (the statement's ``now``), and the optional columns left
-    out when all are null (see ``sql._SRC``). The usual job is built by position from locals (2,200 fewer
-    instructions per job than :func:`_job` and a row function, callgrind)."""
+    out when all are null (see ``sql._SRC``). The usual job is built by position from locals, cheaper than
+    :func:`_job` and a row function (docs/decisions/0021-enqueue-client-instructions.md)."""
     now = plan.now
     queued = JobState.QUEUED
     jobs: list[Job] = []
@@ -219,9 +220,9 @@ async def insert_piped(
     writes chunk k. All of it or none: a bad payload in a later chunk (InvalidJob, raised while encoding) or
     a taken id rolls the transaction back (InvalidJob on ``id``). Event ids ascend with the batch's order, as
     the chunks run in order. Never inside a caller's transaction (``insert_jobs_in`` takes the other paths).
-    The client's share is small (~10 ms of ~40 per 1,000 jobs, the server's CPU ~29), so the gain is
-    too: ``store.insert_jobs`` of 1,000 jobs 41.1 -> 39.3 ms, the standard batch phase +6% (interleaved runs;
-    see bench/README). A key, a dependency or a watermark needs the whole batch in one statement's guard."""
+    The gain is the client's share only; the server's writes are the floor
+    (docs/decisions/0012-postgres-piped-batch-insert.md). A key, a dependency or a watermark needs the whole
+    batch in one statement's guard."""
     sent: list[tuple[psycopg.AsyncCursor[Any], list[Job]]] = []
     try:
         async with conn.pipeline(), conn.transaction():

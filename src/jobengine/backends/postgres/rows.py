@@ -92,8 +92,8 @@ def _errors(text: str) -> tuple[AttemptError, ...]:
     return () if text == "[]" else tuple(AttemptError.from_json(e) for e in loads(text))
 
 
-# Job is built positionally (2.6 µs against 6.9 µs with keywords, on the hot path twice per job), so the
-# columns must be the dataclass's fields in its order: a Job field added or moved fails here, at import.
+# Job is built positionally (on the hot path twice per job: docs/decisions/0020-positional-construction.md),
+# so the columns must be the dataclass's fields in their order: a Job field added or moved fails here, at import.
 if [name for _, name in _COLUMNS] != [f.name for f in fields(Job)]:
     raise ImportError("backends/postgres/rows.py: _COLUMNS no longer matches the fields of core.models.Job")
 
@@ -142,8 +142,9 @@ def event_from_row(r: Sequence[Any]) -> Event:
 def encode_rows(rows: Any) -> str:
     """JSON for a batch parameter whose values are already JSON-safe (ids, numbers, decoded payloads).
 
-    orjson, when installed (the ``postgres`` extra brings it), encodes a batch of 1,000 jobs several times
-    faster than the standard library; anything it refuses (an integer beyond 64 bits) goes through the codec.
+    orjson, when installed (the ``postgres`` extra brings it), encodes a batch faster than the standard
+    library (docs/decisions/0018-postgres-batch-statements.md); anything it refuses (an integer beyond 64
+    bits) goes through the codec.
     Values that come from users unchecked (results, checkpoints) go through ``codec.dumps`` instead, which
     also validates them.
     """

@@ -64,12 +64,12 @@ def _row_exprs(columns: str) -> str:
 
 def _rows(cte: str, columns: str, param: str = "rows", *, sized: bool = False) -> str:
     """A CTE over the JSON array parameter ``param``: one row per element (read by :func:`_row_exprs`),
-    plus ``ord`` (1-based). jsonb, not json: json re-parses an element for every ``->>`` (measured 25 ms
-    against 4 ms for 1,000 rows of 12 columns). ``sized`` adds a LIMIT (the array's length: it removes
-    nothing) for the planner, in the transitions that join the batch with the jobs table:
-    jsonb_array_elements is always estimated at 100 rows, which made a completion of 3 jobs hash-join a
-    seq scan of a 20,000-job table; with the LIMIT a plan made for this batch (the store does not prepare
-    these statements) estimates at most the batch's size."""
+    plus ``ord`` (1-based). jsonb, not json: json re-parses an element for every ``->>``
+    (docs/decisions/0018-postgres-batch-statements.md). ``sized`` adds a LIMIT (the array's length: it
+    removes nothing) for the planner, in the transitions that join the batch with the jobs table:
+    jsonb_array_elements is always estimated at 100 rows, which made a small completion hash-join a seq scan
+    of a large jobs table; with the LIMIT a plan made for this batch (the store does not prepare these
+    statements) estimates at most the batch's size (docs/decisions/0002-postgres-replan-batch-transitions.md)."""
     return (
         f"{cte} AS (SELECT {_row_exprs(columns)}, ord "
         f"FROM jsonb_array_elements(%({param})s::jsonb) WITH ORDINALITY AS x(e, ord)"
@@ -84,7 +84,7 @@ def _changed(cte: str, order: str, *extra: str) -> str:
     """The final SELECT of a transition: the changed jobs of ``cte`` in ``order`` (``ev_*`` NULL, then the
     job columns, then ``extra``), followed by one row per event of ``ev`` (``ev_id, ev_type, ev_data,
     job_id``, the rest NULL). A UNION, not a join: both CTEs are estimated at one row, so a join becomes a
-    nested loop that compares every job with every event (measured 5 ms for a claim of 100)."""
+    nested loop that compares every job with every event (docs/decisions/0018-postgres-batch-statements.md)."""
     jobs = ", ".join([job_names(cte), *extra])
     nulls = ", ".join(["NULL"] * (N_JOB_COLUMNS - 1 + len(extra)))
     return (
@@ -125,8 +125,9 @@ _ALL_COLUMNS = (
 # The claimed row is deleted and inserted again as running, not updated. Another claim whose snapshot still
 # shows the job runnable then finds the row deleted and skips it; after an UPDATE it would follow the update
 # chain, lock the running version, fail the re-check and keep that lock until it commits, so the worker
-# that owns the job would wait on it to complete or heartbeat (measured: pg_locks shows such waits with 5
-# greedy workers). A delete and an insert cost what a non-HOT update costs: a new tuple, new index entries.
+# that owns the job would wait on it to complete or heartbeat (tests/integration/postgres/test_claims.py
+# watches pg_locks). A delete and an insert cost what a non-HOT update costs: a new tuple, new index entries
+# (docs/decisions/0001-postgres-claim-by-delete-insert.md).
 _CLAIM_TAIL = f"""
 gone AS (
     DELETE FROM {{s}}jobs j USING picked WHERE j.id = picked.id RETURNING j.*
@@ -355,9 +356,8 @@ _SRC_COLUMNS = (
     "max_attempts int4, timeout float8, phases jsonb, key text, run_id text, schedule_id text"
 )
 # A row may end early (``e->>i`` past its end is NULL) and give run_at as null for "now": INSERT_FAST's rows
-# leave out the five optional columns when all are null, and run_at when the job gave none. 1,000 rows
-# are then 125 KB of JSON instead of 164 KB, and the server parses them in 1.34 ms instead of 1.72 (best of
-# 60 alternating runs of the src CTE alone, backend CPU time).
+# leave out the five optional columns when all are null, and run_at when the job gave none: shorter rows,
+# less for the server to parse (docs/decisions/0022-postgres-compact-insert-rows.md).
 _SRC = _rows("src", _SRC_COLUMNS).replace(
     "(e->>6)::float8 AS run_at", "coalesce((e->>6)::float8, %(now)s::float8) AS run_at", 1
 )
@@ -374,9 +374,9 @@ _INSERT_JOBS = """INSERT INTO {s}jobs (id, tenant, queue, task, payload, priorit
     SELECT id, tenant, queue, task, payload, priority, run_at, state, max_attempts, %(now)s::float8,
            %(now)s::float8, timeout, coalesce(phases, '[]'), key, run_id, schedule_id
     FROM src"""
-# The event data of the usual job (queued, priority 0) is a constant: jsonb_build_object costs ~1 ms per
-# 1,000 rows (the int to numeric conversion, the building), the constant next to nothing (the same jsonb).
-# INSERT_FAST of 1,000 jobs: server CPU median 12.5 -> 12.0 ms, best 10.1 -> 9.5 (30 alternating runs).
+# The event data of the usual job (queued, priority 0) is a constant: jsonb_build_object per row pays the
+# int to numeric conversion and the building, the constant (the same jsonb) nothing
+# (docs/decisions/0022-postgres-compact-insert-rows.md).
 _ENQUEUED = """SELECT %(now)s::float8, 'job.enqueued', tenant, id, queue, task,
            CASE WHEN priority = 0 AND state = 'queued' THEN '{"state": "queued", "attempt": 0, "priority": 0}'::jsonb
                 ELSE jsonb_build_object('state', state, 'attempt', 0, 'priority', priority) END
@@ -386,7 +386,8 @@ _ENQUEUED = """SELECT %(now)s::float8, 'job.enqueued', tenant, id, queue, task,
 # is already taken, nothing is written and the caller takes the general path (which decides between
 # returning the existing job and raising IdempotencyConflict). A key taken concurrently makes the unique
 # index raise, and the caller takes the general path too. ``queues``: the distinct queues of the batch's queued
-# jobs, which the caller knows (a DISTINCT over ``src`` sorted 1,000 rows: ~1 ms of 29 of server CPU).
+# jobs, which the caller knows (a DISTINCT over ``src`` would sort the batch:
+# docs/decisions/0022-postgres-compact-insert-rows.md).
 INSERT_FAST = f"""WITH {_SRC}, existing AS (
     SELECT e.id FROM src CROSS JOIN LATERAL (
         SELECT j.id FROM {{s}}jobs j WHERE j.tenant = src.tenant AND j.idempotency_key = src.key LIMIT 1) e
@@ -403,9 +404,9 @@ INSERT_FAST = f"""WITH {_SRC}, existing AS (
 SELECT (SELECT ok FROM go), (SELECT array_agg(id ORDER BY id) FROM ev), (SELECT count(*) FROM n)"""
 
 # One job without idempotency key or watermarks (a single enqueue): the same rows as INSERT_FAST from a
-# statement a third of its cost on the server (measured 0.12 ms against 0.38 ms: no array function, sorts
-# or guard), with one parameter (the row, ``now`` last) and one value back (the event id): each parameter
-# and column costs the client thousands of instructions. The channel is written in (``{channel}``, the
+# statement cheaper on the server (no array function, sorts or guard), with one parameter (the row, ``now``
+# last) and one value back (the event id), as each parameter and column costs the client instructions
+# (docs/decisions/0019-postgres-single-enqueue-statement.md). The channel is written in (``{channel}``, the
 # schema's). A keyed job goes through INSERT_FAST, whose guard writes nothing when the key is taken: a
 # failed insert would still have used up an event id.
 INSERT_ONE = f"""WITH src AS (

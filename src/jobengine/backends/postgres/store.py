@@ -124,10 +124,10 @@ os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
 class _Lane:
     """A connection of one event loop, outside the pool, that serves the loop's store calls one at a time
-    whenever it is free. Taking and returning a pooled connection costs ~60,000-90,000 instructions
-    (psycopg_pool's locks, conditions and checks), a third of a whole single-row round trip; taking the lane
-    is a flag. Calls that overlap it (a worker's claim while its completions flush) use the pool, and so
-    does every call while the lane connects in the background (no call ever waits for it)."""
+    whenever it is free. Taking and returning a pooled connection runs psycopg_pool's locks, conditions and
+    checks, a large share of a single-row round trip (docs/decisions/0003-postgres-lane-connection.md);
+    taking the lane is a flag. Calls that overlap it (a worker's claim while its completions flush) use the
+    pool, and so does every call while the lane connects in the background (no call ever waits for it)."""
 
     __slots__ = ("backoff", "busy", "closing", "conn", "connecting", "fork", "retry_at")
 
@@ -169,9 +169,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         # Planned at every execution, never prepared: statements that join a batch with the jobs table. A
         # prepared statement's generic plan is costed at the table's size when it was made; the jobs table
         # keeps every finished job, so a plan made while it was small (a seq scan and a hash join) got
-        # slower with every job until an ANALYZE replaced it: a completion of 3 jobs took 0.9 ms at the
-        # start of a 20 s run at 200 jobs/s and 6.6 ms at its end. Planned each time, with the batch's size
-        # known (sql._rows), they probe the primary key (docs/architecture.md).
+        # slower with every job until an ANALYZE replaced it. Planned each time, with the batch's size known
+        # (sql._rows), they probe the primary key (docs/decisions/0002-postgres-replan-batch-transitions.md).
         self._replan = frozenset((q.complete, q.fail, q.release, q.heartbeat, q.save_phases, q.next_run_at))
         self._pool_min, self._pool_max, self._pool_timeout = pool_min, pool_max, pool_timeout
         # One pool per event loop: an async connection belongs to the loop that opened it, and the engine's

@@ -5,10 +5,11 @@ would open with a plain ``BEGIN``, which takes the write lock only at the first 
 with SQLITE_BUSY mid-transaction, without the busy handler being able to help.
 
 Waiting for the write lock is done here, in Python, not by SQLite's busy handler: that one sleeps 1, 2, 5,
-10, 15, 20, 25... ms between attempts, so a lock held for 0.3 ms by another process costs the waiter 1-3 ms
-and a waiter that has already slept a while oversleeps the release by up to 25-100 ms (the long latency
-tail). :func:`in_transaction` tries ``BEGIN IMMEDIATE`` with no busy timeout and sleeps ~0.1-1 ms (jittered)
-between attempts, within the same total budget (the busy timeout), then gives up with SQLITE_BUSY.
+10, 15, 20, 25... ms between attempts, far longer than a write transaction here holds the lock, so a waiter
+oversleeps the release, and the longer it has waited the more (the long latency tail;
+docs/decisions/0007-sqlite-begin-immediate-retry.md). :func:`in_transaction` tries ``BEGIN IMMEDIATE`` with
+no busy timeout and sleeps ~0.1-1 ms (jittered) between attempts, within the same total budget (the busy
+timeout), then gives up with SQLITE_BUSY.
 """
 
 from __future__ import annotations

@@ -166,8 +166,9 @@ def register_functions(conn: sqlite3.Connection, new_token: Callable[[], str]) -
 class LeaseTokens:
     """Lease tokens as ``core.ids.new_lease_token`` makes them (12 bytes from ``os.urandom``, in hex), read
     from the OS 256 at a time: the claim calls this once per job it starts, inside the write transaction,
-    and a system call each cost ~1-2 us of the ~16 us of SQL a claimed job costs. A forked child starts a
-    buffer of its own, so it never repeats its parent's tokens."""
+    where a system call each is a noticeable share of what a claimed job costs
+    (docs/decisions/0017-sqlite-write-lock-for-sql-only.md). A forked child starts a buffer of its own, so it
+    never repeats its parent's tokens."""
 
     __slots__ = ("_buffer", "_forks", "_position")
 

@@ -74,8 +74,8 @@ _INSERT_EVENT: Final = "INSERT INTO events (at, type, tenant, job_id, queue, tas
 _EVENT_ROW: Final = "(?1, ?, ?, ?, ?, ?, ?)"  # every event of a transaction is at the same time: bound once
 
 #: Rows per multi-row INSERT. One statement per row (executemany) pays the statement start-up and, for the
-#: AUTOINCREMENT events table, a sqlite_sequence update per row: chunks of 100 measured ~1.5x faster. 100
-#: rows of the widest insert bind 1,600 parameters, far below SQLite's limit (32,766).
+#: AUTOINCREMENT events table, a sqlite_sequence update per row (docs/decisions/0011-sqlite-multi-row-insert.md).
+#: 100 rows of the widest insert bind 1,600 parameters, far below SQLite's limit (32,766).
 _CHUNK: Final = 100
 
 
@@ -93,8 +93,8 @@ def insert_rows(
 
     ``row``: the placeholders of one row (default: ``width`` times ``?``); ``shared``: values bound once per
     statement, ahead of the rows' values, which ``row`` names ``?1``, ``?2``... before its first plain
-    ``?`` (binding a value costs more than SQLite's work for it: a row of 18 parameters instead of 9
-    made inserting a job ~30% dearer)."""
+    ``?`` (binding a value costs more than SQLite's work for it:
+    docs/decisions/0011-sqlite-multi-row-insert.md)."""
     one = row or "(" + ", ".join("?" * width) + ")"
     last: int | None = None
     for start in range(0, len(rows), _CHUNK):
@@ -107,7 +107,8 @@ def insert_rows(
 
 # Parameters that SQL reads with json_each / ->> are never stored, so they need not be canonical (codec):
 # the json module's C encoder writes strings exactly as the codec does (same escaper, no ASCII escaping)
-# and numbers that parse back to the same values, several times faster than the codec's Python encoder.
+# and numbers that parse back to the same values, faster than the codec's Python encoder
+# (docs/decisions/0017-sqlite-write-lock-for-sql-only.md).
 _PARAMS: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
@@ -121,7 +122,7 @@ def json_list(values: Iterable[str]) -> str:
     return _PARAMS.encode(list(values))
 
 
-#: JobState by value: a dict lookup is several times cheaper than calling the enum, once per row read.
+#: JobState by value: a dict lookup is cheaper than calling the enum, once per row read.
 _STATES: Final = MappingProxyType({s.value: s for s in JobState})
 
 

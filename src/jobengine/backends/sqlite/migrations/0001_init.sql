@@ -37,7 +37,8 @@ CREATE TABLE jobs (
 -- The claim: runnable jobs of a queue in priority DESC, run_at, id order. Partial, so running and finished
 -- jobs (the bulk of a busy table) cost the claim nothing. Queries must repeat this exact WHERE term.
 -- ORs rather than IN, here and in the CHECK above: SQLite evaluates these on every row written, and an IN
--- list is rebuilt as a small temporary b-tree on each statement run (measured: 3x the cost of an insert).
+-- list is rebuilt as a small temporary b-tree on each statement run
+-- (docs/decisions/0016-sqlite-or-not-in-predicates.md).
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id)
     WHERE state = 'queued' OR state = 'scheduled' OR state = 'failed';
 

@@ -1,4 +1,4 @@
--- Task pack registry (issue 8): immutable versions, their content once per sha256, and the audit trail.
+-- Task pack registry: immutable versions, their content once per sha256, and the audit trail.
 CREATE TABLE pack_blobs (
     sha256     TEXT PRIMARY KEY,
     size       INTEGER NOT NULL,
