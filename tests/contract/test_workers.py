@@ -134,6 +134,15 @@ async def test_a_worker_whose_process_died_is_dead_to_another_process(store: Sto
     assert [w.id for w in await store.workers().live(T0)] == ["w2"]
 
 
+async def test_one_look_by_a_process_that_just_started_finds_a_dead_worker(store: Store) -> None:
+    """A process may live a moment only (a worker restarted in a crash loop): its first look decides."""
+    async with _other_process(store) as other:
+        await other.workers().register(_worker("w1"))
+        await other.workers().close()
+    async with _other_process(store) as newcomer:
+        assert {w.id for w in await newcomer.workers().dead(T0)} == {"w1"}
+
+
 async def test_liveness_keys_differ() -> None:
     assert len({new_lock_key() for _ in range(1000)}) == 1000
     assert all(0 < k < 2**63 for k in (new_lock_key() for _ in range(100)))

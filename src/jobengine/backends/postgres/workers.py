@@ -196,10 +196,24 @@ class PostgresWorkers:
         return [worker_from_row(r) for r in await self._store._rows(qualify(self._store, _LIVE), {"now": now})]
 
     async def dead(self, now: float) -> list[WorkerInfo]:
-        rows = await self._store._rows(qualify(self._store, _DEAD), {"now": now})
+        """Remote workers past their expiry, and workers whose liveness lock is free at two looks ``grace``
+        apart (a session that drops and is back within the grace is a live worker reconnecting). A new
+        suspect is looked at again within this call, so the first process to look decides, even one that
+        started a moment ago and would not live to make a second pass."""
+        dead, wait = self._judge(await self._store._rows(qualify(self._store, _DEAD), {"now": now}))
+        if wait > 0:
+            await asyncio.sleep(wait)
+            again, _ = self._judge(await self._store._rows(qualify(self._store, _DEAD), {"now": now}))
+            known = {w.id for w in dead}
+            dead += [w for w in again if w.id not in known]
+        return dead
+
+    def _judge(self, rows: Sequence[Sequence[Any]]) -> tuple[list[WorkerInfo], float]:
+        """The dead among rows whose lock was free, and how long until the youngest suspect's grace ends."""
         seen = time.monotonic()
         dead: list[WorkerInfo] = []
         free: set[WorkerId] = set()
+        wait = 0.0
         for info in map(worker_from_row, rows):
             if info.id in self._held:
                 continue  # ours, between its session's loss and its return: it lives
@@ -210,8 +224,10 @@ class PostgresWorkers:
             first = self._suspects.setdefault(info.id, seen)
             if seen - first >= self._grace:
                 dead.append(info)
+            else:
+                wait = max(wait, first + self._grace - seen)
         self._suspects = {w: t for w, t in self._suspects.items() if w in free}
-        return dead
+        return dead, wait
 
     async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
         if not workers:
