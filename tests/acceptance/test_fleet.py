@@ -12,103 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import os
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
-from jobengine.settings import Settings
-from support.processes import Processes
-from support.services import unique_name
-
-ROOT = Path(__file__).resolve().parents[2]
-APP = "tests.support.fleet_app:app"
+from support.fleet import Fleet, fleet_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-@dataclass
-class Fleet:
-    procs: Processes
-    settings: Settings
-    ledger: Path
-
-    def worker(self, tasks: str, *args: str) -> subprocess.Popen[bytes]:
-        return self.procs.spawn(f"worker{len(self.procs.procs)}", "worker", "--app", APP, *args,
-                                env={"FLEET_TASKS": tasks})  # fmt: skip
-
-    def ready(self, p: subprocess.Popen[bytes]) -> None:
-        self.procs.wait_output(p, "started on queues", 60)
-
-    def lines(self) -> list[list[str]]:
-        if not self.ledger.exists():
-            return []
-        return [line.split() for line in self.ledger.read_text().splitlines() if line.strip()]
-
-
-def _nats_yaml(name: str) -> str:
-    up = name.upper()
-    return f"""queue:
-  kind: nats
-  nats:
-    planner: {{stream: P_{up}, subject: {name}.planner, durableConsumer: {name}-planners,
-              deadLetterStream: P_{up}_DEAD, deadLetterSubject: {name}.planner.dead}}
-    runner: {{stream: R_{up}, subject: {name}.runner, durableConsumer: {name}-runners,
-             deadLetterStream: R_{up}_DEAD, deadLetterSubject: {name}.runner.dead}}
-"""
-
-
-async def _drop_nats_streams(name: str) -> None:
-    import nats
-
-    nc = await nats.connect("nats://127.0.0.1:4222")
-    try:
-        js = nc.jetstream()
-        up = name.upper()
-        for stream in (f"P_{up}", f"P_{up}_DEAD", f"R_{up}", f"R_{up}_DEAD"):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(stream)
-    finally:
-        await nc.close()
-
-
-@pytest.fixture(params=["database", "redis", "nats"])
-async def fleet(request: pytest.FixtureRequest, postgres_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
-    kind = request.param
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "JOBENGINE_DATABASE": postgres_dsn,
-        "LEDGER": str(tmp_path / "ledger.txt"),
+@pytest.fixture(params=["postgres", "redis", "nats"])
+async def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Fleet]:
+    settings = {
         "JOBENGINE_POLL_INTERVAL": "0.2",
         "JOBENGINE_LEASE_SECONDS": "60",
         "JOBENGINE_HEARTBEAT_INTERVAL": "2",
         "JOBENGINE_GRACE_PERIOD": "30",
     }
-    nats_name = ""
-    if kind == "redis":
-        env["JOBENGINE_QUEUE_KIND"] = "redis"
-        env["JOBENGINE_QUEUE_REDIS_URL"] = request.getfixturevalue("redis_url")
-    elif kind == "nats":
-        request.getfixturevalue("nats_url")  # skips (fails under CI) without NATS
-        nats_name = unique_name("fleet").replace("_", "-")
-        (tmp_path / "jobengine.yaml").write_text(_nats_yaml(nats_name))
-    settings = Settings.load(tmp_path / "jobengine.yaml" if nats_name else None, env)
-    procs = Processes(tmp_path, env, tmp_path)
-    try:
-        yield Fleet(procs, settings, tmp_path / "ledger.txt")
-    finally:
-        procs.stop_all()
-        if nats_name:
-            await _drop_nats_streams(nats_name)
+    async with fleet_for(request.param, request, tmp_path, settings) as f:
+        yield f
 
 
 async def _wait(check: Callable[[], object], ceiling: float, what: str) -> None:

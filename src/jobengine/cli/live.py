@@ -45,7 +45,8 @@ class LiveView:
         # Events published before stop() (the worker's last outcomes) are queued already; print them too.
         with contextlib.suppress(TimeoutError):
             while True:
-                self._print(await asyncio.wait_for(sub.get(), timeout=0.05))
+                async with asyncio.timeout(0.05):
+                    self._print(await sub.get())
         sub.close()
         if sub.dropped:
             self.console.print(f"[yellow]{sub.dropped} events were not shown (the terminal fell behind)[/yellow]")

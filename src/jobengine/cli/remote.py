@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobengine.cli import output
-from jobengine.cli.run import Supervisor
+from jobengine.cli.run import EarlySignals, Supervisor
 from jobengine.errors import ConfigError
 from jobengine.sdk.source import HttpWorkerSource
 from jobengine.sdk.worker import RemoteWorker
@@ -57,11 +57,13 @@ class _StopClaims:
         self.source.interrupt()
 
 
-async def run_remote(url: str, key: str | None, tasks: TaskRegistry, options: dict[str, Any]) -> None:
+async def run_remote(
+    url: str, key: str | None, tasks: TaskRegistry, options: dict[str, Any], early: EarlySignals | None = None
+) -> None:
     remote = RemoteWorker(url, key=key, tasks=tasks, **options)
     service = WorkerService(remote.worker)
     try:
-        async with Supervisor(service, output.stderr()) as supervisor:
+        async with Supervisor(service, output.stderr(), early) as supervisor:
             await supervisor.serve([service, _StopClaims(remote.source)])
     finally:
         await remote.client.aclose()

@@ -2,7 +2,9 @@
 
 Both stop the same way: the first SIGINT / SIGTERM stops claiming jobs and lets the ones in flight finish
 within the grace period (the rest are released back to ``queued`` without spending an attempt); a second
-one releases them at once. Either way the process exits 0.
+one releases them at once. Either way the process exits 0, also when the signal comes while the process is
+still starting (importing the app, loading packs): :class:`EarlySignals` holds it until the
+:class:`Supervisor` takes over.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Annotated, Any
 
 import typer
@@ -37,15 +40,44 @@ def setup_logging() -> None:
     logging.getLogger("jobengine").setLevel(logging.INFO)
 
 
+class EarlySignals:
+    """SIGINT / SIGTERM from the first line of a command until its :class:`Supervisor` takes them over.
+
+    Without it, a signal that comes while the command imports the app or loads packs ends the process the
+    default way (killed by SIGTERM, a traceback for SIGINT): a deployment stopping a worker that just started
+    would see it fail. The first signal is kept for the Supervisor (which then stops at once, as nothing was
+    claimed yet); a second one ends the process with exit code 0 there and then, as nothing is in flight."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    @classmethod
+    def install(cls) -> EarlySignals:
+        """Take SIGINT / SIGTERM over (only the main thread may; elsewhere the handlers stay as they are)."""
+        early = cls()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, early._on_signal)
+        return early
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.names.append(signal.Signals(signum).name)
+        if len(self.names) > 1:
+            raise SystemExit(0)
+
+
 class Supervisor:
     """Owns SIGINT / SIGTERM while entered and runs services until the first one (see :meth:`serve`).
 
-    Enter it before anything slow (migrations), so a SIGTERM during start-up is a clean stop too.
+    Enter it before anything slow (migrations, loading packs), so a SIGTERM during start-up is a clean stop
+    too; ``worker`` may be given later (before :meth:`serve`). Signals that ``early`` caught before are
+    handled as it is entered.
     """
 
-    def __init__(self, worker: WorkerService, console: Console) -> None:
+    def __init__(self, worker: WorkerService | None, console: Console, early: EarlySignals | None = None) -> None:
         self.worker = worker
         self.console = console
+        self.early = early
         self.signals = 0
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -53,20 +85,22 @@ class Supervisor:
     def _on_signal(self, name: str) -> None:
         self.signals += 1
         if self.signals == 1:
-            grace = self.worker.worker.options.grace_period
+            grace = f" within {self.worker.worker.options.grace_period:g}s" if self.worker is not None else ""
             self.console.print(
-                f"[bold]{name}: stopping[/bold] — jobs in flight may finish within {grace:g}s;"
-                " signal again to release them now"
+                f"[bold]{name}: stopping[/bold] — jobs in flight may finish{grace}; signal again to release them now"
             )
             self._stop.set()
         elif self.signals == 2:
             self.console.print(f"[bold]{name}: releasing jobs in flight now[/bold]")
-            self.worker.stop_now()
+            if self.worker is not None:
+                self.worker.stop_now()
 
     async def __aenter__(self) -> Supervisor:
         self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._loop.add_signal_handler(sig, self._on_signal, sig.name)
+        for name in self.early.names if self.early is not None else ():
+            self._on_signal(name)
         return self
 
     async def __aexit__(
@@ -83,6 +117,8 @@ class Supervisor:
     async def serve(self, services: Sequence[Service], ready: Callable[[], Awaitable[None]] | None = None) -> None:
         """Start ``services``, call ``ready()``, wait for a stop, then stop every started service (in
         reverse order) whatever happened. Re-raises why the worker stopped on its own, if it crashed."""
+        if self.worker is not None and self.signals > 1:
+            self.worker.stop_now()  # the second signal came before the worker was given
         started: list[Service] = []
         try:
             for service in services:
@@ -96,6 +132,7 @@ class Supervisor:
                 await started.pop().stop()
 
     async def _wait(self) -> None:
+        assert self.worker is not None, "Supervisor.serve() without a worker"
         stop = asyncio.create_task(self._stop.wait())
         ended = asyncio.create_task(self.worker.wait())
         try:
@@ -107,11 +144,11 @@ class Supervisor:
             ended.result()
 
 
-async def _up(settings: Settings) -> None:
+async def _up(settings: Settings, early: EarlySignals | None = None) -> None:
     console = output.stdout()
     engine = build_engine(settings)
     worker = WorkerService(engine.worker())
-    async with Supervisor(worker, console) as supervisor, engine:
+    async with Supervisor(worker, console, early) as supervisor, engine:
         console.print(
             f"[bold]jobengine up[/bold] · database [cyan]{escape(settings.database)}[/cyan] · "
             f"tasks {', '.join(engine.tasks.names())} · concurrency {settings.worker_concurrency}"
@@ -155,9 +192,10 @@ def up(
     config: ConfigOption = None,
 ) -> None:
     """Run everything in one process on SQLite: worker, retention and the example tasks, with a live view."""
+    early = EarlySignals.install()
     settings = load_settings(config, database=db, worker_concurrency=concurrency)
     setup_logging()
-    run(_up(settings))
+    run(_up(settings, early))
 
 
 def parse_queues(value: str | None) -> tuple[str, ...] | None:
@@ -171,17 +209,18 @@ def parse_queues(value: str | None) -> tuple[str, ...] | None:
     return queues
 
 
-async def _worker(engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = ()) -> None:
-    if packs:  # before the worker is built: its queues default to those of the registered tasks
-        from jobengine.cli.packs import load_local
+async def _worker(
+    engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None
+) -> None:
+    async with Supervisor(None, output.stderr(), early) as supervisor, engine:
+        if packs:  # before the worker is built: its queues default to those of the registered tasks
+            from jobengine.cli.packs import load_local
 
-        await engine.start()
-        await load_local(engine, packs)
-        if not overrides.get("queues"):
-            overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
-        overrides = {**overrides, "packs": packs}
-    worker = WorkerService(engine.worker(**overrides))
-    async with Supervisor(worker, output.stderr()) as supervisor, engine:
+            await load_local(engine, packs)
+            if not overrides.get("queues"):
+                overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
+            overrides = {**overrides, "packs": packs}
+        supervisor.worker = worker = WorkerService(engine.worker(**overrides))
         await supervisor.serve([worker])
 
 
@@ -209,11 +248,12 @@ def worker(
     With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`)."""
     from jobengine.packs.loader import parse_refs
 
+    early = EarlySignals.install()
     refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs)) if packs else None
     if app is None and not refs and not load_settings(None).worker_packs:
         raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
-        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs)
+        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, early)
         return
     engine = load_app(app) if app is not None else Engine.from_settings(load_settings(None, database=db))
     if db is not None:
@@ -235,12 +275,12 @@ def worker(
         "heartbeat_every": settings.heartbeat_every,
         "grace_period": settings.grace_period,
     }
-    run(_worker(engine, overrides, refs if refs is not None else settings.worker_packs))
+    run(_worker(engine, overrides, refs if refs is not None else settings.worker_packs, early))
 
 
 def _remote_worker(
     app: str | None, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
-    lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None,
+    lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None, early: EarlySignals | None = None,
 ) -> None:  # fmt: skip
     from jobengine.cli.remote import load_tasks, run_remote
 
@@ -269,6 +309,6 @@ def _remote_worker(
             await load_remote(tasks, url, key, refs, settings.packs_cache_dir)
             if not options["queues"]:
                 options["queues"] = tuple(tasks.queues())
-        await run_remote(url, key, tasks, options)
+        await run_remote(url, key, tasks, options, early)
 
     run(go())

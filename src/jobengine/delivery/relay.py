@@ -170,7 +170,8 @@ class OutboxRelay:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.flush(), timeout=5.0)  # what this process enqueued last
+            async with asyncio.timeout(5.0):
+                await self.flush()  # what this process enqueued last
 
     @property
     def running(self) -> bool:

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -81,6 +81,23 @@ class _LeaseLost(Exception):
 
 #: A busy worker does not wait out ``flush_spacing``: this many outcomes waiting are flushed at once.
 FLUSH_EARLY = 64
+
+#: Seconds between cancellations of a task that runs on after being cancelled (see :func:`_halt`).
+HALT_AGAIN = 0.1
+
+
+async def _halt(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and return once each has ended, cancelling again any that runs on.
+
+    One cancellation is not enough: it can be lost on its way, where an awaitable finishes at the moment its
+    awaiter is cancelled (Python 3.11's ``asyncio.wait_for`` then returns the result and drops the
+    cancellation; a driver or broker client may do the same). A loop that lost its only cancellation runs
+    on: the pump would claim jobs after the stop, and the worker would wait for it forever."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=HALT_AGAIN)
 
 
 def _tune_gc() -> None:
@@ -164,8 +181,10 @@ class Worker:
             _tune_gc()
         self._stop, self._hard = asyncio.Event(), asyncio.Event()
         self._slot_free, self._flush_wanted = asyncio.Event(), asyncio.Event()
-        if self._stop_requests:
+        if self._stop_requests:  # stop() came before run(): the loops below must see it
             self._stop.set()
+            if self._stop_requests > 1:
+                self._hard.set()
         self._tasks = tuple(self.source.tasks.names())
         await self._register()
         log.info("worker %s started on queues %s", self.id, ",".join(self.queues))
@@ -178,20 +197,15 @@ class Worker:
         ]
         try:
             await self._stop.wait()
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
+            await _halt([pump])
             await self._drain()
         finally:
-            pump.cancel()
             *others, flusher = helpers
-            for t in others:
-                t.cancel()
             # The flusher is not cancelled but told to finish: cancelled while a report is in the store's
             # hands, the report may still be applied while its events never reach the bus.
             self._closing = True
             self._flush_wanted.set()
-            await asyncio.gather(pump, *others, return_exceptions=True)
+            await _halt([pump, *others])
             await asyncio.gather(flusher, return_exceptions=True)
             await self._flush(final=True)  # whatever is left, if the flusher gave up
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -250,17 +264,18 @@ class Worker:
         for run in list(self._inflight.values()):
             run.stop_reason = "shutdown"
             run.shared.cancel.set()
-            if run.task is not None:
-                run.task.cancel()
-        await asyncio.gather(*(r.task for r in list(self._inflight.values()) if r.task), return_exceptions=True)
+        await _halt([r.task for r in list(self._inflight.values()) if r.task is not None])
 
     # -- the pump -----------------------------------------------------------------------------------
     async def _pump(self) -> None:
-        assert self._slot_free is not None
+        """Claim and start jobs until the stop. The stop cancels this task (see :func:`_halt`), and the loop
+        also looks at the stop itself before each claim and after it: a cancellation that went missing, or a
+        stop that came while the claim was in the store's hands, must not start another job."""
+        assert self._slot_free is not None and self._stop is not None
         notifier = self.source.notifier()
         opts = self.options
         failures = 0
-        while True:
+        while not self._stop.is_set():
             free = opts.concurrency - len(self._inflight)
             if free <= 0:
                 self._slot_free.clear()
@@ -275,6 +290,9 @@ class Worker:
                 log.exception("fetching jobs failed; retrying")
                 await asyncio.sleep(min(5.0, 0.05 * 2**failures))
                 continue
+            if self._stop.is_set():
+                self._releases.extend(leases_of(jobs))  # no attempt spent: released by the final flush
+                return
             for job in jobs:
                 self._start(job)
             if len(jobs) < limit:
@@ -301,8 +319,13 @@ class Worker:
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                self._releases.extend(leases_of(await claim))
+            # Waited for without being cancelled itself, even when this task is cancelled again meanwhile
+            # (asyncio.wait never cancels what it waits for).
+            while not claim.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([claim])
+            if not claim.cancelled() and claim.exception() is None:
+                self._releases.extend(leases_of(claim.result()))
             raise
 
     def _start(self, job: Job) -> None:
@@ -316,6 +339,12 @@ class Worker:
         job = run.shared.job
         spec = self.source.tasks.get(job.task)
         try:
+            if self._stop is not None and self._stop.is_set():
+                # Claimed as the stop came (its signal handled between the claim and this first step): once a
+                # worker is stopping no job begins on it, so this one goes back without spending an attempt.
+                run.stop_reason = "shutdown"
+                self._releases.append(run.lease)
+                return
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -532,7 +561,8 @@ class Worker:
                 ):
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._flush_wanted.wait(), deadline - loop.time())
+                    async with asyncio.timeout(deadline - loop.time()):
+                        await self._flush_wanted.wait()
             last = loop.time()
             self._dependents_wait = False
             await self._flush()

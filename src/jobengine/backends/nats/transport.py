@@ -139,8 +139,8 @@ class NatsTransport:
                 if self._closed:
                     raise TransportUnavailable(f"nats {self.url}: the transport is closed")
                 async with self._errors("connecting"):
-                    nc = await asyncio.wait_for(
-                        nats.connect(
+                    async with asyncio.timeout(self._connect_timeout * 2):
+                        nc = await nats.connect(
                             self.url,
                             name=f"jobengine-{self.queue}",
                             connect_timeout=self._connect_timeout,
@@ -152,9 +152,7 @@ class NatsTransport:
                             error_cb=self._on_error,
                             disconnected_cb=self._on_disconnect,
                             reconnected_cb=self._on_reconnect,
-                        ),
-                        timeout=self._connect_timeout * 2,
-                    )
+                        )
                 self._nc, self._js = nc, nc.jetstream(timeout=5.0)
                 try:
                     await self._declare(self._js)
@@ -268,7 +266,8 @@ class NatsTransport:
             futures = [
                 await js.publish_async(self.config.subject, m.body(), headers={_MSG_ID: m.dedupe_key}) for m in messages
             ]
-            acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=10.0)
+            async with asyncio.timeout(10.0):
+                acks = await asyncio.gather(*futures)
         added = [not ack.duplicate for ack in acks]
         n = sum(added)
         self.options.counters.count("enqueued", n)

@@ -68,7 +68,10 @@ class PgNotifier:
     async def wait(self, timeout: float) -> bool:
         event = self._listener().event
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that arrives as the
+            # event is set, and a worker's pump waiting here ran on after its stop.
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             return False
         event.clear()
@@ -85,7 +88,8 @@ class PgNotifier:
 
     async def started(self, timeout: float = 5.0) -> None:
         """Start listening and return once the LISTEN is in place (so no later commit can be missed)."""
-        await asyncio.wait_for(self._listener().listening.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._listener().listening.wait()
 
     def start(self) -> None:
         """Start listening now if called inside a running loop (else on the first :meth:`wait`)."""
@@ -107,7 +111,8 @@ class PgNotifier:
                 task.cancel()
                 # Bounded: a driver call that swallowed the cancellation must not hang the shutdown.
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await asyncio.wait_for(task, 2.0)
+                    async with asyncio.timeout(2.0):
+                        await task
             elif not listener.loop.is_closed():
                 listener.loop.call_soon_threadsafe(task.cancel)
             listener.wake()

@@ -227,9 +227,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     async def _connect_lane(self, loop: asyncio.AbstractEventLoop, lane: _Lane) -> None:
         try:
             # Bounded like a pool checkout; the DSN's own connect_timeout applies within it.
-            conn = await asyncio.wait_for(
-                psycopg.AsyncConnection.connect(self.dsn, autocommit=True), self._pool_timeout
-            )
+            async with asyncio.timeout(self._pool_timeout):
+                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         except (psycopg.Error, OSError, TimeoutError) as exc:
             lane.backoff = min(30.0, max(1.0, lane.backoff * 2))
             lane.retry_at = loop.time() + lane.backoff
@@ -351,7 +350,8 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             elif owner.is_running():
                 # A pool or lane of another loop (the sync facade's) closes in that loop; wait, boundedly.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.wrap_future(_close_in(owner, closer)), 10.0)
+                    async with asyncio.timeout(10.0):
+                        await asyncio.wrap_future(_close_in(owner, closer))
 
     async def drop_schema(self) -> None:
         """Drop this store's schema with every table in it: all jobs and events are gone (tests, uninstall)."""

@@ -150,7 +150,8 @@ class _Liveness:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
-                await asyncio.wait_for(self._task, 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._task
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()  # the session ends: the lock is given back
