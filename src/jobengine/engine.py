@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jobengine.bus import EventBus
-from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_time
+from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -417,7 +417,9 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         return await self.store.count_jobs(tenant)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by user", tenant: str | None = None) -> Job:
-        """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``)."""
+        """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``).
+        InvalidJob (``reason``) for text no backend can store."""
+        check_text("reason", reason)
         job = await self.get_job(job_id, tenant)
         if job.terminal:
             raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")

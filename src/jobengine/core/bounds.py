@@ -112,6 +112,14 @@ def text_error(value: str) -> str | None:
     return None
 
 
+def storable(value: str) -> str:
+    """``value`` with NUL and lone surrogates replaced by U+FFFD: for text the engine records rather than
+    accepts (an exception's message and traceback), which must be kept even when it holds them."""
+    if text_error(value) is None:
+        return value
+    return "".join("\ufffd" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+
+
 def check_text(field: str, value: object, max_length: int | None = None) -> str:
     """A string every backend stores as text: no NUL, no lone surrogate; at most ``max_length`` characters."""
     if not isinstance(value, str):

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import NewJob, Phase, PhaseState, PhaseUpdate
 from jobengine.http.server import ApiService
-from tests.integration.http.conftest import Api, MakeApi, browser
+from tests.integration.http.conftest import Api, MakeApi, browser, form
 
 W = "/api/v1/worker"
 FAR = "9999-12-31T23:59:59-23:59"  # year 10000 in UTC
@@ -171,3 +171,14 @@ async def test_a_keep_alive_connection_survives_a_500_and_refused_input(make_api
     assert answers[0][1] == "application/problem+json" and boom["status"] == 500
     assert "a bug" not in answers[0][2]  # the detail says nothing about internals
     assert json.loads(answers[2][2])["field"] == "run_at" and json.loads(answers[3][2])["field"] == "payload"
+
+
+async def test_a_cancel_reason_no_backend_can_store_is_refused(any_api: Api) -> None:
+    job = await any_api.engine.enqueue("t", tenant="acme")
+    async with browser(any_api, any_api.keys["acme"]) as ui:
+        r = await ui.post(f"/jobs/{job.id}/cancel", data=form(ui, reason="stop\x00now"))
+        assert r.status_code == 422 and "reason" in r.text
+    async with any_api.client() as acme:
+        r = await post_raw(acme, f"/api/v1/jobs/{job.id}/cancel", '{"reason": "\\udc80"}')
+        assert_refused(r, "reason")
+        assert (await acme.get(f"/api/v1/jobs/{job.id}")).json()["state"] == "queued"
