@@ -24,6 +24,7 @@ from dataclasses import fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from jobengine.core.bounds import check_time
 from jobengine.core.ids import ScheduleId, new_run_id, new_schedule_id
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
@@ -194,7 +195,7 @@ class ScheduleFacade(SchedulingBase):
 
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SIMULATION:
             raise InvalidSchedule("count", f"must be an integer from 1 to {MAX_SIMULATION}")
-        start = after.timestamp() if isinstance(after, datetime) else after
+        start = None if after is None else check_time("after", after)
         if isinstance(schedule, ScheduleSpec):
             spec, schedule_id = schedule, ScheduleId("simulation")
             start = self.clock.now() if start is None else start

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import NewJob, Phase, PhaseState, PhaseUpdate
+from jobengine.errors import InvalidJob
 from jobengine.http.server import ApiService
 from tests.integration.http.conftest import Api, MakeApi, browser, form
 
@@ -182,3 +183,14 @@ async def test_a_cancel_reason_no_backend_can_store_is_refused(any_api: Api) -> 
         r = await post_raw(acme, f"/api/v1/jobs/{job.id}/cancel", '{"reason": "\\udc80"}')
         assert_refused(r, "reason")
         assert (await acme.get(f"/api/v1/jobs/{job.id}")).json()["state"] == "queued"
+
+
+async def test_a_simulation_after_a_time_out_of_the_bounds_is_refused(any_api: Api) -> None:
+    async with any_api.client() as acme:
+        spec = {"name": "s", "every": 60, "template": {"task": "x"}}
+        assert (await acme.post("/api/v1/schedules", json=spec)).status_code == 201
+        r = await acme.post("/api/v1/schedules/s/simulate", json={"after": FAR})
+        assert_refused(r, "after")
+    with pytest.raises(InvalidJob) as err:
+        await any_api.engine.simulate_schedule("s", after=YEAR_10000, tenant="acme")
+    assert err.value.field == "after"
