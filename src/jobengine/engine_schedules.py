@@ -24,7 +24,7 @@ from dataclasses import fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from jobengine.core.bounds import check_time
+from jobengine.core.bounds import check_json, check_text, check_time
 from jobengine.core.ids import ScheduleId, new_run_id, new_schedule_id
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
@@ -166,6 +166,8 @@ class ScheduleFacade(SchedulingBase):
         sc.check_actor(actor)
         if not isinstance(reason, str) or not 1 <= len(reason) <= 1000:
             raise InvalidSchedule("reason", "say why, in 1-1000 characters")
+        check_text("reason", reason)
+        check_json("data", data)
         schedule = await self.get_schedule(ref, tenant)
         spec = schedule.spec
         if mapping is not None:

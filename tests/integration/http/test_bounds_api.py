@@ -194,3 +194,27 @@ async def test_a_simulation_after_a_time_out_of_the_bounds_is_refused(any_api: A
     with pytest.raises(InvalidJob) as err:
         await any_api.engine.simulate_schedule("s", after=YEAR_10000, tenant="acme")
     assert err.value.field == "after"
+
+
+async def test_reasons_and_trigger_data_no_backend_can_store_are_refused(any_api: Api) -> None:
+    engine = any_api.engine
+    async with any_api.client() as acme:
+        spec = {"name": "s", "every": 3600, "template": {"task": "x"}}
+        schedule = (await acme.post("/api/v1/schedules", json=spec)).json()
+    async with browser(any_api, any_api.keys["acme"]) as ui:
+        r = await ui.post(f"/schedules/{schedule['id']}/trigger", data=form(ui, reason="month\x00end"))
+        assert r.status_code == 422 and "reason" in r.text
+    for call, field in (
+        (engine.trigger_schedule("s", reason="why \ud800", tenant="acme"), "reason"),
+        (engine.trigger_schedule("s", reason="why", tenant="acme", data={"k": "\x00"}), "data"),
+    ):
+        with pytest.raises(InvalidJob) as err:
+            await call
+        assert err.value.field == field
+    run = await engine.trigger_schedule("s", reason="fine", tenant="acme")
+    with pytest.raises(InvalidJob) as err:
+        await engine.cancel_run(run.id, reason="\udc00", tenant="acme")
+    assert err.value.field == "reason"
+    async with any_api.client() as acme:
+        runs = (await acme.get("/api/v1/runs")).json()["items"]
+        assert [(r["id"], r["state"]) for r in runs] == [(run.id, run.state.value)]
