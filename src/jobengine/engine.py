@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jobengine.bus import EventBus
+from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -115,9 +116,7 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
     if value is None:
         return None
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidJob(field, "a datetime must carry a time zone")
-        return value.timestamp()
+        return check_time(field, value)
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -294,8 +293,10 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             if at is not None and wait is not None:
                 raise InvalidJob("delay", "give run_at or delay, not both")
             if wait is not None:
-                if wait < 0:
+                if not wait >= 0:
                     raise InvalidJob("delay", "must be >= 0 seconds")
+                if not self.clock.now() + wait <= MAX_TIME:
+                    raise InvalidJob("delay", f"must end by {MAX_TIME_ISO}")
                 at = self.clock.now() + wait
         # By position, in NewJob's field order (checked at import, above): this runs for every job enqueued
         # (docs/decisions/0020-positional-construction.md).
@@ -416,7 +417,9 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         return await self.store.count_jobs(tenant)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by user", tenant: str | None = None) -> Job:
-        """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``)."""
+        """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``).
+        InvalidJob (``reason``) for text no backend can store."""
+        check_text("reason", reason)
         job = await self.get_job(job_id, tenant)
         if job.terminal:
             raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")

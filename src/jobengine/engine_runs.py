@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
+from jobengine.core.bounds import check_text
 from jobengine.core.ids import RunId, new_run_id
 from jobengine.core.models import Job, NewJob
 from jobengine.core.states import JobState
@@ -90,6 +91,7 @@ class RunFacade(SchedulingBase):
         from jobengine.core.schedules import check_actor
 
         check_actor(actor)
+        check_text("reason", reason)
         run = await self.get_run(run_id, tenant)
         if run.ended:
             raise IllegalState(f"run {run_id} is already {run.state.value}; nothing to cancel")
@@ -117,6 +119,8 @@ class RunFacade(SchedulingBase):
         from jobengine.scheduler.planning import new_run
 
         check_actor(actor)
+        if reason is not None:
+            check_text("reason", reason)
         run = await self.get_run(run_id, tenant)
         if run.state not in ENDED_RUN_STATES:
             raise IllegalState(f"run {run_id} is {run.state.value}; only an ended run can be retried")

@@ -24,6 +24,7 @@ from dataclasses import fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from jobengine.core.bounds import check_json, check_text, check_time
 from jobengine.core.ids import ScheduleId, new_run_id, new_schedule_id
 from jobengine.engine_scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
@@ -165,6 +166,8 @@ class ScheduleFacade(SchedulingBase):
         sc.check_actor(actor)
         if not isinstance(reason, str) or not 1 <= len(reason) <= 1000:
             raise InvalidSchedule("reason", "say why, in 1-1000 characters")
+        check_text("reason", reason)
+        check_json("data", data)
         schedule = await self.get_schedule(ref, tenant)
         spec = schedule.spec
         if mapping is not None:
@@ -194,7 +197,7 @@ class ScheduleFacade(SchedulingBase):
 
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SIMULATION:
             raise InvalidSchedule("count", f"must be an integer from 1 to {MAX_SIMULATION}")
-        start = after.timestamp() if isinstance(after, datetime) else after
+        start = None if after is None else check_time("after", after)
         if isinstance(schedule, ScheduleSpec):
             spec, schedule_id = schedule, ScheduleId("simulation")
             start = self.clock.now() if start is None else start

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final
 
 from rich.console import Console, Group, RenderableType
@@ -17,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from jobengine.core.clock import to_datetime
 from jobengine.core.models import Event, Job, Phase, PhaseState
 from jobengine.core.states import JobState
 from jobengine.ports.workers import WorkerInfo
@@ -94,9 +94,10 @@ def short_id(job_id: str | None) -> str:
 
 def clock_time(ts: float | None, date: bool = False, millis: bool = True) -> str:
     """Local time: ``12:03:04.123``; with ``date`` the whole local date and zone."""
-    if ts is None:
+    utc = to_datetime(ts)  # clamped: a stored time out of the bounds still prints
+    if utc is None:
         return "-"
-    moment = datetime.fromtimestamp(ts).astimezone()
+    moment = utc.astimezone()
     if date:
         return moment.strftime("%Y-%m-%d %H:%M:%S %Z")
     return moment.strftime("%H:%M:%S.%f")[:-3] if millis else moment.strftime("%H:%M:%S")

@@ -6,6 +6,8 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol
 
+from jobengine.core.bounds import clamp_time
+
 
 class Clock(Protocol):
     def now(self) -> float: ...
@@ -33,8 +35,13 @@ class ManualClock:
 
 
 def to_datetime(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+    """A stored time as a datetime in UTC; a time out of the bounds (``core.bounds``) is clamped to them,
+    so a row written before the bounds, or by another program, still reads."""
+    seconds = clamp_time(ts)
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    """ISO 8601 in UTC with milliseconds; clamped like :func:`to_datetime`."""
+    moment = to_datetime(ts)
+    return None if moment is None else moment.isoformat(timespec="milliseconds")

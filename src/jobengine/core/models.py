@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar, dataclass_transform
 
+from jobengine.core.bounds import MAX_TIME, MIN_TIME, check_json, check_time, text_error
 from jobengine.core.ids import JobId, LeaseToken, RunId, ScheduleId, WorkerId, new_job_id
 from jobengine.core.states import TERMINAL, JobState
 from jobengine.errors import InvalidJob
@@ -97,7 +98,11 @@ class NewJob:
             not isinstance(attempts, int) or isinstance(attempts, bool) or not (1 <= attempts <= 1000)
         ):
             raise InvalidJob("max_attempts", "must be an integer from 1 to 1000")
-        if self.run_at is not None and not isinstance(self.run_at, int | float):
+        run_at = self.run_at
+        if run_at is not None and (
+            not isinstance(run_at, int | float) or isinstance(run_at, bool) or not MIN_TIME <= run_at <= MAX_TIME
+        ):
+            check_time("run_at", run_at)  # raises, naming the bound
             raise InvalidJob("run_at", "must be UNIX seconds")
         if self.timeout is not None and (not isinstance(self.timeout, int | float) or self.timeout <= 0):
             raise InvalidJob("timeout", "must be a positive number of seconds")
@@ -105,6 +110,9 @@ class NewJob:
             not isinstance(self.idempotency_key, str) or not 1 <= len(self.idempotency_key) <= 255
         ):
             raise InvalidJob("idempotency_key", "must be a string of 1-255 characters")
+        if self.idempotency_key is not None and (error := text_error(self.idempotency_key)) is not None:
+            raise InvalidJob("idempotency_key", error)
+        check_json("payload", self.payload)
         # Accept any iterable of ids from callers that pass a list; store a tuple.
         if type(self.depends_on) is not tuple:
             object.__setattr__(self, "depends_on", tuple(self.depends_on))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Final
 
-from jobengine.core import codec
+from jobengine.core import bounds
 from jobengine.core.cron import Cadence, parse_cadence, parse_duration
 from jobengine.core.ids import ScheduleId
 from jobengine.core.models import MAX_PRIORITY, NAME_RE, Json, NewEvent
@@ -105,7 +105,7 @@ class JobTemplate:
             _check_int("template.max_attempts", self.max_attempts, 1, 1000)
         _check_int("template.segment_size", self.segment_size, 1, MAX_ITEMS)
         try:
-            codec.dumps(self.payload, "template.payload")
+            bounds.check_json("template.payload", self.payload)
         except InvalidJob as exc:
             raise InvalidSchedule(exc.field, exc.message) from None
         if self.items is not None:
@@ -116,7 +116,7 @@ class JobTemplate:
             if len(self.items) > MAX_ITEMS:
                 raise InvalidSchedule("template.items", f"at most {MAX_ITEMS} items")
             try:
-                codec.dumps(list(self.items), "template.items")
+                bounds.check_json("template.items", list(self.items))
             except InvalidJob as exc:
                 raise InvalidSchedule(exc.field, exc.message) from None
             if self.planner is not None:

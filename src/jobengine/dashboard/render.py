@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.responses import HTMLResponse
 
+from jobengine.core.bounds import clamp_time
+from jobengine.core.clock import to_datetime
 from jobengine.core.models import Json
 
 #: Scripts only from this site, none inline (htmx adds one <style> of its own, hence inline styles).
@@ -23,13 +24,15 @@ CSP = (
 
 def when(ts: float | None) -> str:
     """A UNIX time as ``2024-05-01 12:00:03Z`` (UTC), or an em dash."""
-    if ts is None:
+    moment = to_datetime(ts)  # clamped: a stored time out of the bounds still renders
+    if moment is None:
         return "—"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
     """``12 s ago`` / ``in 3 min``."""
+    ts = clamp_time(ts)
     if ts is None:
         return "—"
     delta = (now if now is not None else time.time()) - ts

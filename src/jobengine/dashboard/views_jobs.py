@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from jobengine.core import codec
+from jobengine.core.bounds import text_error
 from jobengine.core.ids import JobId
 from jobengine.core.keys import allows
 from jobengine.core.models import Event, Job, JobFilter, check_name
@@ -222,6 +223,8 @@ async def job_action(request: Request, job_id: str, verb: str) -> Response:
         reason = form.get("reason", "").strip() or "cancelled from the dashboard"
         if len(reason) > 1000:
             raise DashboardError(422, "at most 1000 characters", "reason")
+        if (error := text_error(reason)) is not None:
+            raise DashboardError(422, error, "reason")
         await eng.cancel(job_id, reason, session.tenant)
         done = "cancel requested"
     elif verb == "retry":

@@ -9,8 +9,9 @@ Usage::
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=8080)).serve()
 
 The app never starts or closes the engine (its owner does) and calls only the engine facade.
-Middleware, outermost first: request metrics, body limit and media type, Idempotency-Key; then FastAPI's
-routing, auth dependencies and the problem+json error handlers.
+Middleware, outermost first: request metrics, body limit and media type (and text no backend can store),
+Idempotency-Key, the 500 answer to an unexpected exception; then FastAPI's routing, auth dependencies and
+the problem+json error handlers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jobengine.http import problems
 from jobengine.http.auth import Authenticator
 from jobengine.http.context import ApiContext
 from jobengine.http.metrics import Metrics, RequestMetrics
-from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery
+from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery, Unexpected
 from jobengine.http.openapi import build_openapi
 from jobengine.http.routes import (
     events,
@@ -89,6 +90,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     dashboard.install(app, ctx)  # the web UI at / (its own package; calls the engine facade too)
     # add_middleware wraps: the last added is the outermost.
+    app.add_middleware(Unexpected)
     app.add_middleware(Idempotency, ctx=lambda: ctx)
     app.add_middleware(SingleValuedQuery)
     app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes, raw={"/api/v1/packs": s.packs_max_bytes + 65536},

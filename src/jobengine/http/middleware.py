@@ -19,6 +19,8 @@ A request without a valid API key passes through untouched (the route answers 40
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,11 +28,13 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobengine.core import bounds
 from jobengine.errors import JobEngineError
 from jobengine.http.context import ApiContext
-from jobengine.http.problems import problem_response, status_of
+from jobengine.http.problems import VALIDATION, problem_response, status_of
 from jobengine.ports.auth import ClaimState
 
+log = logging.getLogger("jobengine.http")
 BODY_KEY = "jobengine.body"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+\-]+\+)?json\s*(;.*)?$", re.IGNORECASE)
@@ -90,8 +94,49 @@ class BodyLimit:
             detail = "the body must be JSON (Content-Type: application/json)"
             await problem_response(415, detail, instance=path, field="body")(scope, receive, send)
             return
+        if body and raw_limit is None and not inbound and path.startswith("/api/"):
+            refused = unstorable_text(body)
+            if refused is not None:
+                field, why = refused
+                await problem_response(422, f"{field}: {why}", instance=path, field=field, errors=[refused],
+                                       type_=VALIDATION)(scope, receive, send)  # fmt: skip
+                return
         scope[BODY_KEY] = body
         await self.app(scope, _replay(body, receive), send)
+
+
+# An escaped NUL or UTF-16 surrogate (\uD800-\uDFFF): a pair of surrogates is one character above U+FFFF, a
+# lone one has no UTF-8 form. Bodies without either (nearly all) skip the parse below.
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:[dD][89a-fA-F]|0000)")
+
+
+def unstorable_text(body: bytes) -> tuple[str, str] | None:
+    """(field, why) for the first string or key of a JSON ``body`` that no backend can store as text
+    (``core.bounds.text_error``): a lone surrogate, which no JSON encoder can write back as UTF-8, or a NUL,
+    which PostgreSQL refuses; None when there is none, or when the body is not JSON (the route answers
+    that)."""
+    if _SUSPECT_ESCAPE.search(body) is None:
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            error = bounds.text_error(item)
+            if error is not None:
+                return ".".join(path) or "body", error
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                error = bounds.text_error(key)
+                if error is not None:
+                    return ".".join((*path, bounds.printable(key))) or "body", f"a key {error}"
+                stack.append((child, (*path, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*path, str(i))) for i, child in enumerate(item))
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -189,6 +234,39 @@ async def _send(send: Send, status: int, content_type: str, body: bytes, replaye
         headers.append((b"idempotent-replayed", b"true"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class Unexpected:
+    """Answer an exception no handler took (a bug) with a 500 problem, and return normally.
+
+    The app's own handler for ``Exception`` runs in Starlette's outermost middleware, which answers and then
+    raises the exception again to the server; uvicorn closes a connection whose app raised after answering,
+    so a client's keep-alive connection would break on every 500. Here, inside the other middleware, the
+    exception ends with the answer. One already answering (a stream that fails midway) still raises: its
+    connection cannot carry a complete answer any more."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            if started:
+                raise
+            path = scope.get("path", "")
+            log.exception("%s %s failed", scope.get("method", ""), path)
+            await problem_response(500, "the server failed to handle this request", instance=path)(scope, receive, send)
 
 
 #: Query parameters that the API declares as arrays (repeatable); every other one takes a single value.

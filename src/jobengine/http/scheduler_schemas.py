@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from jobengine.core.models import MAX_PRIORITY
 from jobengine.core.runs import RunState, RunTrigger
 from jobengine.core.schedules import MAX_CATCH_UP, MAX_ITEMS, MisfirePolicy, OverlapPolicy
 from jobengine.core.signatures import SignatureStatus
-from jobengine.http.schemas import INTEGRAL, JobOut, Name, Payload, Strict, TaskName
+from jobengine.http.schemas import INTEGRAL, JobOut, Moment, Name, Payload, Strict, TaskName
 
 Duration = (
     Annotated[StrictFloat, Field(ge=0, le=366 * 86400)]
@@ -95,7 +95,7 @@ class RunTriggerIn(Strict):
 
 class SimulateIn(Strict):
     count: Annotated[StrictInt, Field(ge=1, le=1000), INTEGRAL] = 10
-    after: AwareDatetime | None = Field(None, description="Ticks after this time (default: now)")
+    after: Moment | None = Field(None, description="Ticks after this time (default: now)")
 
 
 class SimulateSpecIn(SimulateIn):

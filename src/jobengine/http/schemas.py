@@ -7,7 +7,6 @@ output; these models document it and the schemathesis test holds the two equal).
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -25,10 +24,12 @@ from pydantic import (
     StrictStr,
 )
 
+from jobengine.core import bounds
 from jobengine.core.models import MAX_PRIORITY, NAME_RE
 from jobengine.core.states import JobState
+from jobengine.errors import InvalidJob
 
-MAX_DEPTH = 64  # nesting of a payload: deeper is refused (and cannot exhaust the encoder's recursion)
+MAX_DEPTH = bounds.MAX_DEPTH  # nesting of a payload: deeper is refused (and cannot exhaust the encoder)
 MAX_BATCH = 1000
 
 
@@ -52,31 +53,34 @@ JobIdStr = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[
 
 
 def check_json(value: Any) -> Any:
-    """Refuse what JSON cannot carry everywhere: NaN / Infinity (Python's parser accepts them), NUL in
-    strings (PostgreSQL's jsonb refuses it) and nesting deeper than MAX_DEPTH."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError("NaN and Infinity are not JSON")
-        if isinstance(v, str) and "\x00" in v:
-            raise ValueError("strings must not contain NUL (\\u0000)")
-        if isinstance(v, dict):
-            for k, item in v.items():
-                if "\x00" in k:
-                    raise ValueError("keys must not contain NUL (\\u0000)")
-                stack.append((item, depth + 1))
-        elif isinstance(v, list):
-            stack.extend((item, depth + 1) for item in v)
+    """Refuse what a backend cannot store and read back (``core.bounds``): NaN / Infinity (Python's parser
+    accepts them), NUL and lone surrogates in strings and keys, integers too long to read back, nesting
+    deeper than MAX_DEPTH."""
+    try:
+        bounds.check_json("value", value, MAX_DEPTH)
+    except InvalidJob as exc:
+        raise ValueError(exc.message.replace("(at value.", "(at ")) from None
     return value
+
+
+def _moment(value: datetime) -> datetime:
+    error = bounds.time_error(value)
+    if error is not None:
+        raise ValueError(error)
+    return value
+
+
+#: A time a request gives: ISO 8601 with a time zone, within ``core.bounds`` (1970 to 9998, in UTC).
+Moment = Annotated[AwareDatetime, AfterValidator(_moment)]
 
 
 Payload = Annotated[
     JsonValue,
     AfterValidator(check_json),
-    Field(description=f"Any JSON value, nested at most {MAX_DEPTH} deep; no NUL (U+0000) in strings or keys"),
+    Field(
+        description=f"Any JSON value, nested at most {MAX_DEPTH} deep; no NUL (U+0000) or lone surrogate in "
+        "strings or keys"
+    ),
 ]
 
 
@@ -103,7 +107,9 @@ class JobIn(Strict):
     payload: Payload = None
     queue: Name | None = None
     priority: Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY), INTEGRAL] | None = None
-    run_at: AwareDatetime | None = Field(None, description="When to run it (ISO 8601 with a time zone)")
+    run_at: Moment | None = Field(
+        None, description=f"When to run it (ISO 8601 with a time zone, {bounds.MIN_TIME_ISO} to {bounds.MAX_TIME_ISO})"
+    )
     delay: Annotated[StrictFloat, Field(ge=0, le=10 * 366 * 86400)] | None = Field(
         None, description="Seconds from now to run it (instead of run_at)"
     )

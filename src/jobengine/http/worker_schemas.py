@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from jobengine.http.schemas import INTEGRAL, JobIdStr, JobOut, Name, Payload, Strict
+from jobengine.http.schemas import INTEGRAL, JobIdStr, JobOut, Moment, Name, Payload, Strict
 
 WorkerIdStr = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 Token = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_\-]+$")]
@@ -81,8 +81,8 @@ class PhaseIn(Strict):
     message: Annotated[StrictStr, Field(max_length=2000)] | None = None
     result: Payload = None
     checkpoint: Payload = None
-    started_at: AwareDatetime | None = None
-    finished_at: AwareDatetime | None = None
+    started_at: Moment | None = None
+    finished_at: Moment | None = None
 
 
 PhaseEvent = Literal["phase.started", "phase.succeeded", "phase.failed", "phase.progress"]

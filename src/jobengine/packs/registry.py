@@ -33,6 +33,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jobengine.core.bounds import check_text
 from jobengine.core.clock import Clock
 from jobengine.errors import InvalidJob, NotFound, StoreError
 from jobengine.packs import semver, verify
@@ -234,6 +235,8 @@ class PackRegistry:
         approved_by: str | None = None,
     ) -> PackVersion:
         ref = f"{current.name}@{current.version}"
+        if reason is not None:
+            check_text("reason", reason)
         if current.status in allowed:
             event = NewPackEvent(kind, actor, self.clock.now(), reason)
             moved = await self.store.set_pack_status(current.name, current.version, allowed, status, event, approved_by)

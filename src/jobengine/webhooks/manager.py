@@ -9,13 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from jobengine.core import codec
+from jobengine.core import bounds, codec
 from jobengine.core.clock import iso
 from jobengine.core.ids import uuid7
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Json
 from jobengine.core.runs import Run
-from jobengine.errors import AlreadyExists, ConfigError, IllegalState, NotFound
+from jobengine.errors import AlreadyExists, ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.webhooks import WebhookStore
 from jobengine.serialize import event_to_json
@@ -344,9 +344,13 @@ def _event_data(body: bytes) -> Json:
     if not body.strip():
         return None
     try:
-        return codec.loads(body)
+        data = codec.loads(body)
     except (ValueError, RecursionError):
         raise InvalidWebhook("body", "must be JSON (the event)") from None
+    try:
+        return bounds.check_json("body", data)  # it reaches the run and its jobs: what every store can hold
+    except InvalidJob as exc:
+        raise InvalidWebhook("body", exc.message) from None
 
 
 def _check_description(description: object) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from jobengine.core.bounds import check_json, check_text
 from jobengine.core.models import Job, Json, Phase, PhaseState
 from jobengine.errors import Cancelled
 
@@ -89,6 +90,8 @@ class JobContext:
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         """Report progress of the current phase (0..1). Stored with the next heartbeat, not at once."""
+        if message is not None:
+            check_text("message", message)
         self._ensure_phase()
         p = self._s.phases[self._s.index]
         self._s.phases[self._s.index] = replace(p, progress=max(0.0, min(1.0, float(fraction))), message=message)
@@ -96,7 +99,8 @@ class JobContext:
 
     async def save_checkpoint(self, data: Json) -> None:
         """Store ``data`` now; if the process dies in this phase, the next attempt finds it in
-        ``ctx.checkpoint``."""
+        ``ctx.checkpoint``. InvalidJob (naming ``checkpoint``) if a backend cannot store ``data``."""
+        check_json("checkpoint", data)
         self._ensure_phase()
         p = self._s.phases[self._s.index]
         self._s.phases[self._s.index] = replace(p, checkpoint=data)

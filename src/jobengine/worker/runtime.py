@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from jobengine.core.bounds import check_json, storable
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import (
     AttemptError,
@@ -133,9 +134,10 @@ def _error(
     return AttemptError(
         attempt=job.attempt,
         at=0.0,
-        type=type_ or type(exc).__name__,
-        message=(message or str(exc) or type(exc).__name__)[:2000],
-        traceback="".join(traceback.format_exception(exc))[-8000:],
+        # What a task raised is recorded, not refused: text no backend stores becomes U+FFFD.
+        type=storable(type_ or type(exc).__name__),
+        message=storable((message or str(exc) or type(exc).__name__)[:2000]),
+        traceback=storable("".join(traceback.format_exception(exc))[-8000:]),
         worker=worker,
     )
 
@@ -350,7 +352,7 @@ class Worker:
             timeout = job.timeout or spec.timeout
             try:
                 async with asyncio.timeout(timeout) as cm:
-                    result = await self._run_phases(spec, run)
+                    result = check_json("result", await self._run_phases(spec, run))
             except TimeoutError as exc:
                 if cm.expired():
                     run.shared.cancel.set()
@@ -414,10 +416,13 @@ class Worker:
             s.phases[i] = replace(rec, state=PhaseState.RUNNING, started_at=now, finished_at=None, message=None)
             await self._persist(s, "started")
             try:
-                result = await self._call(ps, run)
+                result = check_json("result", await self._call(ps, run))
             except Exception as exc:
                 s.phases[i] = replace(
-                    s.phases[i], state=PhaseState.FAILED, message=str(exc)[:500], finished_at=self.source.clock.now()
+                    s.phases[i],
+                    state=PhaseState.FAILED,
+                    message=storable(str(exc)[:500]),
+                    finished_at=self.source.clock.now(),
                 )
                 if run.stop_reason is None:
                     with contextlib.suppress(Exception):

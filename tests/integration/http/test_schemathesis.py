@@ -25,6 +25,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from jobengine.core import bounds
 from jobengine.core.models import NewJob
 from jobengine.engine import Engine
 from jobengine.http import create_app
@@ -82,8 +83,9 @@ def engine_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineApp]:
 #: - a CRON expression, an interval or jitter written as a duration string, a time zone name, and policy
 #:   combinations (``misfire: catch_up`` needs ``catch_up >= 1``; a template with items wants an object
 #:   payload and no planner).
-#: And, from the schema validation itself: NUL in a string anywhere inside a JSON value (PostgreSQL's jsonb
-#: cannot store it; JSON Schema has no recursion hypothesis can generate from, see schemas.check_json).
+#: And, from the schema validation itself, the bounds of core.bounds that JSON Schema cannot state: NUL or a
+#: lone surrogate in a string anywhere inside a JSON value (no backend can store them; JSON Schema has no
+#: recursion hypothesis can generate from, see schemas.check_json), a date-time outside 1970-9998 in UTC.
 # Fields whose schema-valid values the engine may still refuse from what it knows: an unknown dependency, a
 # cron that never fires, a task of a pack version that does not exist (<pack>@<version>:<task>)...
 SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catch_up", "template.payload",
@@ -109,7 +111,8 @@ def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:
             semantic = (
                 problem["type"].endswith(":invalid-value") and str(e["field"]).removeprefix("schedule.") in SEMANTIC
             )
-            assert response.status_code == 422 and (semantic or "NUL" in str(e["message"])), (
+            bound = any(m in str(e["message"]) for m in ("NUL", "lone surrogate", bounds.MIN_TIME_ISO))
+            assert response.status_code == 422 and (semantic or bound), (
                 f"schema-valid input refused: {response.status_code} {response.content[:500]!r}"
             )
 

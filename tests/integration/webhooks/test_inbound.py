@@ -248,3 +248,12 @@ async def test_an_event_over_inbound_max_body_bytes_is_413(open_api: OpenApi) ->
         body = json.dumps({"blob": "x" * 1900}).encode()
         r = await sender.post(f"{H}/acme/deploy", content=body, headers=standard(secret, body))
         assert r.status_code == 202, r.text
+
+
+async def test_an_event_no_store_can_hold_is_a_422_that_writes_nothing(open_api: OpenApi) -> None:
+    async with open_api() as api, api.client() as sender, api.client("acme") as acme:
+        secret = await api.hook("acme")
+        for i, body in enumerate([b'{"ref": "\\ud800"}', b'{"\\udc00": 1}', b'{"ref": ["a\\u0000"]}']):
+            r = await sender.post(f"{H}/acme/deploy", content=body, headers=standard(secret, body, f"msg_{i}"))
+            assert r.status_code == 422 and r.json()["field"] == "body", r.text
+        assert (await acme.get("/api/v1/runs")).json()["items"] == []
