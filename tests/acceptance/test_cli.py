@@ -179,6 +179,27 @@ def test_retry_a_dead_job(cli: Cli) -> None:
     assert_one_error_line(not_now, "only dead, cancelled or failed jobs can be retried")
 
 
+def test_worker_reads_the_config_file_given_with_config(cli: Cli) -> None:
+    """``--config`` names a settings file that is not ./jobengine.yaml: the worker, like ``serve`` and
+    ``scheduler``, runs on its database and queues, also with an --app engine built on other settings."""
+    (cli.cwd / "conf").mkdir()
+    config = cli.cwd / "conf" / "worker.yaml"
+    config.write_text(f"database: {cli.cwd / 'from-config.db'}\nworker_queues: [media]\n")
+    args = ("--payload", '{"images": 1}', "--queue", "media", "--config", str(config))
+    job_id = cli("enqueue", "resize_image", *args).stdout.strip()
+    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app", "--config", str(config))
+
+    def succeeded() -> bool:
+        assert worker.poll() is None, cli.output(worker)
+        return bool(cli.json("jobs", "show", job_id, "--config", str(config))["state"] == "succeeded")
+
+    wait_for(succeeded, 120, "the job in the config's database to succeed")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, cli.output(worker)
+    assert "started on queues media" in cli.output(worker)
+    assert not (cli.cwd / "jobengine.db").exists()  # the app's default database was never opened
+
+
 # -- errors -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "fragments"),
