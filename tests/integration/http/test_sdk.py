@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -59,6 +60,24 @@ async def test_enqueue_retries_with_one_idempotency_key(api: Api) -> None:
     assert len(seen) == 2 and seen[0] == seen[1]
     assert (job["task"], job["priority"]) == ("send", 3)
     assert sum((await api.engine.count_jobs()).values()) == 1
+
+
+async def test_the_clients_enqueue_sends_every_option_it_takes(api: Api) -> None:
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    transport = httpx.ASGITransport(app=api.app)
+    async with ApiClient("http://api", api.keys["acme"], transport=transport) as c:
+        parent = await c.enqueue("first")
+        job = await c.enqueue(
+            "send", {"to": "ada"}, queue="mail", priority=3, run_at=run_at, max_attempts=7,
+            idempotency_key="once", depends_on=[parent["id"]], timeout=12.5,
+        )  # fmt: skip
+        later = await c.enqueue("send", delay=60.0)
+        with pytest.raises(TypeError, match="prority"):
+            await c.enqueue("send", prority=3)  # type: ignore[call-arg]
+    assert (job["queue"], job["priority"], job["max_attempts"], job["depends_on"]) == ("mail", 3, 7, [parent["id"]])
+    assert (job["timeout"], job["state"]) == (12.5, "blocked")
+    stored = await api.engine.get_job(job["id"], "acme")
+    assert abs(stored.run_at - run_at.timestamp()) < 0.01 and later["state"] == "scheduled"
 
 
 async def test_the_client_raises_problems_and_gives_up_after_max_elapsed() -> None:
