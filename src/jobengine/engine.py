@@ -318,14 +318,29 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         task: str,
         payload: Json = None,
         *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: float | datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[str] = (),
+        tenant: str = "default",
+        timeout: float | None = None,
         connection: object | None = None,
         watermark: Watermark | None = None,
-        **options: Any,
     ) -> Job:
         """Store one job and wake a worker. Returns the job (the existing one for a repeated
-        idempotency key). Raises InvalidJob, IdempotencyConflict, UnknownDependency.
-        ``connection`` and ``watermark``: see :meth:`enqueue_many`."""
-        job = self.new_job(task, payload, **options)
+        idempotency key). Raises InvalidJob, IdempotencyConflict, UnknownDependency; an option it does not
+        know is a TypeError naming it (and a mypy error). The options are :meth:`new_job`'s;
+        ``connection`` and ``watermark``: see :meth:`enqueue_many`. Usage::
+
+            job = await engine.enqueue("send_email", {"to": "ada@example.com"}, priority=5, delay=60)
+        """
+        job = self.new_job(
+            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            idempotency_key=idempotency_key, depends_on=depends_on, tenant=tenant, timeout=timeout,
+        )  # fmt: skip
         marks = {job.id: [watermark]} if watermark is not None else None
         return (await self.enqueue_many([job], connection=connection, watermarks=marks))[0]
 
@@ -382,9 +397,31 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             self.notifier().notify()
         return inserted.jobs
 
-    def enqueue_sync(self, task: str, payload: Json = None, **options: Any) -> Job:
-        """:meth:`enqueue` for code that is not async (a Django view, a script)."""
-        return self._sync(self.enqueue(task, payload, **options))
+    def enqueue_sync(
+        self,
+        task: str,
+        payload: Json = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: float | datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[str] = (),
+        tenant: str = "default",
+        timeout: float | None = None,
+        watermark: Watermark | None = None,
+    ) -> Job:
+        """:meth:`enqueue` for code that is not async (a Django view, a script), with the same options
+        (not ``connection``: a caller's transaction is an async connection)."""
+        return self._sync(
+            self.enqueue(
+                task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+                idempotency_key=idempotency_key, depends_on=depends_on, tenant=tenant, timeout=timeout,
+                watermark=watermark,
+            )
+        )  # fmt: skip
 
     def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
         return self._sync(self.enqueue_many(jobs))

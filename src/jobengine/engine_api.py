@@ -21,7 +21,7 @@ from jobengine.core import keys as keymod
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, JobFilter, NewJob, check_name
 from jobengine.core.states import JobState
-from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound, UnknownDependency
+from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
 from jobengine.ports.queues import QueueSettings, QueueSettingsStore
 from jobengine.ports.store import supports
@@ -303,17 +303,11 @@ class ApiFacade:
 
     async def enqueue_for(self, tenant: str, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         """Enqueue jobs of ``tenant`` (all or none); each with whether it was created (False: an existing
-        job with the same idempotency key). A dependency on another tenant's job is UnknownDependency."""
-        batch = {j.id for j in jobs}
+        job with the same idempotency key). A dependency on another tenant's job is UnknownDependency (the
+        store refuses it, as for every enqueue)."""
         for job in jobs:
             if job.tenant != tenant:
                 raise InvalidJob("tenant", "a job must belong to the caller's tenant")
-        deps = list(dict.fromkeys(d for j in jobs for d in j.depends_on if d not in batch))
-        if deps:
-            found = {j.id for j in await self.store.get_jobs([JobId(d) for d in deps], tenant)}
-            missing = next((d for d in deps if d not in found), None)
-            if missing is not None:
-                raise UnknownDependency(missing)
         stored = await self.enqueue_many(jobs)
         return [(job, job.id == new.id) for job, new in zip(stored, jobs, strict=True)]
 

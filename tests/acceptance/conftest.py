@@ -21,7 +21,7 @@ class Procs(Processes):
     def worker(self, *args: str, app: str = "tests.support.ledger_app:app") -> subprocess.Popen[bytes]:
         return self.spawn(f"worker{len(self.procs)}", "worker", "--app", app, *args)
 
-    def wait_ready(self, p: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    def wait_ready(self, p: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
         """Until the worker logged that it runs (its signal handlers are installed by then)."""
         self.wait_output(p, "started on queues", timeout)
 

@@ -37,7 +37,7 @@ def test_serve_refuses_a_public_address_without_keys(cli: Cli) -> None:
 def test_serve_answers_and_stops_on_sigterm(cli: Cli) -> None:
     key = cli.json("keys", "create", "--tenant", "acme")["key"]
     server = cli.spawn("server", "serve", "--port", "0")
-    url = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", cli.output(server)), 30, "the server").group(0)
+    url = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", cli.output(server)), 120, "the server").group(0)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
         assert api.get("/healthz").json()["status"] == "ok"
         assert api.get("/readyz").status_code == 200
@@ -52,10 +52,10 @@ def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
     (cli.cwd / "jobengine.yaml").write_text("api_port: 0\npoll_interval: 0.2\n")
     first = cli.spawn("up", "up")
     pattern = r"API on (http://127\.0\.0\.1:\d+) .*dev key (je_\S+)"
-    found = wait_for(lambda: re.search(pattern, cli.output(first)), 60, "the API of `up`")
+    found = wait_for(lambda: re.search(pattern, cli.output(first)), 120, "the API of `up`")
     url, key = found.group(1), found.group(2)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
-        jobs = wait_for(lambda: api.get("/api/v1/jobs").json()["items"], 30, "the demo jobs")
+        jobs = wait_for(lambda: api.get("/api/v1/jobs").json()["items"], 120, "the demo jobs")
         assert {j["tenant"] for j in jobs} == {"default"}
         # The dashboard is served at / (issue 9): without a session, its login page.
         page = api.get("/", follow_redirects=True)
@@ -63,7 +63,7 @@ def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
     first.send_signal(signal.SIGINT)
     assert first.wait(timeout=30) == 0, cli.output(first)
     again = cli.spawn("up-again", "up")
-    second = wait_for(lambda: re.search(pattern, cli.output(again)), 60, "the second start")
+    second = wait_for(lambda: re.search(pattern, cli.output(again)), 120, "the second start")
     assert second.group(2) == key  # the same dev key: kept beside the database, readable by its owner only
     assert (cli.cwd / "jobengine.db.devkey").stat().st_mode & 0o077 == 0
     again.send_signal(signal.SIGTERM)

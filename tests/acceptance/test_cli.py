@@ -179,6 +179,27 @@ def test_retry_a_dead_job(cli: Cli) -> None:
     assert_one_error_line(not_now, "only dead, cancelled or failed jobs can be retried")
 
 
+def test_worker_reads_the_config_file_given_with_config(cli: Cli) -> None:
+    """``--config`` names a settings file that is not ./jobengine.yaml: the worker, like ``serve`` and
+    ``scheduler``, runs on its database and queues, also with an --app engine built on other settings."""
+    (cli.cwd / "conf").mkdir()
+    config = cli.cwd / "conf" / "worker.yaml"
+    config.write_text(f"database: {cli.cwd / 'from-config.db'}\nworker_queues: [media]\n")
+    args = ("--payload", '{"images": 1}', "--queue", "media", "--config", str(config))
+    job_id = cli("enqueue", "resize_image", *args).stdout.strip()
+    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app", "--config", str(config))
+
+    def succeeded() -> bool:
+        assert worker.poll() is None, cli.output(worker)
+        return bool(cli.json("jobs", "show", job_id, "--config", str(config))["state"] == "succeeded")
+
+    wait_for(succeeded, 120, "the job in the config's database to succeed")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, cli.output(worker)
+    assert "started on queues media" in cli.output(worker)
+    assert not (cli.cwd / "jobengine.db").exists()  # the app's default database was never opened
+
+
 # -- errors -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "fragments"),
@@ -234,7 +255,7 @@ def test_every_entry_point_runs() -> None:
 
 # -- long-running commands --------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
     # ./jobengine.yaml is read by `up` itself: a short grace period, so a long job gets released.
     # api_port 0: the API `up` serves listens on a free port, so the test never collides with a real 8080.
@@ -250,7 +271,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
         jobs: list[dict[str, Any]] = [j for j in cli.json("jobs", "list") if j["run_id"] is None]
         return jobs if len(jobs) == 7 and all(j["state"] == "succeeded" for j in jobs) else None
 
-    demo = wait_for(demo_done, 60, "the demo jobs to succeed")
+    demo = wait_for(demo_done, 120, "the demo jobs to succeed")
     assert {j["task"] for j in demo} == {"hello", "resize_image", "etl", "flaky", "verify", "publish"}
     etl = next(j for j in demo if j["task"] == "etl")
     assert [p["name"] for p in etl["phases"]] == ["extract", "transform", "load"]
@@ -258,7 +279,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
 
     # A job still running at SIGTERM is released back to the queue when the grace period ends.
     long_id = cli("enqueue", "resize_image", "--payload", '{"images": 2000, "delay": 0.05}').stdout.strip()
-    wait_for(lambda: cli.json("jobs", "show", long_id)["state"] == "running", 30, "the long job to start")
+    wait_for(lambda: cli.json("jobs", "show", long_id)["state"] == "running", 120, "the long job to start")
     up.send_signal(signal.SIGTERM)
     assert up.wait(timeout=30) == 0, cli.output(up)
 
@@ -275,7 +296,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
 
     # A second start finds the database in use: no new demo jobs; SIGINT stops it the same way.
     again = cli.spawn("up-again", "up")
-    wait_for(lambda: "Ctrl-C to stop" in cli.output(again), 30, "the second start")
+    wait_for(lambda: "Ctrl-C to stop" in cli.output(again), 120, "the second start")
     again.send_signal(signal.SIGINT)
     assert again.wait(timeout=30) == 0, cli.output(again)
     assert "demo jobs" not in cli.output(again)
@@ -285,7 +306,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_worker_second_signal_releases_jobs_at_once(cli: Cli) -> None:
     cli("migrate", "--db", "jobs.db")
     job_id = cli("enqueue", "resize_image", "--payload", '{"images": 2000, "delay": 0.05}', "--db", "jobs.db")
@@ -294,7 +315,7 @@ def test_worker_second_signal_releases_jobs_at_once(cli: Cli) -> None:
         "worker", "worker", "--app", "jobengine.examples:app", "--db", "jobs.db", "--queues", "media,default",
         "--concurrency", "2", "--lease", "5", "--grace", "120",
     )  # fmt: skip
-    wait_for(lambda: cli.json("jobs", "show", job_id_text, "--db", "jobs.db")["state"] == "running", 30, "start")
+    wait_for(lambda: cli.json("jobs", "show", job_id_text, "--db", "jobs.db")["state"] == "running", 120, "start")
 
     worker.send_signal(signal.SIGTERM)
     time.sleep(1.0)
@@ -321,7 +342,7 @@ def with_engine(database: Path, action: Callable[[Engine], Awaitable[T]]) -> T:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_worker_sigterm_under_load_leaves_no_job_running(cli: Cli) -> None:
     """A stop lands while claims and reports are in the store's hands: none of them may be lost."""
     database = cli.cwd / "load.db"
@@ -335,7 +356,7 @@ def test_worker_sigterm_under_load_leaves_no_job_running(cli: Cli) -> None:
         worker = cli.spawn(f"worker{round_}", "worker", "--app", "jobengine.examples:app", "--db", str(database),
                            "--concurrency", "3")  # fmt: skip
         # Until its signal handlers are installed (it logs that it started); a loaded machine may take a while.
-        cli.wait_output(worker, "started on queues", timeout=60)
+        cli.wait_output(worker, "started on queues", timeout=120)
         time.sleep(0.2 + round_ * 0.3)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, cli.output(worker)

@@ -46,7 +46,7 @@ async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ign
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 @pytest.mark.serial
 async def test_sigkill_a_worker_every_second(procs: Procs) -> None:
     procs.env.update(FAST)

@@ -100,7 +100,7 @@ class Server(Processes):
         )  # fmt: skip
         self.key = json.loads(out.stdout)["key"]
         self.server = self.spawn("server", "serve", "--port", "0")
-        found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", self.output("server")), 30, "the server")
+        found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", self.output("server")), 120, "the server")
         assert self.server.poll() is None, self.output("server")
         self.url = found.group(0)
 
@@ -146,7 +146,7 @@ def ledger(path: Path) -> list[tuple[str, str, int, int]]:
     return [(k, j, int(a), int(p)) for k, j, a, p in (line.split() for line in path.read_text().splitlines())]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, tmp_path: Path) -> None:
     binary = build_worker(tmp_path)
     ledger_path = tmp_path / "ledger.txt"
@@ -169,7 +169,7 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
             done = kinds.count("done")
             return done >= 100 and len(kinds) - 2 * done >= CONCURRENCY // 2
 
-        wait_for(mid_way, 60, "the first worker to be mid-way")
+        wait_for(mid_way, 120, "the first worker to be mid-way")
         server.kill(doomed)
         killed_at = time.monotonic()
 
@@ -183,7 +183,7 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
             page = api.get("/api/v1/jobs", params={"queue": "xlang", "state": "succeeded", "limit": 500}).json()
             return page["items"] if len(page["items"]) == JOBS else None
 
-        jobs = {j["id"]: j for j in wait_for(succeeded, 90, "all 500 jobs to succeed")}
+        jobs = {j["id"]: j for j in wait_for(succeeded, 300, "all 500 jobs to succeed")}
         all_done_after = time.monotonic() - killed_at
         dead = api.get(f"/api/v1/jobs/{crash.json()['id']}").json()
 
@@ -200,14 +200,21 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
         elif kind == "start" and pid == doomed.pid:
             started_by_doomed.add(job_id)
     # None twice: each job ran to completion exactly once in its final (reported) attempt. A job can show an
-    # earlier "done" only from the killed worker (its handler returned, the report never left).
+    # earlier "done" from the killed worker (its handler returned, the report never left), or from either
+    # worker in an attempt whose lease expired first (a loaded machine delays a heartbeat past the lease):
+    # then the job carries that attempt's LeaseExpired and the late report was refused.
     for job_id, job in jobs.items():
         finals = [d for d in done[job_id] if d[0] == job["attempt"]]
         assert len(finals) == 1, (job_id, job["attempt"], done[job_id])
-        earlier = [d for d in done[job_id] if d[0] != job["attempt"]]
-        assert all(pid == doomed.pid and attempt < job["attempt"] for attempt, pid in earlier), (job_id, done[job_id])
+        expired = {e["attempt"] for e in job["errors"] if e["type"] == "LeaseExpired"}
+        for attempt, pid in (d for d in done[job_id] if d[0] != job["attempt"]):
+            assert attempt < job["attempt"], (job_id, done[job_id])
+            assert pid == doomed.pid or attempt in expired, (job_id, done[job_id], job["errors"])
     unreported = {i for i, d in done.items() if len(d) > 1}
-    assert len(unreported) <= CONCURRENCY
+    unreported_by_doomed = {
+        i for i in unreported if any(pid == doomed.pid and a != jobs[i]["attempt"] for a, pid in done[i])
+    }
+    assert len(unreported_by_doomed) <= CONCURRENCY
 
     # The killed worker's jobs in flight ran again after their lease expired (the rescuer's LeaseExpired).
     in_flight = {i for i in started_by_doomed if (jobs[i]["attempt"], doomed.pid) not in done[i]}
@@ -218,8 +225,9 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
         assert job["attempt"] >= 2 and "LeaseExpired" in [e["type"] for e in job["errors"]], job
         assert done[job_id][-1] == (job["attempt"], survivor.pid)
     finished_by_doomed = {i for i in started_by_doomed if (jobs[i]["attempt"], doomed.pid) in done[i]}
-    assert all(jobs[i]["errors"] == [] and jobs[i]["attempt"] == 1 for i in finished_by_doomed)
-    assert len(finished_by_doomed) + len(unreported) >= 100  # its 100 "done" lines
+    # Its jobs finished cleanly: an earlier attempt, if any, only ended by an expired lease (see above).
+    assert all({e["type"] for e in jobs[i]["errors"]} <= {"LeaseExpired"} for i in finished_by_doomed)
+    assert len(finished_by_doomed) + len(unreported_by_doomed) >= 100  # its 100 "done" lines
 
     # The panic failed its job alone, recorded with its message; the survivor went on with the rest.
     assert dead["state"] == "dead", dead
@@ -246,7 +254,7 @@ def sigterm_releases_a_long_job(
         job = api.get(f"/api/v1/jobs/{etl['id']}").json()
         return bool(job["phases"]) and job["phases"][0]["progress"] > 0
 
-    wait_for(reported_progress, 30, "the etl job's progress")
+    wait_for(reported_progress, 120, "the etl job's progress")
     assert ("start", etl["id"], 1, worker.pid) in ledger(ledger_path)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, server.output("worker-b")

@@ -78,14 +78,14 @@ def test_pack_build_twice_gives_the_same_digest(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_upload_approve_enqueue_and_run_on_a_fresh_worker(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     dev = key(capsys, "packs:write", "packs:read")
     reviewer = key(capsys, "packs:approve", "packs:read")
     app = key(capsys, "jobs:write", "jobs:read")
     worker_key = key(capsys, "worker", "packs:read")
     server = stack.spawn("server", "serve", "--port", "0", env={"JOBENGINE_PACKS_FOUR_EYES": "on"})
-    found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", stack.output("server")), 30, "the server")
+    found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", stack.output("server")), 120, "the server")
     stack.url = found.group(0)  # type: ignore[attr-defined]
     assert server.poll() is None, stack.output("server")
     url = ["--url", stack.url]
@@ -95,7 +95,7 @@ def test_upload_approve_enqueue_and_run_on_a_fresh_worker(stack: Stack, capsys: 
     assert code == 0 and "pending_approval" in out, err
     code, _, err = cli(capsys, "pack", "approve", "hello@1.0.0", *url, "--key", dev)
     assert code == 1 and "packs:approve" in err  # the uploader's key cannot approve
-    with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {app}"}, timeout=10) as api:
+    with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {app}"}, timeout=60) as api:
         refused = api.post("/api/v1/jobs", json={"task": "hello@1.0.0:greet", "payload": {"who": "ann"}})
         assert refused.status_code == 422 and "pending_approval" in refused.json()["detail"]
 
@@ -128,7 +128,7 @@ def test_upload_approve_enqueue_and_run_on_a_fresh_worker(stack: Stack, capsys: 
             assert worker.poll() is None, stack.output("worker")
             return bool(api.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "succeeded")
 
-        done = wait_for(succeeded, 60, "the job")
+        done = wait_for(succeeded, 120, "the job")
         assert done, stack.output("worker")
         result = api.get(f"/api/v1/jobs/{job['id']}").json()["result"]
         assert result["greeting"] == "hello ann" and result["pack"].startswith("_jobengine_pack_")
@@ -138,7 +138,7 @@ def test_upload_approve_enqueue_and_run_on_a_fresh_worker(stack: Stack, capsys: 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_a_flipped_byte_in_stored_content_is_refused_by_the_worker(
     stack: Stack, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

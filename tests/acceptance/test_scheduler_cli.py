@@ -12,7 +12,7 @@ from .test_cli import Cli
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_create_trigger_list_and_a_refused_expression(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     out = cli("schedules", "create", "nightly", "--task", "report", "--cron", "30 2 * * *", "--tz", "Europe/Paris",

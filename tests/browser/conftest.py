@@ -70,11 +70,11 @@ class Server:
     loop: asyncio.AbstractEventLoop
 
     def api(self, key: str | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=10)
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=60)
 
     def call(self, coro: Any) -> Any:
         """Run a coroutine on the server's loop (to prepare data through the engine facade)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
 
 def _phase(controls: Controls) -> Any:
@@ -145,7 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
     t = threading.Thread(target=thread, name="dashboard-server", daemon=True)
     t.start()
-    got = ready.get(timeout=30)
+    got = ready.get(timeout=120)
     if isinstance(got, BaseException):
         raise got
     yield got

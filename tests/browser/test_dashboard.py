@@ -20,7 +20,7 @@ from support.packs import pack_bytes
 
 from .conftest import Server
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 def login(page: Any, server: Server, key: str | None = None, target: str = "/") -> None:
@@ -42,7 +42,7 @@ def job_state(server: Server, job_id: str) -> str:
         return str(api.get(f"/api/v1/jobs/{job_id}").json()["state"])
 
 
-def wait_state(server: Server, job_id: str, *states: str, timeout: float = 10.0) -> str:
+def wait_state(server: Server, job_id: str, *states: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
         state = job_state(server, job_id)

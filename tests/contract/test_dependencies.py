@@ -224,3 +224,20 @@ async def test_a_job_that_others_depend_on_says_so(store: Store) -> None:
     (running,) = await claim(store, T0 + 2)
     await enqueue(store, NewJob(task="child", depends_on=(later.id,)))
     assert (await get(store, running.id)).has_dependents
+
+
+async def test_another_tenants_job_is_an_unknown_dependency(store: Store) -> None:
+    """A tenant cannot name, or learn of, another tenant's job: stored or earlier in the same batch."""
+    (theirs,) = await enqueue(store, NewJob(task="t", tenant="globex"))
+    mine = NewJob(task="t", tenant="acme")
+    with pytest.raises(UnknownDependency, match=theirs.id) as info:
+        await store.insert_jobs([mine, NewJob(task="t", tenant="acme", depends_on=(theirs.id,))], T0, [(), ()])
+    assert info.value.job_id == theirs.id
+    assert await store.get_jobs([mine.id]) == []
+
+    staged = NewJob(task="t", tenant="globex")
+    with pytest.raises(UnknownDependency, match=staged.id):
+        await store.insert_jobs([staged, NewJob(task="t", tenant="acme", depends_on=(staged.id,))], T0, [(), ()])
+    assert await store.get_jobs([staged.id]) == []
+    (ok,) = await enqueue(store, NewJob(task="t", tenant="globex", depends_on=(theirs.id,)))
+    assert ok.state is JobState.BLOCKED  # the same tenant's job is a dependency as before

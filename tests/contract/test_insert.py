@@ -15,7 +15,7 @@ from .helpers import T0, all_events, claim, completion, enqueue, failure, get, r
 
 
 async def test_insert_returns_the_job_and_get_returns_it_field_for_field(store: Store) -> None:
-    (dep,) = await enqueue(store, NewJob(task="dep.task", queue="q1"))
+    (dep,) = await enqueue(store, NewJob(task="dep.task", queue="q1", tenant="acme"))
     await run_to_success(store, dep, T0)
     new = NewJob(
         task="mail.send",

@@ -17,7 +17,7 @@ from jobengine.ports.store import Store
 
 from .helpers import T0, claim, completion, failure, get
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture

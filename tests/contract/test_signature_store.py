@@ -13,7 +13,7 @@ from jobengine.ports.store import Store
 
 from .helpers import T0
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 BUG = fingerprint("KeyError", "order 12 missing", None)
 OTHER = fingerprint("ValueError", "bad date", None)

@@ -33,7 +33,7 @@ from support.services import unavailable
 N = 5_000
 KILL_AFTER = 1_500
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def free_port() -> int:

@@ -59,8 +59,8 @@ async def _run_until_done(engine: Engine, job_id: str, *more: str) -> object:
     task = asyncio.create_task(worker.run())
     try:
         for other in more:
-            await engine.wait_for(other, timeout=20)
-        return await engine.wait_for(job_id, timeout=20)
+            await engine.wait_for(other, timeout=60)
+        return await engine.wait_for(job_id, timeout=60)
     finally:
         worker.stop()
         await task

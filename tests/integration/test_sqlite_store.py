@@ -155,7 +155,7 @@ async def test_every_waiter_wakes(store: SqliteStore) -> None:
     assert await asyncio.wait_for(asyncio.gather(*waiters), 1.0) == [True, True, True]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 async def test_the_notifier_wakes_on_a_commit_from_another_process(store: SqliteStore, db_path: str) -> None:
     notifier = store.notifier()
     script = textwrap.dedent(

@@ -34,7 +34,7 @@ class Fleet:
                                 env={"FLEET_TASKS": tasks})  # fmt: skip
 
     def ready(self, p: subprocess.Popen[bytes]) -> None:
-        self.procs.wait_output(p, "started on queues", 60)
+        self.procs.wait_output(p, "started on queues", 120)
 
     def lines(self) -> list[list[str]]:
         if not self.ledger.exists():

@@ -79,7 +79,7 @@ def _copy_project(dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_wheel_and_sdist_carry_sql_and_py_typed(tmp_path: Path) -> None:
     """Every .sql file under src/jobengine and py.typed reach both the wheel and the sdist.
 

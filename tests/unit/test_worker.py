@@ -36,7 +36,7 @@ async def start(engine: Engine, **options: object) -> tuple[Worker, asyncio.Task
     return worker, asyncio.create_task(worker.run())
 
 
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+async def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
     """Wait for a condition on in-process state that no event announces."""
     async with asyncio.timeout(timeout):
         while not condition():  # noqa: ASYNC110 - the runtime has no event for these counters
@@ -45,7 +45,7 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 async def stop(worker: Worker, task: asyncio.Task[None]) -> None:
     worker.stop()
-    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(task, 60)
 
 
 async def test_retries_with_backoff_then_dead_keeping_every_error(engine: Engine) -> None:
@@ -54,7 +54,7 @@ async def test_retries_with_backoff_then_dead_keeping_every_error(engine: Engine
         raise ValueError(f"attempt {ctx.attempt}")
 
     worker, task = await start(engine)
-    job = await engine.wait_for((await engine.enqueue("broken")).id, timeout=5)
+    job = await engine.wait_for((await engine.enqueue("broken")).id, timeout=60)
     await stop(worker, task)
     assert job.state is JobState.DEAD
     assert job.attempt == 3
@@ -70,7 +70,7 @@ async def test_non_retryable_goes_dead_at_once(engine: Engine) -> None:
         raise NonRetryable("bad input")
 
     worker, task = await start(engine)
-    job = await engine.wait_for((await engine.enqueue("hopeless")).id, timeout=5)
+    job = await engine.wait_for((await engine.enqueue("hopeless")).id, timeout=60)
     await stop(worker, task)
     assert (job.state, job.attempt, job.reason) == (JobState.DEAD, 1, "bad input")
 
@@ -81,7 +81,7 @@ async def test_timeout_is_a_failed_attempt(engine: Engine) -> None:
         await asyncio.sleep(5)
 
     worker, task = await start(engine)
-    job = await engine.wait_for((await engine.enqueue("slow")).id, timeout=5)
+    job = await engine.wait_for((await engine.enqueue("slow")).id, timeout=60)
     await stop(worker, task)
     assert job.state is JobState.DEAD
     assert job.errors[0].type == "TaskTimeout"
@@ -97,7 +97,7 @@ async def test_sync_task_runs_in_a_thread_and_saves_a_checkpoint(engine: Engine)
         return int(ctx.payload["n"]) * 2
 
     worker, task = await start(engine)
-    job = await engine.wait_for((await engine.enqueue("blocking", {"n": 21})).id, timeout=5)
+    job = await engine.wait_for((await engine.enqueue("blocking", {"n": 21})).id, timeout=60)
     await stop(worker, task)
     assert job.result == 42
     assert threads and threads[0].startswith("jobengine-task")
@@ -123,7 +123,7 @@ async def test_phase_retry_resumes_at_the_failed_phase_with_earlier_results(engi
 
     engine.add_task("report", phases=[fetch, render, publish], retry=FAST)
     worker, task = await start(engine)
-    job = await engine.wait_for((await engine.enqueue("report")).id, timeout=5)
+    job = await engine.wait_for((await engine.enqueue("report")).id, timeout=60)
     await stop(worker, task)
     assert job.state is JobState.SUCCEEDED
     assert runs == ["fetch", "render", "render", "publish"]
@@ -149,8 +149,8 @@ async def test_dependent_of_a_dead_job_is_cancelled_and_never_runs(engine: Engin
     p = await engine.enqueue("publish", depends_on=[v.id])
     assert p.state is JobState.BLOCKED
     worker, task = await start(engine)
-    await engine.wait_for(v.id, timeout=5)
-    p = await engine.wait_for(p.id, timeout=5)
+    await engine.wait_for(v.id, timeout=60)
+    p = await engine.wait_for(p.id, timeout=60)
     await asyncio.sleep(0.1)
     await stop(worker, task)
     assert p.state is JobState.CANCELLED
@@ -169,7 +169,7 @@ async def test_dependent_runs_after_its_dependency_succeeded(engine: Engine) -> 
     first = await engine.enqueue("step", "first")
     second = await engine.enqueue("step", "second", depends_on=[first.id], priority=10)
     worker, task = await start(engine)
-    await engine.wait_for(second.id, timeout=5)
+    await engine.wait_for(second.id, timeout=60)
     await stop(worker, task)
     assert order == ["first", "second"]
 
@@ -184,10 +184,10 @@ async def test_cancel_a_running_async_job(engine: Engine) -> None:
 
     worker, task = await start(engine)
     job = await engine.enqueue("forever")
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), 60)
     requested = await engine.cancel(job.id, reason="user asked")
     assert requested.state is JobState.RUNNING and requested.cancel_requested
-    job = await engine.wait_for(job.id, timeout=5)
+    job = await engine.wait_for(job.id, timeout=60)
     await stop(worker, task)
     assert job.state is JobState.CANCELLED
     with pytest.raises(IllegalState):
@@ -208,7 +208,7 @@ async def test_cancel_a_running_sync_job_cooperatively(engine: Engine) -> None:
     job = await engine.enqueue("loop")
     await asyncio.to_thread(started.wait, 5)
     await engine.cancel(job.id)
-    job = await engine.wait_for(job.id, timeout=5)
+    job = await engine.wait_for(job.id, timeout=60)
     await stop(worker, task)
     assert job.state is JobState.CANCELLED
 
@@ -283,10 +283,10 @@ async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() ->
         rescued = await engine.rescue_jobs()
         assert [j.id for j in rescued.jobs] == [job.id]
         second, t2 = await start(engine)
-        done = await engine.wait_for(job.id, timeout=5)
+        done = await engine.wait_for(job.id, timeout=60)
         assert done.result == 2
         proceed.set()  # the first worker's attempt now finishes, too late
-        await asyncio.wait_for(t1, 5)
+        await asyncio.wait_for(t1, 60)
         await stop(second, t2)
         final = await engine.get_job(job.id)
         assert (final.state, final.result, final.attempt) == (JobState.SUCCEEDED, 2, 2)
@@ -302,7 +302,7 @@ async def test_a_job_of_a_task_the_worker_lacks_is_never_claimed_and_says_why(en
     worker, task = await start(engine)
     unknown = await engine.enqueue("nobody-runs-this", max_attempts=1)
     # A job enqueued after it, of a task the worker runs, finishes: the worker looked and passed it over.
-    assert (await engine.wait_for((await engine.enqueue("known")).id, timeout=5)).result == "ran"
+    assert (await engine.wait_for((await engine.enqueue("known")).id, timeout=60)).result == "ran"
     waiting = await engine.get_job(unknown.id)
     assert (waiting.state, waiting.attempt) == (JobState.QUEUED, 0)
     assert await engine.fleet.waiting_reasons([waiting]) == {waiting.id: "no worker runs task 'nobody-runs-this'"}
@@ -337,7 +337,7 @@ async def test_progress_is_saved_and_announced_while_the_job_runs(engine: Engine
     running = await engine.get_job(job.id)
     assert running.state is JobState.RUNNING and running.progress == 0.5
     halfway.set()
-    await engine.wait_for(job.id, timeout=5)
+    await engine.wait_for(job.id, timeout=60)
     await stop(worker, task)
     sub.close()
 
@@ -351,9 +351,9 @@ async def test_outcomes_finishing_within_flush_spacing_share_one_flush(engine: E
 
     worker, task = await start(engine, flush_spacing=spacing)
     first = await engine.enqueue("nap", {"s": 0})
-    await engine.wait_for(first.id, timeout=5)  # its flush started the spacing window
+    await engine.wait_for(first.id, timeout=60)  # its flush started the spacing window
     later = [await engine.enqueue("nap", {"s": s}) for s in (0.02, 0.08)]
-    done = [await engine.wait_for(j.id, timeout=5) for j in later]
+    done = [await engine.wait_for(j.id, timeout=60) for j in later]
     await stop(worker, task)
     assert all(j.state is JobState.SUCCEEDED for j in done)
     finished = {j.finished_at for j in done}
@@ -374,12 +374,12 @@ async def test_a_busy_worker_flushes_without_waiting_out_the_spacing(engine: Eng
 
     worker, task = await start(engine, flush_spacing=30.0, concurrency=FLUSH_EARLY + 10)
     first = await engine.enqueue("noop")
-    await engine.wait_for(first.id, timeout=5)  # the first flush goes at once and starts a 30 s window
+    await engine.wait_for(first.id, timeout=60)  # the first flush goes at once and starts a 30 s window
     few = [await engine.enqueue("noop") for _ in range(3)]
     await until(lambda: worker.processed == 4)  # finished in the worker...
     assert {(await engine.get_job(j.id)).state for j in few} == {JobState.RUNNING}  # ...not yet reported
     many = await engine.enqueue_many([engine.new_job("noop") for _ in range(FLUSH_EARLY)])
-    done = [await engine.wait_for(j.id, timeout=5) for j in [*few, *many]]  # long before the window ends
+    done = [await engine.wait_for(j.id, timeout=60) for j in [*few, *many]]  # long before the window ends
     assert {j.state for j in done} == {JobState.SUCCEEDED}
     await stop(worker, task)
 
@@ -391,13 +391,13 @@ async def test_a_job_that_others_wait_on_is_reported_without_waiting_out_the_spa
 
     worker, task = await start(engine, flush_spacing=30.0)
     first = await engine.enqueue("step")
-    await engine.wait_for(first.id, timeout=5)  # the first flush goes at once and starts a 30 s window
+    await engine.wait_for(first.id, timeout=60)  # the first flush goes at once and starts a 30 s window
     a = engine.new_job("step")
     b = engine.new_job("step", depends_on=[a.id])
     c = engine.new_job("step", depends_on=[b.id])
     await engine.enqueue_many([a, b, c])
     # a and b are reported at once (their dependents wait on them); c has none, so it waits for the window.
-    assert (await engine.wait_for(b.id, timeout=5)).state is JobState.SUCCEEDED
+    assert (await engine.wait_for(b.id, timeout=60)).state is JobState.SUCCEEDED
     await until(lambda: worker.processed == 4)
     assert (await engine.get_job(c.id)).state is JobState.RUNNING
     await stop(worker, task)

@@ -95,21 +95,16 @@ def enqueue(
     config: ConfigOption = None,
 ) -> None:
     """Store a job; print its id (or the whole job with --json)."""
-    options: dict[str, Any] = {
-        "queue": queue,
-        "priority": priority,
-        "delay": delay,
-        "run_at": parse_time(run_at, "run_at") if run_at is not None else None,
-        "max_attempts": max_attempts,
-        "idempotency_key": idempotency_key,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
+    at = parse_time(run_at, "run_at") if run_at is not None else None
     body = read_payload(payload, payload_file)
     settings = load_settings(config, database=db)
 
     async def go() -> Job:
         async with open_engine(settings) as engine:
-            return await engine.enqueue(task, body, depends_on=depends_on or (), tenant=tenant, **options)
+            return await engine.enqueue(
+                task, body, queue=queue, priority=priority, delay=delay, run_at=at, max_attempts=max_attempts,
+                idempotency_key=idempotency_key, depends_on=depends_on or (), tenant=tenant,
+            )  # fmt: skip
 
     job = run(go())
     _print_job(job, as_json, job.id)

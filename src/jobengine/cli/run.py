@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Annotated, Any
 
@@ -242,22 +243,29 @@ def worker(
     packs: Annotated[
         str | None, typer.Option("--packs", help="Comma-separated name@version of approved task packs to run too.")
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Run a worker (and the rescuer of expired leases) for the tasks of --app until SIGTERM / SIGINT.
     With --remote, the worker claims and reports over the HTTP API (--app may then be an SDK TaskApp).
-    With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`)."""
+    With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`).
+    With --config, the settings come from that file (and ``JOBENGINE_*``), also for an --app engine."""
     from jobengine.packs.loader import parse_refs
 
     early = EarlySignals.install()
     refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs)) if packs else None
-    if app is None and not refs and not load_settings(None).worker_packs:
+    if app is None and not refs and not load_settings(config).worker_packs:
         raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
-        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, early)
+        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, config, early)
         return
-    engine = load_app(app) if app is not None else Engine.from_settings(load_settings(None, database=db))
-    if db is not None:
-        engine = rebind(engine, replace(engine.settings, database=db))
+    if app is None:
+        engine = Engine.from_settings(load_settings(config, database=db))
+    elif config is not None:  # the file's settings replace those the app's engine was built with, as in `serve`
+        engine = rebind(load_app(app), load_settings(config, database=db))
+    else:
+        engine = load_app(app)
+        if db is not None:
+            engine = rebind(engine, replace(engine.settings, database=db))
     # The flags go through Settings so they are validated together (e.g. the heartbeat against the lease).
     flags: dict[str, Any] = {
         "worker_queues": parse_queues(queues),
@@ -280,7 +288,8 @@ def worker(
 
 def _remote_worker(
     app: str | None, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
-    lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None, early: EarlySignals | None = None,
+    lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None, config: Path | None = None,
+    early: EarlySignals | None = None,
 ) -> None:  # fmt: skip
     from jobengine.cli.remote import load_tasks, run_remote
 
@@ -290,7 +299,7 @@ def _remote_worker(
         raise ConfigError(f"remote: expected an http:// or https:// URL, got {url!r}")
     flags = {"worker_queues": parse_queues(queues), "worker_concurrency": concurrency, "lease_seconds": lease,
              "grace_period": grace}  # fmt: skip
-    settings = load_settings(None, **flags)
+    settings = load_settings(config, **flags)
     from jobengine.tasks import TaskRegistry
 
     tasks = load_tasks(app) if app is not None else TaskRegistry()

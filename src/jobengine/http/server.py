@@ -75,7 +75,10 @@ class ApiService:
             return
         await self.check_keys()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: accepted sockets inherit the protocol, and asyncio sets TCP_NODELAY only on
+        # sockets that say they are TCP. Without it, a response written as headers then body waits for the
+        # client's delayed ACK (Nagle) on every request of a kept-alive connection.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))

@@ -17,7 +17,8 @@ import email.utils
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -92,12 +93,32 @@ class ApiClient:
         return await self.request("POST", path, json=body, headers=headers, timeout=timeout)
 
     async def enqueue(
-        self, task: str, payload: Any = None, *, idempotency_key: str | None = None, **fields: Any
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | str | None = None,
+        delay: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> Any:
-        """POST /api/v1/jobs; returns the job. Always sends an ``Idempotency-Key`` (a new random one unless
-        given), so a call retried after a lost answer cannot enqueue twice."""
+        """POST /api/v1/jobs; returns the job. The options are the API's job fields (``run_at``: an aware
+        datetime or ISO 8601 text); one left out gets the task's default on the server, and a misspelt one
+        is a TypeError naming it. ``idempotency_key`` is the request's ``Idempotency-Key`` header, always sent
+        (a new random one unless given), so a call retried after a lost answer cannot enqueue twice."""
         key = idempotency_key or uuid.uuid4().hex
-        return await self.post("/api/v1/jobs", {"task": task, "payload": payload, **fields}, idempotency_key=key)
+        fields = {
+            "queue": queue, "priority": priority, "delay": delay, "max_attempts": max_attempts, "timeout": timeout,
+            "run_at": run_at.isoformat() if isinstance(run_at, datetime) else run_at,
+        }  # fmt: skip
+        body = {"task": task, "payload": payload, **{k: v for k, v in fields.items() if v is not None}}
+        if depends_on:
+            body["depends_on"] = list(depends_on)
+        return await self.post("/api/v1/jobs", body, idempotency_key=key)
 
     async def request(
         self,

@@ -113,7 +113,7 @@ async def worker(engine: Engine, **options: Any) -> AsyncIterator[None]:
         await asyncio.wait_for(task, 20)
 
 
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not await check():
         assert time.monotonic() < deadline, "timed out"
@@ -394,7 +394,7 @@ async def test_a_queue_cap_holds_and_every_job_runs_once(make_engine: EngineFact
         await engine.update_queue("capped", concurrency=2)
         await engine.enqueue_many([engine.new_job("slow", {"i": i}) for i in range(10)])
         async with worker(engine, concurrency=10, lease_seconds=1.5, heartbeat_every=0.2):
-            await until(lambda: _settled(engine, 10), timeout=30)
+            await until(lambda: _settled(engine, 10), timeout=60)
         assert peak == 2  # never more, and the cap (not the worker) is what held the jobs back
         assert runs == {i: 1 for i in range(10)}
         await _no_retries_or_dead_letters(engine)
@@ -419,7 +419,7 @@ async def test_a_key_concurrency_limit_holds(make_engine: EngineFactory) -> None
         await engine.set_flow_limits("keyed", concurrency=1, concurrency_key="payload.account")
         await engine.enqueue_many([engine.new_job("slow", {"account": "ab"[i % 2]}) for i in range(8)])
         async with worker(engine, concurrency=8):
-            await until(lambda: _settled(engine, 8), timeout=30)
+            await until(lambda: _settled(engine, 8), timeout=60)
         assert peak == {"a": 1, "b": 1}
         await _no_retries_or_dead_letters(engine)
 
@@ -437,7 +437,7 @@ async def test_a_rate_limit_spreads_the_starts(make_engine: EngineFactory) -> No
         await engine.set_flow_limits("rated", rate=5, burst=5)
         await engine.enqueue_many([engine.new_job("quick", {"i": i}) for i in range(15)])
         async with worker(engine, concurrency=15):
-            await until(lambda: _settled(engine, 15), timeout=30)
+            await until(lambda: _settled(engine, 15), timeout=60)
         assert runs == {i: 1 for i in range(15)}
         # The claims' own times (the bucket's clock): any 1 s holds at most rate + burst starts, and 15
         # starts at 5/s after a burst of 5 take 2 s at least.

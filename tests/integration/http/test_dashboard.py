@@ -21,8 +21,6 @@ from jobengine.http.server import ApiService
 
 from .conftest import Api, MakeApi, browser, form
 
-pytestmark = pytest.mark.timeout(30)
-
 
 @pytest.fixture
 async def acme_ui(api: Api) -> AsyncIterator[httpx.AsyncClient]:
@@ -192,7 +190,7 @@ async def test_dead_letter_replay_purge_and_failure_signatures(api: Api, acme_ui
     running = asyncio.create_task(worker.run())
     try:
         for job in jobs:
-            assert (await e.wait_for(job.id, timeout=10)).state is JobState.DEAD
+            assert (await e.wait_for(job.id, timeout=60)).state is JobState.DEAD
     finally:
         worker.stop()
         await running
@@ -270,7 +268,7 @@ async def test_live_streams_send_rendered_fragments_and_end_when_the_server_stop
         try:
             cookies = {COOKIE: await api.session(api.keys["acme"])}
             async with (
-                httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=10) as c,
+                httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=60) as c,
                 c.stream("GET", "/ui/stream/overview") as overview,
                 c.stream("GET", f"/ui/stream/job/{job.id}") as job_stream,
             ):
@@ -402,7 +400,7 @@ async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> N
         token = await api.session(api.keys["acme"])
         try:
             async with (
-                httpx.AsyncClient(base_url=service.url, cookies={COOKIE: token}, timeout=10) as c,
+                httpx.AsyncClient(base_url=service.url, cookies={COOKIE: token}, timeout=60) as c,
                 c.stream("GET", "/ui/stream/overview") as overview,
             ):
                 lines = overview.aiter_lines()

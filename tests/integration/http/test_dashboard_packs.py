@@ -8,14 +8,11 @@ import re
 from pathlib import Path
 
 import httpx
-import pytest
 
 from jobengine.ports.packs import PackStatus
 from support.packs import pack_bytes
 
 from .conftest import Api, MakeApi, browser, form
-
-pytestmark = pytest.mark.timeout(30)
 
 P = "/api/v1/packs"
 GZ = {"Content-Type": "application/gzip"}

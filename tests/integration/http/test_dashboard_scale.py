@@ -4,8 +4,9 @@ and CPU time; this test keeps to the two pages the acceptance names): one tenant
 share claimed, of those some succeeded and some dead, plus another tenant's jobs. Then each page is
 requested through the real app (FastAPI, its middleware, the session cookie; httpx's ASGI transport, so
 server time without a network) and the medians are printed (``pytest -rA`` or ``-s`` shows them) and
-logged. The assertion is loose (median under 1 s, five times the target) so a loaded 2-core machine never
-makes it flake; the 200 ms target itself is read from the log and reported, not asserted."""
+logged. The median is asserted, loosely (under 1 s, five times the target), in the serial tier only, which
+runs alone: beside other tests a loaded 2-core machine would stretch what it measures. The 200 ms target
+itself is read from the log and reported, not asserted; ``bench/dashboard.py`` measures every page."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from jobengine.engine import Engine
 
 from .conftest import MakeApi
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+# Filling 100,000 jobs takes seconds on an idle machine and minutes on a loaded one: the ceiling is generous.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(900)]
 log = logging.getLogger("jobengine.tests.dashboard_scale")
 
 JOBS = 100_000

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -59,6 +60,24 @@ async def test_enqueue_retries_with_one_idempotency_key(api: Api) -> None:
     assert len(seen) == 2 and seen[0] == seen[1]
     assert (job["task"], job["priority"]) == ("send", 3)
     assert sum((await api.engine.count_jobs()).values()) == 1
+
+
+async def test_the_clients_enqueue_sends_every_option_it_takes(api: Api) -> None:
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    transport = httpx.ASGITransport(app=api.app)
+    async with ApiClient("http://api", api.keys["acme"], transport=transport) as c:
+        parent = await c.enqueue("first")
+        job = await c.enqueue(
+            "send", {"to": "ada"}, queue="mail", priority=3, run_at=run_at, max_attempts=7,
+            idempotency_key="once", depends_on=[parent["id"]], timeout=12.5,
+        )  # fmt: skip
+        later = await c.enqueue("send", delay=60.0)
+        with pytest.raises(TypeError, match="prority"):
+            await c.enqueue("send", prority=3)  # type: ignore[call-arg]
+    assert (job["queue"], job["priority"], job["max_attempts"], job["depends_on"]) == ("mail", 3, 7, [parent["id"]])
+    assert (job["timeout"], job["state"]) == (12.5, "blocked")
+    stored = await api.engine.get_job(job["id"], "acme")
+    assert abs(stored.run_at - run_at.timestamp()) < 0.01 and later["state"] == "scheduled"
 
 
 async def test_the_client_raises_problems_and_gives_up_after_max_elapsed() -> None:
@@ -140,11 +159,11 @@ async def test_a_remote_worker_runs_tasks_with_phases_retries_and_dead_letters(
         }
         await engine.wait_for(jobs["hello"].id, 10)
         # flaky retries after its backoff (up to 1s): wait for it to finish.
-        await engine.wait_for(jobs["flaky"].id, 15)
+        await engine.wait_for(jobs["flaky"].id, 60)
         await engine.wait_for(jobs["hopeless"].id, 10)
         await engine.wait_for(jobs["etl"].id, 10)
         worker.stop()
-        await asyncio.wait_for(run, 10)
+        await asyncio.wait_for(run, 60)
         hello = await engine.get_job(jobs["hello"].id)
         assert (hello.state, hello.result) == (JobState.SUCCEEDED, "hello Ada")
         flaky = await engine.get_job(jobs["flaky"].id)
@@ -179,10 +198,10 @@ async def test_a_remote_worker_shuts_down_gracefully(make_api: MakeApi) -> None:
         worker = RemoteWorker(url, key=key, tasks=app, grace_period=0.2, long_poll=20.0)
         run = asyncio.create_task(worker.run())
         job = await api.engine.enqueue("forever", tenant="acme")
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(started.wait(), 60)
         t0 = time.monotonic()
         worker.stop()
-        await asyncio.wait_for(run, 10)
+        await asyncio.wait_for(run, 60)
         assert time.monotonic() - t0 < 3  # the long-poll did not hold the shutdown up
         released = await api.engine.get_job(job.id)
         assert released.state is JobState.QUEUED and released.attempt == 0  # given back, no attempt spent

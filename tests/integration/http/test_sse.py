@@ -131,7 +131,7 @@ async def test_an_expired_position_gets_a_reset_event(make_api: MakeApi) -> None
         await engine.enqueue_many([NewJob(task="new", tenant="acme")])
         headers = {"Authorization": f"Bearer {api.keys['acme']}", "Last-Event-ID": str(old[0].id)}
         async with (
-            httpx.AsyncClient(base_url=served.url, headers=headers, timeout=10) as c,
+            httpx.AsyncClient(base_url=served.url, headers=headers, timeout=60) as c,
             c.stream("GET", "/api/v1/events/stream") as r,
         ):
             got = []
@@ -151,7 +151,7 @@ async def test_an_expired_position_gets_a_reset_event(make_api: MakeApi) -> None
 async def test_job_stream_keepalives_and_a_stream_that_starts_now(make_api: MakeApi) -> None:
     async with make_api(sse_keepalive=0.2) as api, serve(api) as served:
         headers = {"Authorization": f"Bearer {api.keys['acme']}"}
-        async with httpx.AsyncClient(base_url=served.url, headers=headers, timeout=10) as c:
+        async with httpx.AsyncClient(base_url=served.url, headers=headers, timeout=60) as c:
             job = (await c.post("/api/v1/jobs", json={"task": "t"})).json()
             await c.post("/api/v1/jobs", json={"task": "other"})
             await c.post(f"/api/v1/jobs/{job['id']}/cancel")
@@ -196,10 +196,10 @@ async def test_a_client_that_stops_reading_is_dropped_at_its_buffer_cap(make_api
         }  # fmt: skip
         await api.engine.enqueue_many([NewJob(task="t", tenant="acme")])
         call = asyncio.create_task(api.app(scope, receive, send))
-        await asyncio.wait_for(stuck.wait(), 5)
+        await asyncio.wait_for(stuck.wait(), 60)
         assert ctx.metrics.sse_clients._value.get() == 1
         await api.engine.enqueue_many([NewJob(task="t", tenant="acme") for _ in range(120)])  # past the cap
-        await asyncio.wait_for(call, 5)  # dropped: the app returned
+        await asyncio.wait_for(call, 60)  # dropped: the app returned
         assert ctx.metrics.sse_dropped._value.get() == 1
         assert ctx.metrics.sse_clients._value.get() == 0
         assert not api.engine.bus._subs  # its subscription is gone

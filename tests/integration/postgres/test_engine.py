@@ -49,7 +49,7 @@ async def test_jobs_run_end_to_end_with_phases_retries_and_dependencies(postgres
             first = await engine.enqueue("flaky")
             after = await engine.enqueue("phased", depends_on=[first.id])
             assert after.state is JobState.BLOCKED
-            done = await engine.wait_for(after.id, timeout=20)
+            done = await engine.wait_for(after.id, timeout=60)
             assert done.state is JobState.SUCCEEDED
             assert done.result == {"one": 1, "two": 2}
             assert [p.state.value for p in done.phases] == ["succeeded", "succeeded"]

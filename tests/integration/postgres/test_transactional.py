@@ -65,7 +65,7 @@ async def test_committed_the_job_runs(postgres_dsn: str) -> None:
                 await asyncio.sleep(0.3)
                 assert not ran.is_set()  # not before the commit
         # The poll interval is 30 s: only the NOTIFY sent at commit can wake the worker this fast.
-        await asyncio.wait_for(ran.wait(), 5.0)
+        await asyncio.wait_for(ran.wait(), 60.0)
         done = await engine.wait_for(job.id, timeout=5.0)
         assert done.state is JobState.SUCCEEDED and done.result == 7
         worker.stop()

@@ -50,7 +50,7 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
     return InProcessCli(tmp_path, capsys, monkeypatch)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> None:
     cli("migrate")
     created = cli.json(

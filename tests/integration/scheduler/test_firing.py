@@ -20,7 +20,7 @@ from jobengine.settings import Settings
 
 from .conftest import T0
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 def every(seconds: float, name: str = "s", **fields: object) -> ScheduleSpec:

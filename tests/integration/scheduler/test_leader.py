@@ -17,7 +17,7 @@ from jobengine.engine import Engine
 from jobengine.services import SchedulerService
 from jobengine.settings import Settings
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 async def test_a_lease_row_elects_one_leader_and_expires(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ async def test_a_lease_row_elects_one_leader_and_expires(tmp_path: Path) -> None
         await store.close()
 
 
-async def _wait(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def _wait(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not await predicate():
         assert time.monotonic() < deadline, "timed out"

@@ -22,7 +22,7 @@ from jobengine.settings import Settings
 
 from .conftest import T0
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 RUN_RETENTION = 1000.0
 

@@ -16,7 +16,7 @@ from jobengine.scheduler import PlanContext
 
 from .conftest import T0
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 def fan_out(items: int = 3, name: str = "fan", **template: object) -> ScheduleSpec:

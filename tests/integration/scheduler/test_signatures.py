@@ -18,7 +18,7 @@ from jobengine.worker import JobContext
 
 from .conftest import settings_for
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

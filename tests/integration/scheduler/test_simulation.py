@@ -17,7 +17,7 @@ from jobengine.scheduler import PlanContext
 
 from .conftest import T0
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 async def row_counts(engine: Engine) -> dict[str, int]:

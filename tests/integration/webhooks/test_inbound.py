@@ -28,7 +28,7 @@ W = "/api/v1/webhooks"
 H = "/api/v1/hooks"
 KEY = new_key()
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 
 @dataclass

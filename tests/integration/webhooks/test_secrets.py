@@ -28,7 +28,7 @@ from jobengine.secretbox import PREFIX, key_id, new_key
 from tests.integration.webhooks.conftest import dispatching, webhook_settings
 from tests.support.webhook_receiver import Answer, Receiver
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 SECRET = "whsec_" + "c2VjcmV0LXRoYXQtbXVzdC1uZXZlci1iZS1zdG9yZWQtaW4tY2xlYXI="  # 40 bytes
 HOOK_SECRET = "inbound-secret-never-in-clear"

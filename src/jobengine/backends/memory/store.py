@@ -171,7 +171,7 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
             deps = []
             for dep_id in new.depends_on:
                 dep = lookup(dep_id)
-                if dep is None:
+                if dep is None or dep.tenant != new.tenant:  # another tenant's job is not one this tenant can see
                     raise UnknownDependency(dep_id)
                 deps.append(dep)
             broken = next((d for d in deps if d.final_state in BREAKS_DEPENDENTS), None)

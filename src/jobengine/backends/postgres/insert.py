@@ -321,7 +321,7 @@ async def _insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan
         deps = []
         for dep_id in new.depends_on:
             dep = staged.get(dep_id) or parents.get(dep_id)
-            if dep is None:
+            if dep is None or dep.tenant != new.tenant:  # another tenant's job is not one this tenant can see
                 raise UnknownDependency(dep_id)
             deps.append(dep)
         broken = next((d for d in deps if d.final_state in BREAKS_DEPENDENTS), None)

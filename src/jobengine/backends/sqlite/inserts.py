@@ -21,7 +21,6 @@ from typing import Any, Final
 from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core import transitions as tr
-from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Inserted, Job, Json, NewEvent, NewJob
 from jobengine.core.states import BREAKS_DEPENDENTS, JobState
 from jobengine.errors import IdempotencyConflict, InvalidJob, UnknownDependency
@@ -92,14 +91,17 @@ def _existing_by_key(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> dict[t
     return found
 
 
-def _dependency_states(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> dict[str, JobState]:
+def _dependency_states(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> dict[tuple[str, str], JobState]:
+    """The final states of the jobs the batch depends on, by (tenant, id): a job of another tenant is not
+    one a dependent can name."""
     wanted = {d for j in jobs for d in j.depends_on}
     if not wanted:
         return {}
     rows = conn.execute(
-        "SELECT id, state, outcome FROM jobs WHERE id IN (SELECT value FROM json_each(?))", (json_list(wanted),)
+        "SELECT tenant, id, state, outcome FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+        (json_list(wanted),),
     )
-    return {r[0]: _final_state(r[1], r[2]) for r in rows}
+    return {(r[0], r[1]): _final_state(r[2], r[3]) for r in rows}
 
 
 @dataclass(slots=True)
@@ -132,7 +134,8 @@ def write(
     dep_states = _dependency_states(conn, jobs)
     w = Written(jobs, texts, phases, now)
 
-    staged: dict[JobId, JobState] = {}  # final states of jobs created in this batch (later ones may depend on them)
+    # Final states of jobs created in this batch, by (tenant, id): later ones may depend on them.
+    staged: dict[tuple[str, str], JobState] = {}
     staged_keys: dict[tuple[str, str], int] = {}
     job_rows: list[tuple[Any, ...]] = []
     plain_rows: list[tuple[Any, ...]] = []
@@ -163,9 +166,9 @@ def write(
         all_succeeded = True
         broken: tuple[str, JobState] | None = None
         for dep_id in new.depends_on:
-            dep_state = staged.get(dep_id)
+            dep_state = staged.get((new.tenant, dep_id))
             if dep_state is None:
-                dep_state = dep_states.get(dep_id)
+                dep_state = dep_states.get((new.tenant, dep_id))
                 if dep_state is None:
                     raise UnknownDependency(dep_id)
             if dep_state is not JobState.SUCCEEDED:
@@ -191,7 +194,7 @@ def write(
                  codec.dumps(dict(cancelled.data), "event"))
             )  # fmt: skip
 
-        staged[new.id] = final
+        staged[(new.tenant, new.id)] = final
         if new.idempotency_key is not None:
             staged_keys[(new.tenant, new.idempotency_key)] = i
         w.out.append(i)
