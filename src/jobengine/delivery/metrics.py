@@ -9,7 +9,8 @@ Labels ``transport`` (database, redis, nats) and ``queue`` (the logical queue: p
 - ``jobengine_queue_retried_total``: deliveries sent back to be delivered again;
 - ``jobengine_queue_dead_lettered_total``: messages put in the dead-letter stream;
 - ``jobengine_queue_dropped_total``: exhausted messages dropped (dead-lettering off);
-- ``jobengine_queue_lease_expired_total``: deliveries taken over after their lease expired.
+- ``jobengine_queue_lease_expired_total``: deliveries taken over after their lease expired;
+- ``jobengine_queue_orphans_taken_total``: deliveries taken over from a consumer whose process is gone.
 
 Counters count what this process did. Usage (the
 HTTP API serves it at ``/metrics`` beside its own registry)::
@@ -27,7 +28,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from jobengine.ports.transport import Transport
 
-COUNTED: Final = ("enqueued", "deduplicated", "acked", "retried", "dead_lettered", "dropped", "lease_expired")
+COUNTED: Final = (
+    "enqueued",
+    "deduplicated",
+    "acked",
+    "retried",
+    "dead_lettered",
+    "dropped",
+    "lease_expired",
+    "orphans_taken",
+)
 
 _HELP: Final = {
     "enqueued": "Messages published to the queue transport (duplicates left out)",
@@ -37,6 +47,7 @@ _HELP: Final = {
     "dead_lettered": "Messages put in the dead-letter stream",
     "dropped": "Exhausted messages dropped because dead-lettering is off",
     "lease_expired": "Deliveries taken over after their lease expired",
+    "orphans_taken": "Deliveries taken over from a consumer whose process is gone",
 }
 
 

@@ -170,11 +170,14 @@ class TransportCapabilities:
     message_headers: bool
     #: True when ``receive`` can block until a message arrives (no polling in between).
     blocking_receive: bool
+    #: True when what a consumer whose process is gone had received is delivered again within seconds,
+    #: from its absence on the broker, not after its lease (Redis: no connection under its name).
+    consumer_presence: bool = False
 
 
 class Counters(Protocol):
     """Where a transport counts what it did (see :mod:`jobengine.delivery.metrics`). ``what`` is one of
-    enqueued, deduplicated, acked, retried, dead_lettered, dropped, lease_expired."""
+    enqueued, deduplicated, acked, retried, dead_lettered, dropped, lease_expired, orphans_taken."""
 
     def count(self, what: str, n: int = 1) -> None: ...
 

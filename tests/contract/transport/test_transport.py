@@ -19,6 +19,7 @@ from jobengine.ports.transport import (
     SCHEDULE_ID_HEADER,
     Message,
 )
+from support.services import unique_name
 
 from .conftest import EnvFactory, depth_settles_at, ids, receive_all
 
@@ -272,3 +273,20 @@ async def test_health_of_an_unreachable_broker_is_down_not_an_error(url: str) ->
     await transport.close()
     assert not health.ok
     assert health.detail
+
+
+async def test_what_a_gone_consumer_held_comes_back_long_before_its_lease(make_env: EnvFactory) -> None:
+    """A consumer's process dies (its connections close, its entries stay pending): another consumer is
+    handed them within seconds where the broker can tell the consumer is gone, not after the 60 s lease."""
+    env = await make_env(lease_seconds=60.0, consumer=unique_name("gone"))
+    if not env.caps.consumer_presence:
+        pytest.skip(f"{env.kind}: a gone consumer's deliveries come back after their lease")
+    other = await env.other()
+    (sent,) = await env.put(1)
+    assert len(await receive_all(env.transport, 1)) == 1
+    await env.transport.close()  # the process is gone: its connections close, nothing is acked
+    (again,) = await receive_all(other, 1, timeout=30.0)
+    assert (again.message.id, again.attempt) == (sent.id, 2)
+    assert env.counters.counts["orphans_taken"] == 1
+    await other.ack([again])
+    assert await depth_settles_at(other, 0) == 0

@@ -58,11 +58,19 @@ from . import scripts
 log = logging.getLogger("jobengine.transport.redis")
 
 _MAINTAIN_EVERY = 0.25  # seconds between promotions of due retries and take-overs of expired leases
+_ORPHANS_EVERY = 0.5  # seconds between looks for consumers whose process is gone
+_ORPHAN_GRACE = 1.0  # a consumer absent this long (at two looks) is gone, not reconnecting
 
 
 class RedisTransport:
     capabilities = TransportCapabilities(
-        name="redis", broker=True, dedupe=True, dead_letter_stream=True, message_headers=True, blocking_receive=True
+        name="redis",
+        broker=True,
+        dedupe=True,
+        dead_letter_stream=True,
+        message_headers=True,
+        blocking_receive=True,
+        consumer_presence=True,
     )
 
     def __init__(
@@ -78,8 +86,13 @@ class RedisTransport:
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
-        self._redis = client if client is not None else connect(url)
+        # Our own client carries the consumer's name on every connection: a consumer with pending entries and
+        # no connection of that name is a process that is gone (see _orphans).
+        self._redis = client if client is not None else connect(url, self.options.consumer)
         self._own_client = client is None
+        self._look_for_orphans = client is None
+        self._next_orphans = 0.0
+        self._absent: dict[str, float] = {}  # consumer -> first seen without a connection (monotonic)
         self._stream = config.stream
         self._delayed = f"{config.stream}:delayed"
         self._group = config.consumer_group
@@ -201,6 +214,61 @@ class RedisTransport:
         out = [d for e in claimed if (d := self._delivery(e[0], e[1], int(e[2]), now, invalid)) is not None]
         if out:
             self.options.counters.count("lease_expired", len(out))
+        if self._look_for_orphans and len(out) < limit and time.monotonic() >= self._next_orphans:
+            self._next_orphans = time.monotonic() + _ORPHANS_EVERY
+            out += await self._orphans(limit - len(out), now, invalid)
+        return out
+
+    async def _orphans(self, limit: int, now: float, invalid: list[str]) -> list[Delivery]:
+        """Entries pending on consumers whose process is gone, taken over now rather than after their
+        lease: a consumer with pending entries and no connection under its name, at two looks at least
+        ``_ORPHAN_GRACE`` apart (a connection that drops and comes back is a consumer reconnecting). A
+        Redis that refuses ``CLIENT LIST`` (an ACL) leaves them to their lease."""
+        ours = self.options.consumer
+        async with self._errors("looking for gone consumers"):
+            consumers: Any = await self._redis.xinfo_consumers(self._stream, self._group)
+            pending = [_text(c["name"]) for c in consumers if int(c["pending"]) > 0 and _text(c["name"]) != ours]
+            if not pending:
+                self._absent = {}
+                return []
+            try:
+                clients: Any = await self._redis.client_list()
+            except rx.ResponseError as exc:
+                log.warning("redis %s: CLIENT LIST refused (%s); a gone consumer's entries wait for their "
+                            "lease", self.url, exc)  # fmt: skip
+                self._look_for_orphans = False
+                return []
+        present = {_text(c.get("name", "")) for c in clients}
+        seen = time.monotonic()
+        absent = {name: self._absent.get(name, seen) for name in pending if name not in present}
+        self._absent = absent
+        gone = [name for name, first in absent.items() if seen - first >= _ORPHAN_GRACE]
+        out: list[Delivery] = []
+        for name in gone:
+            if len(out) >= limit:
+                break
+            async with self._errors("taking over a gone consumer's entries"):
+                rows: Any = await self._redis.xpending_range(
+                    self._stream, self._group, "-", "+", limit - len(out), consumername=name
+                )
+                times = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+                entries: Any = (
+                    await self._redis.xclaim(self._stream, self._group, ours, 0, list(times)) if times else []
+                )
+                if len(rows) < limit - len(out):
+                    await self._redis.xgroup_delconsumer(self._stream, self._group, name)
+                    self._absent.pop(name, None)
+            for entry_id, fields in entries:
+                d = (
+                    self._delivery(entry_id, fields, times.get(_text(entry_id), 0) + 1, now, invalid)
+                    if fields
+                    else None
+                )
+                if d is not None:
+                    out.append(d)
+        if out:
+            log.info("redis %s: took over %d entries of consumers that are gone", self._stream, len(out))
+            self.options.counters.count("orphans_taken", len(out))
         return out
 
     async def extend(self, deliveries: Sequence[Delivery]) -> None:
@@ -303,11 +371,17 @@ class RedisTransport:
             await self._redis.aclose()
 
 
-def connect(url: str) -> Redis:
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def connect(url: str, name: str | None = None) -> Redis:
     """A client that fails fast while Redis is down (a couple of quick retries, then TransportUnavailable to the
-    caller, whose loop retries with its own backoff) instead of blocking its caller for seconds."""
+    caller, whose loop retries with its own backoff) instead of blocking its caller for seconds. ``name``
+    names each of its connections (``CLIENT SETNAME``)."""
     return Redis.from_url(
         url,
+        client_name=name,
         decode_responses=False,
         socket_connect_timeout=2.0,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
