@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-import jobengine
 from jobengine.core.ids import JobId
 from jobengine.core.models import Changed, FailOutcome, Failure
 from jobengine.core.states import JobState
@@ -37,7 +36,7 @@ EXCLUDED_FRAMES: Final = tuple(
     dict.fromkeys(
         p
         for p in (
-            os.path.dirname(jobengine.__file__) + os.sep,
+            os.path.dirname(os.path.abspath(__file__)) + os.sep,  # this module's package: jobengine
             sysconfig.get_paths().get("stdlib", "") + os.sep,
             sysconfig.get_paths().get("platstdlib", "") + os.sep,
         )

@@ -66,6 +66,64 @@ def test_import_layers() -> None:
     _run(found, "--no-cache", "--no-logo")
 
 
+def import_cycles(package: str) -> list[list[str]]:
+    """The modules of ``package`` that import each other in a circle, at import time or from inside a
+    function (imports under ``TYPE_CHECKING`` left out): Tarjan's strongly connected components of grimp's
+    graph, larger than one module."""
+    import grimp
+
+    graph = grimp.build_graph(
+        package, include_external_packages=False, exclude_type_checking_imports=True, cache_dir=None
+    )
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph.find_modules_directly_imported_by(module)):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    _need("grimp", "import-linter")
+    assert import_cycles("jobengine") == []
+
+
+def test_the_cycle_check_finds_a_function_level_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "circular"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circular import b\n")
+    (pkg / "b.py").write_text("def f():\n    from circular import a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from circular import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("circular") == [["circular.a", "circular.b"]]
+
+
 def _copy_project(dest: Path) -> Path:
     """The files a build reads, without caches, egg-info or build/ (so builds never race in the checkout)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.db", "*.db-wal", "*.db-shm")

@@ -4,6 +4,7 @@ an ``--app``. This is the edge where the environment and the working directory a
 from __future__ import annotations
 
 import asyncio
+import getpass
 import importlib
 import inspect
 import os
@@ -19,6 +20,8 @@ import typer
 from jobengine.engine import Engine
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
+
+ActorOption = Annotated[str | None, typer.Option(help="Who makes the change (audit) [default: cli:<login>].")]
 
 T = TypeVar("T")
 
@@ -120,3 +123,12 @@ ConfigOption = Annotated[
     typer.Option("--config", help="YAML settings file [default: ./jobengine.yaml if it exists].", show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table or text.")]
+
+
+def actor_of(actor: str | None) -> str:
+    if actor:
+        return actor
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name (a container without passwd entry)
+        return "cli"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobengine.cli import output
-from jobengine.cli.run import EarlySignals, Supervisor
+from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.errors import ConfigError
 from jobengine.sdk.source import HttpWorkerSource
 from jobengine.sdk.worker import RemoteWorker

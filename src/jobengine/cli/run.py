@@ -9,140 +9,23 @@ still starting (importing the app, loading packs): :class:`EarlySignals` holds i
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
-import threading
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run
 from jobengine.cli.live import LiveView
+from jobengine.cli.supervise import EarlySignals, Supervisor, setup_logging
 from jobengine.core.models import JobFilter, check_name
 from jobengine.engine import Engine
 from jobengine.errors import ConfigError, InvalidJob
 from jobengine.examples import DEMO_SCHEDULE, build_engine, enqueue_demo, ensure_demo_schedule
 from jobengine.services import RetentionService, SchedulerService, Service, WorkerService
 from jobengine.settings import Settings
-
-
-def setup_logging() -> None:
-    handler = RichHandler(console=output.stderr(), show_path=False, rich_tracebacks=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", datefmt="[%X]", handlers=[handler])
-    logging.getLogger("jobengine").setLevel(logging.INFO)
-
-
-class EarlySignals:
-    """SIGINT / SIGTERM from the first line of a command until its :class:`Supervisor` takes them over.
-
-    Without it, a signal that comes while the command imports the app or loads packs ends the process the
-    default way (killed by SIGTERM, a traceback for SIGINT): a deployment stopping a worker that just started
-    would see it fail. The first signal is kept for the Supervisor (which then stops at once, as nothing was
-    claimed yet); a second one ends the process with exit code 0 there and then, as nothing is in flight."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    @classmethod
-    def install(cls) -> EarlySignals:
-        """Take SIGINT / SIGTERM over (only the main thread may; elsewhere the handlers stay as they are)."""
-        early = cls()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, early._on_signal)
-        return early
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.names.append(signal.Signals(signum).name)
-        if len(self.names) > 1:
-            raise SystemExit(0)
-
-
-class Supervisor:
-    """Owns SIGINT / SIGTERM while entered and runs services until the first one (see :meth:`serve`).
-
-    Enter it before anything slow (migrations, loading packs), so a SIGTERM during start-up is a clean stop
-    too; ``worker`` may be given later (before :meth:`serve`). Signals that ``early`` caught before are
-    handled as it is entered.
-    """
-
-    def __init__(self, worker: WorkerService | None, console: Console, early: EarlySignals | None = None) -> None:
-        self.worker = worker
-        self.console = console
-        self.early = early
-        self.signals = 0
-        self._stop = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _on_signal(self, name: str) -> None:
-        self.signals += 1
-        if self.signals == 1:
-            grace = f" within {self.worker.worker.options.grace_period:g}s" if self.worker is not None else ""
-            self.console.print(
-                f"[bold]{name}: stopping[/bold] — jobs in flight may finish{grace}; signal again to release them now"
-            )
-            self._stop.set()
-        elif self.signals == 2:
-            self.console.print(f"[bold]{name}: releasing jobs in flight now[/bold]")
-            if self.worker is not None:
-                self.worker.stop_now()
-
-    async def __aenter__(self) -> Supervisor:
-        self._loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._loop.add_signal_handler(sig, self._on_signal, sig.name)
-        for name in self.early.names if self.early is not None else ():
-            self._on_signal(name)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._loop is not None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._loop.remove_signal_handler(sig)
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    async def serve(self, services: Sequence[Service], ready: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Start ``services``, call ``ready()``, wait for a stop, then stop every started service (in
-        reverse order) whatever happened. Re-raises why the worker stopped on its own, if it crashed."""
-        if self.worker is not None and self.signals > 1:
-            self.worker.stop_now()  # the second signal came before the worker was given
-        started: list[Service] = []
-        try:
-            for service in services:
-                await service.start()
-                started.append(service)
-            if ready is not None and not self.stopping:
-                await ready()
-            await self._wait()
-        finally:
-            while started:
-                await started.pop().stop()
-
-    async def _wait(self) -> None:
-        assert self.worker is not None, "Supervisor.serve() without a worker"
-        stop = asyncio.create_task(self._stop.wait())
-        ended = asyncio.create_task(self.worker.wait())
-        try:
-            await asyncio.wait([stop, ended], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            ended.cancel()
-        if ended.done() and not ended.cancelled():
-            ended.result()
 
 
 async def _up(settings: Settings, early: EarlySignals | None = None) -> None:

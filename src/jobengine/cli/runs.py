@@ -10,9 +10,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import (
+    ActorOption,
+    ConfigOption,
+    DbOption,
+    JsonFlag,
+    actor_of,
+    load_settings,
+    open_engine,
+    run,
+)
 from jobengine.cli.jobs import parse_time
-from jobengine.cli.schedules import ActorOption, actor_of
 from jobengine.core.clock import iso
 from jobengine.core.models import Job
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment

@@ -52,7 +52,7 @@ def scheduler(
             engine = rebind(engine, replace(engine.settings, database=db))
     else:
         engine = Engine.from_settings(load_settings(config, database=db))
-    from jobengine.cli.run import setup_logging
+    from jobengine.cli.supervise import setup_logging
 
     setup_logging()
     run(_scheduler(engine))

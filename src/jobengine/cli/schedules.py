@@ -6,7 +6,6 @@ Every change is audited with an actor: ``--actor`` (default ``cli:<your login>``
 
 from __future__ import annotations
 
-import getpass
 import json
 from dataclasses import replace
 from typing import Annotated, Any
@@ -16,7 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import (
+    ActorOption,
+    ConfigOption,
+    DbOption,
+    JsonFlag,
+    actor_of,
+    load_settings,
+    open_engine,
+    run,
+)
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
 from jobengine.core.cron import parse_duration
@@ -31,7 +39,6 @@ schedules_app = typer.Typer(
 
 Ref = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedule's name or id.", show_default=False)]
 TenantOption = Annotated[str | None, typer.Option(help="Tenant of the schedule [default: default].")]
-ActorOption = Annotated[str | None, typer.Option(help="Who makes the change (audit) [default: cli:<login>].")]
 Cron = Annotated[str | None, typer.Option(help="CRON expression (5 fields) or an alias like @hourly.")]
 Every = Annotated[str | None, typer.Option(help="A fixed interval instead of CRON: 30s, 5m, 1h30m.")]
 Tz = Annotated[str | None, typer.Option("--tz", help="IANA time zone of the CRON expression [default: UTC].")]
@@ -49,15 +56,6 @@ Overlap = Annotated[str | None, typer.Option(help="While the previous run is goi
 Misfire = Annotated[str | None, typer.Option(help="Ticks missed while no scheduler ran: skip, run_once, catch_up.")]
 CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed ticks catch_up runs.", min=0)]
 Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
-
-
-def actor_of(actor: str | None) -> str:
-    if actor:
-        return actor
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no login name (a container without passwd entry)
-        return "cli"
 
 
 def _json_list(text: str | None, field: str) -> tuple[Any, ...] | None:

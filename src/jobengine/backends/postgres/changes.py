@@ -46,7 +46,7 @@ def _cut_after(items: Sequence[T], cut: Callable[[T], bool]) -> list[list[T]]:
     return [c for c in chunks if c]
 
 
-class _Collect:
+class Collect:
     """Jobs and events of one store call, gathered over the statements it ran."""
 
     def __init__(self, now: float) -> None:

@@ -5,7 +5,7 @@ The limited claim is one transaction that first takes a transaction-level adviso
 (``pg_advisory_xact_lock``), so limited claims of one queue run one at a time across every process; each
 of its statements then reads (READ COMMITTED) what the previous claimer committed. It counts running jobs
 (per key), reads the candidates and buckets, starts the chosen jobs with the claim-by-id statement
-(``outbox._CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
+(``outbox.CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
 buckets back. Completions need no lock: they only free slots.
 """
 
@@ -16,9 +16,9 @@ from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
-from jobengine.backends.postgres.changes import _Collect
+from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
-from jobengine.backends.postgres.outbox import _CLAIM_IDS
+from jobengine.backends.postgres.outbox import CLAIM_IDS
 from jobengine.backends.postgres.sql import RUNNABLE
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
@@ -35,8 +35,8 @@ SELECT b.key, b.tokens, b.at FROM jsonb_to_recordset(%(b)s::jsonb) AS b(key text
 ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at"""
 
 
-_CLAIM_AND_BUCKETS: Final = "WITH bk AS (" + _UPSERT_BUCKETS + " RETURNING 1), " + _CLAIM_IDS.removeprefix("WITH ")
-assert _CLAIM_IDS.startswith("WITH ")
+_CLAIM_AND_BUCKETS: Final = "WITH bk AS (" + _UPSERT_BUCKETS + " RETURNING 1), " + CLAIM_IDS.removeprefix("WITH ")
+assert CLAIM_IDS.startswith("WITH ")
 
 #: A bucket's key in SQL, as jobengine.flow.limits.bucket_key writes it (the contract suite holds them equal).
 _BUCKET_SQL: Final = {
@@ -144,12 +144,12 @@ class PostgresFlowMixin:
                 if not chosen.ids:
                     return Changed()
                 claim = {"ids": chosen.ids, "worker": worker, "expires": now + lease_seconds, "now": now, "tasks": None}
-                query = _CLAIM_IDS
+                query = CLAIM_IDS
                 if chosen.buckets:  # written by the claim statement itself (one round trip)
                     rows = [{"key": k, "tokens": b.tokens, "at": b.at} for k, b in chosen.buckets.items()]
                     claim["b"] = Jsonb(rows)
                     query = _CLAIM_AND_BUCKETS
-                out = _Collect(now)
+                out = Collect(now)
                 out.add(await _all(conn, qualify(self, query), claim))
                 return out.changed()
 

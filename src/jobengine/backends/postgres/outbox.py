@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import psycopg
 
 from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
 from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.core import codec
@@ -40,7 +41,7 @@ _DUE = """SELECT
     EXISTS (SELECT 1 FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8),
     (SELECT min(available_at) FROM {s}outbox WHERE available_at > %(now)s::float8)"""
 
-_CLAIM_IDS = (
+CLAIM_IDS = (
     """WITH picked AS (
     SELECT id FROM {s}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN """
     + sql.RUNNABLE
@@ -164,16 +165,14 @@ class PostgresOutboxMixin:
         *,
         tasks: Sequence[str] | None = None,
     ) -> Changed:
-        from jobengine.backends.postgres.store import _Collect  # store.py imports this module
-
         if not ids or (tasks is not None and not tasks):
             return Changed()
         params = {
             "ids": list(dict.fromkeys(ids)), "worker": worker, "expires": now + lease_seconds, "now": now,
             "tasks": list(tasks) if tasks is not None else None,
         }  # fmt: skip
-        out = _Collect(now)
-        out.add(await self._rows(qualify(self, _CLAIM_IDS), params))
+        out = Collect(now)
+        out.add(await self._rows(qualify(self, CLAIM_IDS), params))
         return out.changed()
 
     async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:

@@ -37,8 +37,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
-from jobengine.backends.postgres.changes import _DEPENDENTS, _J, _STATE, Row, _cut_after, _jobs, _unique
-from jobengine.backends.postgres.changes import _Collect as _Collect  # api.py and outbox.py import it from here
+from jobengine.backends.postgres.changes import _DEPENDENTS, _J, _STATE, Collect, Row, _cut_after, _jobs, _unique
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
     InsertPlan,
@@ -486,7 +485,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             query, params["queue"] = self._q.claim_one, unique[0]
         else:
             query, params["queues"] = self._q.claim_many, unique
-        out = _Collect(now)
+        out = Collect(now)
         out.add(await self._rows(query, params))
         return out.changed()
 
@@ -501,7 +500,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         return Heartbeat(frozenset(JobId(r[0]) for r in rows), frozenset(JobId(r[0]) for r in rows if r[1]))
 
     async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
-        out = _Collect(now)
+        out = Collect(now)
         # A job named twice gets both updates, in order: split the batch where a job repeats.
         chunks: list[list[PhaseUpdate]] = [[]]
         for u in updates:
@@ -599,7 +598,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         """Try the one-statement path; send what it left (jobs with dependents, stale tokens) through
         ``step`` in a transaction, in batch order, cutting the batch after every job with dependents so
         that its dependents' events follow its own, as in the memory store."""
-        out = _Collect(now)
+        out = Collect(now)
         out.add(await self._rows(fast, fast_params))
         done = {j.id for j in out.jobs}
         rest = [x for x in items if job_of(x) not in done]
@@ -634,7 +633,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         leases = _unique(leases, lambda x: (x.job_id, x.token))
         if not leases:
             return Changed()
-        out = _Collect(now)
+        out = Collect(now)
         params = {"rows": encode_rows([[x.job_id, x.token] for x in leases]), "now": now, "channel": self.channel}
         out.add(await self._rows(self._q.release, params))
         return out.changed()
@@ -643,7 +642,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         ids = _unique(ids, lambda x: x)
         if not ids:
             return Changed()
-        out = _Collect(now)
+        out = Collect(now)
 
         async def op(conn: Conn) -> list[list[Row]]:
             async with conn.transaction():
@@ -674,7 +673,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         ids = _unique(ids, lambda x: x)
         if not ids:
             return Changed()
-        out = _Collect(now)
+        out = Collect(now)
         params = {"ids": list(ids), "now": now, "tenant": tenant, "channel": self.channel}
         out.add(await self._rows(self._q.retry, params))
         return out.changed()
