@@ -64,6 +64,8 @@ class _FlowRuntime:
     load: LoadState = field(default_factory=lambda: LoadState(Load.NORMAL))
     #: shed_policy(settings), built once: settings do not change under a running engine.
     policy: ShedPolicy | None = None
+    #: queue → when this process last took a token of its rate limit (the claim's time)
+    took: dict[str, float] = field(default_factory=dict)
 
 
 class FlowFacade:
@@ -180,7 +182,10 @@ class FlowFacade:
         tenant: str | None = None,
     ) -> Changed:
         rule = replace(rule, tasks=tuple(tasks) if tasks is not None else None, tenant=tenant)
-        return await self._flow_store().claim_limited(rule, limit, worker, lease_seconds, now)
+        changed = await self._flow_store().claim_limited(rule, limit, worker, lease_seconds, now)
+        if rule.rate and changed.jobs:
+            self._flow().took[rule.queue] = now
+        return changed
 
     async def flow_next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         """When a worker with nothing claimed should look again: the store's next run_at among queues
@@ -191,9 +196,15 @@ class FlowFacade:
         plain = [q for group, _, rule in plan if rule is None for q in group]
         nxt = await self.store.next_run_at(plain, tasks) if plain else None
         now = self.clock.now()
+        took = self._flow().took
         for _, _, rule in plan:
             if rule is not None and rule.rate:
+                # The next token is due one interval after the last one this process took (the claim's
+                # time, not its answer's); other processes' claims may take it first, costing one claim.
+                last = took.get(rule.queue)
                 token = now + min(1.0 / rule.rate, 1.0)
+                if last is not None and last + 1.0 / rule.rate > now - 1.0:
+                    token = max(now, min(token, last + 1.0 / rule.rate))
                 nxt = token if nxt is None else min(nxt, token)
         return nxt
 
