@@ -196,17 +196,21 @@ class FlowFacade:
         plain = [q for group, _, rule in plan if rule is None for q in group]
         nxt = await self.store.next_run_at(plain, tasks) if plain else None
         now = self.clock.now()
-        took = self._flow().took
         for _, _, rule in plan:
             if rule is not None and rule.rate:
-                # The next token is due one interval after the last one this process took (the claim's
-                # time, not its answer's); other processes' claims may take it first, costing one claim.
-                last = took.get(rule.queue)
-                token = now + min(1.0 / rule.rate, 1.0)
-                if last is not None and last + 1.0 / rule.rate > now - 1.0:
-                    token = max(now, min(token, last + 1.0 / rule.rate))
+                token = self.flow_token_at(rule.queue, rule.rate, now)
                 nxt = token if nxt is None else min(nxt, token)
         return nxt
+
+    def flow_token_at(self, queue: str, rate: float, now: float) -> float:
+        """When the next token of ``queue``'s rate limit may be there: one interval after the last token
+        this process took (the claim's time, not its answer's), else one interval (at most 1 s) from now.
+        Another process's claim may take it first, which costs one empty claim."""
+        token = now + min(1.0 / rate, 1.0)
+        last = self._flow().took.get(queue)
+        if last is not None and last + 1.0 / rate > now - 1.0:
+            token = max(now, min(token, last + 1.0 / rate))
+        return token
 
     # -- admission ----------------------------------------------------------------------------------
     async def flow_counts(self, *, fresh: bool = False) -> FlowCounts:
