@@ -64,6 +64,8 @@ class _FlowRuntime:
     load: LoadState = field(default_factory=lambda: LoadState(Load.NORMAL))
     #: shed_policy(settings), built once: settings do not change under a running engine.
     policy: ShedPolicy | None = None
+    #: queue → when this process last took a token of its rate limit (the claim's time)
+    took: dict[str, float] = field(default_factory=dict)
 
 
 class FlowFacade:
@@ -180,7 +182,10 @@ class FlowFacade:
         tenant: str | None = None,
     ) -> Changed:
         rule = replace(rule, tasks=tuple(tasks) if tasks is not None else None, tenant=tenant)
-        return await self._flow_store().claim_limited(rule, limit, worker, lease_seconds, now)
+        changed = await self._flow_store().claim_limited(rule, limit, worker, lease_seconds, now)
+        if rule.rate and changed.jobs:
+            self._flow().took[rule.queue] = now
+        return changed
 
     async def flow_next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         """When a worker with nothing claimed should look again: the store's next run_at among queues
@@ -193,9 +198,19 @@ class FlowFacade:
         now = self.clock.now()
         for _, _, rule in plan:
             if rule is not None and rule.rate:
-                token = now + min(1.0 / rule.rate, 1.0)
+                token = self.flow_token_at(rule.queue, rule.rate, now)
                 nxt = token if nxt is None else min(nxt, token)
         return nxt
+
+    def flow_token_at(self, queue: str, rate: float, now: float) -> float:
+        """When the next token of ``queue``'s rate limit may be there: one interval after the last token
+        this process took (the claim's time, not its answer's), else one interval (at most 1 s) from now.
+        Another process's claim may take it first, which costs one empty claim."""
+        token = now + min(1.0 / rate, 1.0)
+        last = self._flow().took.get(queue)
+        if last is not None and last + 1.0 / rate > now - 1.0:
+            token = max(now, min(token, last + 1.0 / rate))
+        return token
 
     # -- admission ----------------------------------------------------------------------------------
     async def flow_counts(self, *, fresh: bool = False) -> FlowCounts:

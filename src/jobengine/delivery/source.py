@@ -97,6 +97,8 @@ class EngineParts(Protocol):
 
     async def rescue_dead_workers(self) -> Changed: ...
 
+    def flow_token_at(self, queue: str, rate: float, now: float) -> float: ...
+
     async def flow_claim_plan(
         self, queues: Sequence[str], limit: int
     ) -> list[tuple[list[str], int, ClaimRule | None]]: ...
@@ -447,5 +449,6 @@ class BrokeredSource:
         if not self._waiting:
             return None
         plan = await self.engine.flow_claim_plan(sorted({d.message.queue for d in self._waiting}), 1)
-        rates = [rule.rate for _, _, rule in plan if rule is not None and rule.rate]
-        return self.clock.now() + min(1.0 / max(rates), 1.0) if rates else None
+        now = self.clock.now()
+        tokens = [self.engine.flow_token_at(r.queue, r.rate, now) for _, _, r in plan if r is not None and r.rate]
+        return min(tokens) if tokens else None

@@ -299,10 +299,11 @@ class Worker:
                 self._start(job)
             if len(jobs) < limit:
                 timeout = opts.poll_interval
-                if not jobs:
-                    nxt = await self.source.next_run_at(self.queues, self._tasks)
-                    if nxt is not None:
-                        timeout = max(0.0, min(timeout, nxt - self.source.clock.now()))
+                # Also after a claim that got some jobs: a rate limit may have held the rest back, and
+                # nothing wakes the worker when the bucket's next token is due but this answer.
+                nxt = await self.source.next_run_at(self.queues, self._tasks)
+                if nxt is not None:
+                    timeout = max(0.0, min(timeout, nxt - self.source.clock.now()))
                 if timeout > 0:
                     try:
                         await notifier.wait(timeout)

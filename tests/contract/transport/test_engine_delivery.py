@@ -447,6 +447,30 @@ async def test_a_rate_limit_spreads_the_starts(make_engine: EngineFactory) -> No
         await _no_retries_or_dead_letters(engine)
 
 
+async def test_a_worker_held_by_a_rate_limit_wakes_when_its_next_token_is_due(make_engine: EngineFactory) -> None:
+    """5 jobs/s, burst 1, and a poll interval of 5 s: a worker that waited for its next poll (or a wake-up
+    that never comes, as nothing is enqueued) would start one job per poll, 20 jobs in about 100 s; waking
+    when the bucket has its next token, they all start well within the ceiling. Nor does it start more than
+    the bucket allows."""
+    engine = await make_engine(max_deliveries=2)
+    runs: collections.Counter[int] = collections.Counter()
+
+    @engine.task(queue="rated")
+    async def quick(ctx: Any) -> None:
+        runs[ctx.payload["i"]] += 1
+
+    async with engine:
+        await engine.set_flow_limits("rated", rate=5, burst=1)
+        await engine.enqueue_many([engine.new_job("quick", {"i": i}) for i in range(20)])
+        async with worker(engine, concurrency=10, poll_interval=5.0):
+            await until(lambda: _settled(engine, 20), timeout=45)
+        assert runs == {i: 1 for i in range(20)}
+        # The claims' own times (the bucket's clock): any 1 s holds at most rate + burst starts.
+        starts = sorted(j.started_at or 0.0 for j in await engine.list_jobs())
+        assert max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts) <= 6, starts
+        await _no_retries_or_dead_letters(engine)
+
+
 async def test_a_paused_queue_waits_and_runs_once_resumed(make_engine: EngineFactory) -> None:
     engine = await make_engine(max_deliveries=2, lease=1.0)
     runs: list[int] = []

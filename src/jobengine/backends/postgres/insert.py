@@ -22,7 +22,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
-from jobengine.backends.postgres.rows import encode_rows, job_from_row
+from jobengine.backends.postgres.rows import encode_rows, event_from_row, job_from_row
 from jobengine.backends.postgres.sql import Queries
 from jobengine.core import codec
 from jobengine.core import events as ev
@@ -358,3 +358,42 @@ async def _insert_general(conn: Conn, q: Queries, channel: str, plan: InsertPlan
         for eid, (_, e) in zip(row[1], new_events, strict=True)
     ]
     return Inserted(jobs=tr.with_dependents(out, jobs), created=created, events=events)
+
+
+async def recover(conn: Conn, q: Queries, jobs: Sequence[NewJob], now: float) -> Inserted | None:
+    """What an insert whose connection was lost before its answer arrived committed: the batch as it was
+    written (all of it: one transaction), or None when none of it was, so that the insert is run again.
+
+    The ids are chosen before the first try, so a committed batch is found by them; ``created_at`` equal to
+    the insert's ``now`` tells a job of this batch from another that happens to hold one of its ids (then
+    the insert runs again and reports the taken id). A job that a repeated idempotency key turned into an
+    existing one was never written under its own id: it is found by its key, as the insert had found it.
+    The jobs are returned as they are now (a worker may have claimed them meanwhile), with the events the
+    insert wrote."""
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(q.get, {"ids": [j.id for j in jobs]})
+    mine = {job.id: job for job in map(job_from_row, await cur.fetchall()) if job.created_at == now}
+    if not mine:
+        return None
+    by_key: dict[tuple[str, str], Job] = {}
+    keyed = [j for j in jobs if j.id not in mine and j.idempotency_key is not None]
+    if keyed:
+        await cur.execute(
+            q.find_by_keys, {"tenants": [j.tenant for j in keyed], "keys": [j.idempotency_key for j in keyed]}
+        )
+        for job in map(job_from_row, await cur.fetchall()):
+            assert job.idempotency_key is not None
+            by_key[(job.tenant, job.idempotency_key)] = job
+    out: list[Job] = []
+    created: list[bool] = []
+    for new in jobs:
+        found = mine.get(new.id)
+        if found is None and new.idempotency_key is not None:
+            found = by_key.get((new.tenant, new.idempotency_key))
+        if found is None:
+            raise StoreError(f"job {new.id} of a committed batch is missing (deleted meanwhile)")
+        out.append(found)
+        created.append(found.id == new.id)
+    await cur.execute(q.inserted_events, {"ids": list(mine), "now": now})
+    events = [event_from_row(r) for r in await cur.fetchall()]
+    return Inserted(jobs=out, created=created, events=events)

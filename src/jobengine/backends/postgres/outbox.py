@@ -16,6 +16,7 @@ import psycopg
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.changes import Collect
+from jobengine.backends.postgres.insert import recover
 from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
 from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.core import codec
@@ -29,6 +30,9 @@ SELECT e->>0, e->>1, (e->>2)::float8, e->3,
     CASE WHEN (e->>2)::float8 <= %(now)s::float8 THEN %(held_until)s::float8 ELSE 0 END
 FROM jsonb_array_elements(%(rows)s::jsonb) AS x(e)
 RETURNING id, job_id"""
+
+_OUTBOX_OF = """SELECT id, job_id, queue, available_at, headers::text FROM {s}outbox
+WHERE job_id = ANY(%(ids)s::text[]) ORDER BY id"""
 
 _CLAIM_OUTBOX = """WITH c AS (
     SELECT id FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8
@@ -59,6 +63,8 @@ _OVERDUE = (
 
 
 class _Runs(StoreCalls, Protocol):
+    _q: sql.Queries
+
     async def insert_jobs_in(
         self,
         connection: object,
@@ -115,12 +121,24 @@ class PostgresOutboxMixin:
         if not jobs:
             return Outboxed(Inserted([], [], []), [])
 
+        tries = 0
+
         async def op(conn: Conn) -> Outboxed:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (done := await recover(conn, self._q, jobs, now)) is not None:
+                # The try whose answer was lost had committed: its outbox rows are read back.
+                ids = [j.id for j, created in zip(done.jobs, done.created, strict=True) if created]
+                cur = await conn.execute(qualify(self, _OUTBOX_OF), {"ids": ids})
+                rows = await cur.fetchall()
+                return Outboxed(
+                    done, [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
+                )
             async with conn.transaction():
                 return await _insert_outboxed(self, conn, jobs, now, phases, headers, watermarks, hold)
 
-        # Not retried: the outcome of a commit lost with its connection is unknown (as for insert_jobs).
-        return await self._run(op, retry=False)
+        # Retried like insert_jobs: a retry first looks for the batch by its ids.
+        return await self._run(op)
 
     async def insert_jobs_outboxed_in(
         self: _Runs,

@@ -449,6 +449,11 @@ edges AS (
 ), {_notify("src", "state = 'queued'")}
 SELECT true, (SELECT array_agg(id ORDER BY id) FROM ev), (SELECT count(*) FROM n)"""
 
+# The events an insert at ``now`` wrote for its jobs (read back when its answer was lost with its connection).
+INSERTED_EVENTS = """SELECT id, at, type, tenant, job_id, queue, task, data::text FROM {s}events
+WHERE job_id = ANY(%(ids)s::text[]) AND at = %(now)s::float8 AND type IN ('job.enqueued', 'job.cancelled')
+ORDER BY id"""
+
 FIND_BY_KEYS = f"""SELECT {_J} FROM {{s}}jobs j
 JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS k(tenant, key)
     ON j.tenant = k.tenant AND j.idempotency_key = k.key"""
@@ -546,6 +551,7 @@ class Queries:
     insert_one: bytes
     insert_full: bytes
     find_by_keys: bytes
+    inserted_events: bytes
     lock_parents: bytes
     prune: bytes
     expired: bytes

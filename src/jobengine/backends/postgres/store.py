@@ -13,10 +13,12 @@ transaction that locks their dependents before deciding (a sibling parent finish
 seen), see :meth:`PostgresStore.complete_jobs`.
 
 Failure policy: driver errors become :class:`StoreError` (:class:`StoreUnavailable` when the database cannot
-be reached). A statement that failed because its connection died (restart, ``pg_terminate_backend``) is
-retried on a fresh connection when retrying is safe: every fenced transition and every read, and an insert
-when the server reported the termination instead of an outcome. An insert whose commit may or may not
-have happened is not retried; the caller sees StoreUnavailable.
+be reached). A statement that failed because its connection died (restart, ``pg_terminate_backend``), or
+that found no connection within the pool's timeout, is retried on a fresh connection when retrying is safe:
+every fenced transition, every read, and every insert. An insert's jobs carry ids chosen before its first
+try, so a retry first looks for them and returns the batch as committed if the lost try had committed it
+(:func:`.insert.recover`): an enqueue never writes a job twice. A pooled connection whose session ended
+while idle is never handed out, and each event loop's pool holds at most ``pool_max`` sessions.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import select
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +50,7 @@ from jobengine.backends.postgres.insert import (
     insert_piped,
     pipes,
     raise_if_id_taken,
+    recover,
 )
 from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
@@ -94,6 +99,26 @@ def _disconnected(exc: psycopg.OperationalError, conn: Conn) -> bool:
     """Whether ``exc`` means the session is gone (retry on another) rather than the statement failed."""
     state = exc.sqlstate
     return conn.closed or conn.broken or state is None or state in _GONE or state.startswith("08")
+
+
+def _quiet(conn: Conn) -> bool:
+    """Whether an idle connection's socket has nothing to read, without a round trip. A session that the
+    server ended (``pg_terminate_backend``, a restart) has sent its last message or closed the socket, which
+    makes it readable; an idle session of ours is sent nothing (notifications go to the notifier's own
+    connection). A session that ends after this check fails its statement, which :meth:`PostgresStore._run`
+    retries."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return False
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    readable, _, _ = select.select([fd], [], [], 0)
+    return not readable
 
 
 def _close_in(
@@ -175,6 +200,10 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         # One pool per event loop: an async connection belongs to the loop that opened it, and the engine's
         # synchronous facade runs a loop of its own in another thread.
         self._pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
+        # Each pool's connections (and the fork they were made in), to end them when the pool's loop closes
+        # before the pool does.
+        self._pool_conns: dict[asyncio.AbstractEventLoop, weakref.WeakSet[Conn]] = {}
+        self._pool_forks: dict[asyncio.AbstractEventLoop, int] = {}
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
         self._notifier: PgNotifier | None = None
@@ -186,7 +215,17 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         pool = self._pools.get(loop)
         if pool is None:
             for other in [lp for lp in self._pools if lp.is_closed()]:
-                del self._pools[other]
+                # Its loop is gone, so nothing can await the pool's close: its sessions end here, or they
+                # would stay open on the server until the process exits.
+                self._pools.pop(other)
+                for conn in list(self._pool_conns.pop(other, ())):
+                    if not conn.closed and self._pool_forks.get(other, -1) == _FORKS[0]:
+                        conn.pgconn.finish()
+            conns: weakref.WeakSet[Conn] = weakref.WeakSet()
+
+            async def track(conn: Conn) -> None:
+                conns.add(conn)
+
             pool = AsyncConnectionPool(
                 self.dsn,
                 min_size=self._pool_min,
@@ -195,8 +234,11 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
                 kwargs={"autocommit": True},
                 open=False,
                 name=f"jobengine-{self.schema}",
+                configure=track,
             )
             self._pools[loop] = pool
+            self._pool_conns[loop] = conns
+            self._pool_forks[loop] = _FORKS[0]
             await pool.open()
         return pool
 
@@ -214,7 +256,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         if lane.busy:
             return None
         conn = lane.conn
-        if conn is not None and lane.fork == _FORKS[0] and not conn.closed and not conn.broken:
+        if conn is not None and lane.fork == _FORKS[0] and _quiet(conn):
             lane.busy = True
             return lane
         if conn is not None:
@@ -262,8 +304,20 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         lane = await self._take_lane()
         if lane is None:
             pool = await self._pool()
-            async with pool.connection() as conn:
+            conn = await pool.getconn()
+            # A session that ended while idle in the pool is not handed out: closed, so that the pool
+            # replaces it, and the next one is taken at once. (The pool's own ``check`` would wait out a
+            # reconnection backoff after each dead one, and after a termination every idle one is dead.)
+            for _ in range(self._pool_max):
+                if _quiet(conn):
+                    break
+                await conn.close()
+                await pool.putconn(conn)
+                conn = await pool.getconn()
+            try:
                 yield conn
+            finally:
+                await pool.putconn(conn)
             return
         assert lane.conn is not None
         try:
@@ -287,6 +341,10 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
                         dead = _disconnected(exc, conn)
                         raise
             except PoolTimeout as exc:
+                # Nothing ran: retried like a lost connection (the pool may be reconnecting after a restart).
+                if attempt < 2:
+                    log.warning("no PostgreSQL connection within %gs; trying again", self._pool_timeout)
+                    continue
                 raise StoreUnavailable(f"no PostgreSQL connection within {self._pool_timeout:g}s: {exc}") from exc
             except psycopg.OperationalError as exc:
                 if dead and attempt < 2 and (retry or exc.sqlstate in _NOT_RUN):
@@ -329,6 +387,14 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         self._closed = True
         lanes, self._lanes = self._lanes, {}
         pools, self._pools = self._pools, {}
+        conns, self._pool_conns = self._pool_conns, {}
+        forks, self._pool_forks = self._pool_forks, {}
+        for pool_loop in [lp for lp in pools if lp is not loop and not lp.is_running()]:
+            # Its loop is stopped or gone: nothing can await the pool's close there, so its sessions end here.
+            del pools[pool_loop]
+            for conn in list(conns.get(pool_loop, ())):
+                if not conn.closed and forks.get(pool_loop, -1) == _FORKS[0]:
+                    conn.pgconn.finish()
         closers: list[tuple[asyncio.AbstractEventLoop, Callable[[], Coroutine[Any, Any, None]]]] = []
         for lane_loop, lane in lanes.items():
             if lane.connecting is not None and not lane_loop.is_closed():
@@ -394,12 +460,19 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
             return Inserted([], [], [])
         plan = None if pipes(jobs, watermarks) else InsertPlan.of(jobs, now, phases, watermarks)
 
+        tries = 0
+
         async def op(conn: Conn) -> Inserted:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (done := await recover(conn, self._q, jobs, now)) is not None:
+                return done  # the try whose answer was lost had committed
             if plan is None:  # a large plain batch: chunks piped in one transaction (each makes its own plan)
                 return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
             return await self._insert(conn, plan)
 
-        return await self._run(op, retry=False)
+        # Retried like a fenced transition: a retry first looks for the batch by its ids (insert.recover).
+        return await self._run(op)
 
     async def _insert(self, conn: Conn, plan: InsertPlan, *, nested: bool = False) -> Inserted:
         """The fast path, then (a taken idempotency key) the general one. ``nested``: ``conn`` is inside a
