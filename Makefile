@@ -5,7 +5,9 @@ PYTHON   ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
 EXTRAS   ?= dev,postgres,redis,nats
-# Reinstalled only when pyproject.toml is newer than this stamp.
+# Reinstalled only when pyproject.toml is newer than the stamp: `make up` installs what running needs
+# (RUN_STAMP), `make test` and the other targets the development tools and every backend too (STAMP).
+RUN_STAMP := $(VENV)/.installed-run
 STAMP    := $(VENV)/.installed
 PIP      := $(BIN)/python -m pip --disable-pip-version-check --no-input
 # Four workers on two cores: most tests wait on subprocesses, sockets and timers, not the CPU (serial:
@@ -18,15 +20,21 @@ TESTS    ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing jobengine[$(EXTRAS)] into $(VENV) ..."
-	@# setuptools>=77 in the venv too: tests/unit/test_quality.py builds the wheel without build isolation.
-	$(PIP) install -q --upgrade 'setuptools>=77'
-	$(PIP) install -q -e '.[$(EXTRAS)]'
+	@echo "installing jobengine into $(VENV) (what running needs; make test adds the development tools) ..."
+	$(PIP) install --progress-bar on -e .
 	@touch $@
 
-up: venv
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing jobengine[$(EXTRAS)] into $(VENV) (the development tools and every backend) ..."
+	@# setuptools>=77 in the venv too: tests/unit/test_quality.py builds the wheel without build isolation.
+	$(PIP) install --progress-bar on --upgrade 'setuptools>=77'
+	$(PIP) install --progress-bar on -e '.[$(EXTRAS)]'
+	@touch $@ $(RUN_STAMP)
+
+up: $(RUN_STAMP)
 	$(BIN)/jobengine up
 
 # The dashboard's browser tests drive Debian's chromium package (never a browser Playwright downloads).

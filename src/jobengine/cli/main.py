@@ -14,6 +14,7 @@ import sqlite3
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -37,6 +38,7 @@ from jobengine.errors import (
     UnknownDependency,
     UnknownTask,
 )
+from jobengine.version import __version__
 
 USAGE_ERRORS = (ConfigError, InvalidJob, UnknownTask, UnknownDependency, IdempotencyConflict, AlreadyExists)
 
@@ -61,6 +63,21 @@ def migrate(db: DbOption = None, config: ConfigOption = None) -> None:
         console.print(f"{escape(settings.database)} is up to date: no migrations to apply")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        output.stdout().print(f"jobengine {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """A durable job engine: enqueue jobs, run workers, inspect and manage jobs."""
+
+
 def build_app() -> typer.Typer:
     """A new command tree (nothing is registered at import time, so tests can build their own)."""
     app = typer.Typer(
@@ -71,6 +88,7 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )
+    app.callback()(_root)
     app.command()(run.up)
     app.command()(run.worker)
     app.command()(scheduler.scheduler)
