@@ -54,7 +54,9 @@ def _states(db: str) -> Counter[JobState]:
 @pytest.mark.serial
 def test_token_bucket_holds_10_per_second_across_2_workers(procs: Procs, tmp_path: Path) -> None:
     db, ledger = procs.env["JOBENGINE_DATABASE"], Path(procs.env["LEDGER"])
-    _enqueue(db, [{"i": i, "sleep": 0.01} for i in range(130)])
+    # Jobs of 0.6 s: one process (4 at a time) can start at most about 6.7 a second, so the other must take
+    # from the same bucket too (a worker woken when the token is due would otherwise win every token).
+    _enqueue(db, [{"i": i, "sleep": 0.6} for i in range(130)])
     procs.env.update(
         JOBENGINE_FLOW_LIMITS=json.dumps({"default": {"rate": 10, "burst": 2}}),
         JOBENGINE_POLL_INTERVAL="0.05",
