@@ -185,7 +185,7 @@ class Settings:
         default=(), metadata={"doc": "`name@version` (or `name@stable`) of approved packs a worker loads"}
     )
     packs_cache_dir: str = field(
-        default="", metadata={"doc": 'where workers unpack packs, by digest ("": `~/.cache/jobengine/packs`)'}
+        default="", metadata={"doc": "where workers unpack packs, by digest (empty: `~/.cache/jobengine/packs`)"}
     )
     #: See jobengine.packs.storage.
     packs_blob_store: str = field(
@@ -287,16 +287,27 @@ class Settings:
     # -- the queue transport: the ``queue:`` section, see jobengine.delivery.config --
     queue: QueueConfig = field(
         default_factory=QueueConfig,
-        metadata={"doc": "which transport delivers work (`database`, `redis`, `nats`) and how: see below"},
+        metadata={
+            "doc": "which transport delivers work (`database`, `redis`, `nats`) and how: [below](#the-queue-section)"
+        },
     )
     # -- flow control (jobengine.flow; docs/flow.md) --
     flow_limits: str = field(
         default="",
         metadata={"doc": "JSON (or a YAML mapping): `{queue: {rate, burst, concurrency, hard_limit, ...}}`"},
     )
-    flow_soft_limit: int = field(default=0, metadata={"doc": "every queue's default soft depth limit (0: none)"})
+    flow_soft_limit: int = field(
+        default=0,
+        metadata={
+            "doc": "every queue's default soft depth limit: past it enqueues are accepted with a pressure warning "
+            "(0: none)"
+        },
+    )
     flow_hard_limit: int = field(
-        default=0, metadata={"doc": "every queue's default hard depth limit: enqueues past it are refused (0: none)"}
+        default=0,
+        metadata={
+            "doc": "every queue's default hard depth limit: a batch that would pass it is refused with 429 (0: none)"
+        },
     )
     flow_retry_after: float = field(default=5.0, metadata={"doc": "the Retry-After of a refused enqueue"})
     flow_cache_seconds: float = field(

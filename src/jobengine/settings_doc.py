@@ -36,7 +36,8 @@ TOPICS: Final = {
 QUEUE_DOCS: Final = {
     "kind": "the transport: `database` (the store delivers, no broker), `redis` (Redis Streams) or `nats` "
     "(NATS JetStream)",
-    "deadLetterEnabled": "a job out of delivery attempts goes to the dead-letter stream",
+    "deadLetterEnabled": "a message out of delivery attempts goes to the dead-letter stream; false: it is "
+    "dropped and counted",
     "maxDeliveryAttempts": "deliveries of one message before it is dead-lettered (1 to 1000)",
     "idempotencyWindow": "seconds a publish key is remembered (a key costs broker memory for that long)",
     "sweepAfter": "seconds a runnable job may wait before the relay publishes it again, in case its message was lost",
