@@ -242,7 +242,8 @@ def _parse(values: Mapping[str, Any]) -> QueueConfig:
     return _section(QueueConfig, QueueConfig(), values, "queue", {"nats": _nats, "redis": _redis})
 
 
-_ENV: Final = {
+#: The environment variables that override a key of the section, by the path of that key.
+ENV_OVERRIDES: Final = {
     "JOBENGINE_QUEUE_KIND": ("kind",),
     "JOBENGINE_QUEUE_DEAD_LETTER_ENABLED": ("deadLetterEnabled",),
     "JOBENGINE_QUEUE_MAX_DELIVERY_ATTEMPTS": ("maxDeliveryAttempts",),
@@ -252,7 +253,7 @@ _ENV: Final = {
 
 
 def _apply_env(config: QueueConfig, env: Mapping[str, str]) -> QueueConfig:
-    for var, path in _ENV.items():
+    for var, path in ENV_OVERRIDES.items():
         raw = env.get(var)
         if raw is None:
             continue
