@@ -172,10 +172,10 @@ def test_wheel_and_sdist_carry_sql_and_py_typed(tmp_path: Path) -> None:
     expected = {"jobengine/py.typed"} | {
         f"jobengine/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.sql")
     }
-    # The dashboard's templates and static files (issue 9).
+    # The dashboard's templates and static files (issue 9), and the vendored Swagger UI of /docs.
     expected |= {
         f"jobengine/{p.relative_to(PACKAGE).as_posix()}"
-        for folder in ("dashboard/templates", "dashboard/static")
+        for folder in ("dashboard/templates", "dashboard/static", "http/static")
         for p in (PACKAGE / folder).iterdir()
         if p.is_file()
     }

@@ -24,7 +24,7 @@ from fastapi import FastAPI
 
 from jobengine import __version__, dashboard
 from jobengine.engine import Engine
-from jobengine.http import problems
+from jobengine.http import docs, problems
 from jobengine.http.auth import Authenticator
 from jobengine.http.context import ApiContext
 from jobengine.http.metrics import Metrics, RequestMetrics
@@ -76,7 +76,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # docs.install serves /docs from vendored files
         redoc_url=None,
     )
     app.state.jobengine = ctx
@@ -88,6 +88,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     )  # fmt: skip
     for router in routers:
         app.include_router(router)
+    docs.install(app, openapi_url="/openapi.json")  # Swagger UI at /docs, no CDN
     dashboard.install(app, ctx)  # the web UI at / (its own package; calls the engine facade too)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(Unexpected)
