@@ -170,6 +170,10 @@ def create(
     """Create a schedule (--cron or --every) whose runs create jobs of --task."""
     if task is None:
         raise InvalidSchedule("task", "give --task (the task each run's jobs run)")
+    if cron is None and every is None:
+        raise InvalidSchedule("cron", "give --cron (a CRON expression) or --every (an interval)")
+    if cron is not None and every is not None:
+        raise InvalidSchedule("cron", "give --cron or --every, not both")
     template = JobTemplate(
         **_template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
     )

@@ -70,6 +70,10 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     bad = cli("schedules", "create", "x", "--task", "t", "--every", "1h", "--tz", "Europe/Pariss", expect=2)
     assert "timezone: unknown IANA time zone 'Europe/Pariss'" in bad.stderr
     assert "already exists" in cli("schedules", "create", "nightly", "--task", "t", "--every", "1h", expect=2).stderr
+    neither = cli("schedules", "create", "x", "--task", "t", expect=2).stderr
+    assert neither.strip() == "error: cron: give --cron (a CRON expression) or --every (an interval)"
+    both = cli("schedules", "create", "x", "--task", "t", "--cron", "* * * * *", "--every", "1h", expect=2).stderr
+    assert both.strip() == "error: cron: give --cron or --every, not both"
 
     simulated = cli.json("schedules", "simulate", "nightly", "--count", "3")
     assert len(simulated["fire_times"]) == 3
