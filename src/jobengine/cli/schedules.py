@@ -29,6 +29,7 @@ from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
 from jobengine.core.cron import parse_duration
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
+from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.scheduler.planning import Simulation
 from jobengine.serialize import run_to_json, schedule_to_json, simulation_to_json
@@ -114,6 +115,24 @@ def _spec_fields(
     return {k: v for k, v in given.items() if v is not None}
 
 
+async def _check_task(engine: Engine, task: str) -> str | None:
+    """Refuse (``refuse_unknown_tasks``) a task that neither ``--app`` nor any live worker runs, as an enqueue
+    does: a schedule of such a task makes jobs that wait forever. Otherwise the warning to print once the
+    schedule is saved; None while no worker is registered (a schedule is often made before its workers)."""
+    if "@" in task or engine.tasks.get(task) is not None:  # a pack's task, or one this process knows
+        return None
+    if task in await engine.fleet.known_tasks():
+        return None
+    if engine.settings.refuse_unknown_tasks:
+        raise InvalidSchedule("task", f"no worker runs task {task!r} (refuse_unknown_tasks is on)")
+    return f"no live worker runs task {task!r}" if await engine.fleet.live_cached() else None
+
+
+def _warn(message: str | None) -> None:
+    if message:
+        output.stderr().print(f"[yellow]warning:[/yellow] {escape(message)}")
+
+
 def _cadence(schedule: Schedule) -> str:
     spec = schedule.spec
     if spec.cron is not None:
@@ -186,11 +205,13 @@ def create(
     )
     settings = load_settings(config, database=db)
 
-    async def go() -> Schedule:
+    async def go() -> tuple[Schedule, str | None]:
         async with open_engine(settings) as engine:
-            return await engine.create_schedule(spec, actor=actor_of(actor))
+            warning = await _check_task(engine, task)
+            return await engine.create_schedule(spec, actor=actor_of(actor)), warning
 
-    schedule = run(go())
+    schedule, warning = run(go())
+    _warn(warning)
     next_at = iso(schedule.next_fire_at) or "never (paused)"
     _print_schedule(schedule, as_json, f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}")
 
@@ -287,14 +308,16 @@ def update(
         changes["name"] = rename
     settings = load_settings(config, database=db)
 
-    async def go() -> Schedule:
+    async def go() -> tuple[Schedule, str | None]:
         async with open_engine(settings, must_exist=True) as engine:
+            warning = await _check_task(engine, task) if task is not None else None
             if template_changes:
                 current = await engine.get_schedule(ref, tenant)
                 changes["template"] = {**current.spec.template.to_json(), **template_changes}
-            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes)
+            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
 
-    schedule = run(go())
+    schedule, warning = run(go())
+    _warn(warning)
     _print_schedule(schedule, as_json, f"updated {escape(schedule.name)} (version {schedule.version})")
 
 
