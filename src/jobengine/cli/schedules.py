@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -27,7 +28,7 @@ from jobengine.cli.common import (
 )
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
-from jobengine.core.cron import parse_duration
+from jobengine.core.cron import load_zone, parse_duration
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
@@ -407,11 +408,13 @@ def simulate(
     planner: Planner = None,
     segment_size: SegmentSize = None,
     tenant: TenantOption = None,
+    utc: Annotated[bool, typer.Option("--utc", help="Fire times in UTC only.")] = False,
     as_json: JsonFlag = False,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Show the next fire times and the jobs each run would create. Writes nothing."""
+    """Show the next fire times (in the schedule's time zone, with UTC beside) and the jobs each run would
+    create. Writes nothing."""
     proposed: ScheduleSpec | None = None
     if ref is None:
         if task is None:
@@ -435,10 +438,18 @@ def simulate(
     if as_json:
         output.print_json(simulation_to_json(simulation))
         return
+    # A CRON schedule fires on its zone's wall clock: that is the time to check, the offset shows DST.
+    zone_name = simulation.spec.timezone
+    zone = None if utc or zone_name.upper() == "UTC" else load_zone(zone_name)
     table = Table(box=None, header_style="bold")
-    for column in ("FIRES AT", "JOBS", "ITEMS", "NOTE"):
-        table.add_column(column)
+    times = ("FIRES AT (UTC)",) if zone is None else (f"FIRES AT ({zone_name})", "UTC")
+    for column in (*times, "JOBS", "ITEMS", "NOTE"):
+        table.add_column(escape(column), no_wrap=True)
     for r in simulation.runs:
         note = "no work" if r.no_work else (escape(r.error) if r.error else "")
-        table.add_row(iso(r.tick) or "", str(len(r.jobs)), str(sum(r.items)), note)
+        at = datetime.fromtimestamp(r.tick, UTC)
+        cells = [at.isoformat(sep=" ", timespec="seconds")]
+        if zone is not None:
+            cells.insert(0, at.astimezone(zone).isoformat(sep=" ", timespec="seconds"))
+        table.add_row(*cells, str(len(r.jobs)), str(sum(r.items)), note)
     output.stdout().print(table)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,13 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     both = cli("schedules", "create", "x", "--task", "t", "--cron", "* * * * *", "--every", "1h", expect=2).stderr
     assert both.strip() == "error: cron: give --cron or --every, not both"
 
+    # Fire times in the schedule's zone with its offset (+01:00 in winter, +02:00 in summer), UTC beside.
+    rows = cli("schedules", "simulate", "nightly", "--count", "2").stdout.splitlines()
+    assert "FIRES AT (Europe/Paris)" in rows[0] and "UTC" in rows[0]
+    assert all(re.search(r" 02:30:00\+0[12]:00 +\S+ 0[01]:30:00\+00:00 ", row) for row in rows[1:3]), rows
+    rows = cli("schedules", "simulate", "nightly", "--count", "2", "--utc").stdout.splitlines()
+    assert "FIRES AT (UTC)" in rows[0] and "Paris" not in rows[0]
+    assert all(re.search(r" 0[01]:30:00\+00:00 ", row) and "02:30" not in row for row in rows[1:3]), rows
     simulated = cli.json("schedules", "simulate", "nightly", "--count", "3")
     assert len(simulated["fire_times"]) == 3
     assert [len(r["jobs"]) for r in simulated["runs"]] == [2, 2, 2]
