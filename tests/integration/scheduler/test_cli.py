@@ -130,3 +130,21 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     assert [t for t, _ in trail if t.startswith("schedule.")][-3:] == [
         "schedule.paused", "schedule.resumed", "schedule.deleted"]  # fmt: skip
     assert json.loads(cli("signatures", "list", "--json").stdout) == []
+
+
+def test_runs_list_keeps_each_run_on_one_line_at_130_columns(
+    cli: InProcessCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli("schedules", "create", "nightly", "--task", "report", "--cron", "30 2 * * *", "--items", '["eu", "us"]',
+        "--segment-size", "1")  # fmt: skip
+    reason = "backfill of the European and American regions after the outage of the night before"
+    ids = [cli.json("schedules", "trigger", "nightly", "--reason", reason)["id"] for _ in range(3)]
+    cli("runs", "cancel", ids[0])
+    monkeypatch.setenv("COLUMNS", "130")  # what rich sizes its tables to
+    lines = cli("runs", "list").stdout.splitlines()
+    assert len(lines) == 1 + len(ids), "\n".join(lines)  # a header, then one line per run: nothing wrapped
+    assert all(len(line) <= 130 for line in lines), "\n".join(lines)
+    for line, run_id in zip(lines[1:], reversed(ids), strict=True):  # newest first, each with its whole id
+        assert line.startswith(run_id + " ") and "manual" in line, line
+    assert all("backfill of the" in line and line.rstrip().endswith("…") for line in lines[1:3]), lines  # cut short
+    assert "cancelled" in lines[-1]
