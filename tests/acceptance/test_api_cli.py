@@ -17,7 +17,7 @@ def test_keys_create_list_and_revoke(cli: Cli) -> None:
                        "--name", "ci")  # fmt: skip
     assert created["key"].startswith(f"je_{created['id']}_")
     assert (created["tenant"], created["scopes"], created["revoked_at"]) == ("acme", ["jobs:read", "worker"], None)
-    plain = cli("keys", "create").stdout  # tenant default, scope admin; the key is on the first line
+    plain = cli("keys", "create", "--admin").stdout  # tenant default, scope admin; the key is on the first line
     assert re.match(r"^je_[0-9a-f]{12}_\S+\n", plain)
     listed = cli.json("keys", "list")
     assert [k["tenant"] for k in listed] == ["acme", "default"] and all("key" not in k for k in listed)
@@ -27,6 +27,10 @@ def test_keys_create_list_and_revoke(cli: Cli) -> None:
     assert cli.json("keys", "list", "--tenant", "acme")[0]["revoked_at"] is not None
     assert_one_error_line(cli("keys", "revoke", "000000000000", expect=1), "api key", "not found")
     assert_one_error_line(cli("keys", "create", "--scope", "root", expect=2), "scopes", "root")
+    # An admin key is never the default: a bare command names the choice and creates nothing.
+    assert_one_error_line(cli("keys", "create", expect=2), "scope: give at least one --scope", "--admin")
+    assert_one_error_line(cli("keys", "create", "--admin", "--scope", "worker", expect=2), "not both")
+    assert len(cli.json("keys", "list")) == 2
 
 
 def test_serve_refuses_a_public_address_without_keys(cli: Cli) -> None:
@@ -35,7 +39,7 @@ def test_serve_refuses_a_public_address_without_keys(cli: Cli) -> None:
 
 
 def test_serve_answers_and_stops_on_sigterm(cli: Cli) -> None:
-    key = cli.json("keys", "create", "--tenant", "acme")["key"]
+    key = cli.json("keys", "create", "--tenant", "acme", "--admin")["key"]
     server = cli.spawn("server", "serve", "--port", "0")
     url = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", cli.output(server)), 120, "the server").group(0)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:

@@ -108,6 +108,19 @@ def test_enqueue_prints_the_id_and_show_json_has_every_field(cli: Cli) -> None:
     assert job_id in shown and "queued" in shown and "job.enqueued" in shown
 
 
+def test_enqueue_takes_the_defaults_of_the_task_registered_by_app(cli: Cli) -> None:
+    # jobengine.examples registers resize_image on queue media with 3 attempts.
+    resize = cli.json("enqueue", "resize_image", "--app", "jobengine.examples:app", "--db", "app.db")
+    assert (resize["queue"], resize["max_attempts"]) == ("media", 3)
+    chosen = cli.json("enqueue", "resize_image", "--app", "jobengine.examples:app", "--db", "app.db",
+                      "--queue", "bulk", "--max-attempts", "1")  # fmt: skip
+    assert (chosen["queue"], chosen["max_attempts"]) == ("bulk", 1)  # what is given wins
+    assert cli.json("enqueue", "hello", "--app", "jobengine.examples:app", "--db", "app.db")["queue"] == "default"
+    assert cli.json("jobs", "show", resize["id"], "--db", "app.db")["queue"] == "media"  # stored where --db says
+    assert cli.json("enqueue", "resize_image")["queue"] == "default"  # no --app: nothing knows the task
+    assert_one_error_line(cli("enqueue", "x", "--app", "nowhere_module:app", expect=2), "app: cannot import")
+
+
 def test_enqueue_reads_payload_files_stdin_delays_and_dependencies(cli: Cli) -> None:
     (cli.cwd / "payload.json").write_text('{"rows": 3}')
     from_file = cli.json("enqueue", "etl", "--payload-file", "payload.json", "--delay", "60")

@@ -55,6 +55,8 @@ def key(capsys: pytest.CaptureFixture[str], *scopes: str) -> str:
     args = ["keys", "create", "--tenant", "acme", "--json"]
     for s in scopes:
         args += ["--scope", s]
+    if not scopes:
+        args.append("--admin")
     code, out, err = cli(capsys, *args)
     assert code == 0, err
     return str(json.loads(out)["key"])

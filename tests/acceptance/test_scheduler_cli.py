@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .test_cli import Cli
+from .test_cli import Cli, assert_one_error_line, cli, wait_for
+
+__all__ = ["cli"]  # the fixture, shared with test_cli.py
 
 
 @pytest.mark.slow
@@ -24,3 +26,22 @@ def test_create_trigger_list_and_a_refused_expression(tmp_path: Path) -> None:
     assert (run["trigger"], run["summary"]["total"], run["actor"].startswith("cli")) == ("manual", 2, True)
     listed = cli("runs", "list", "--schedule", "nightly").stdout
     assert run["id"] in listed and "manual" in listed and "backfill" in listed
+
+
+@pytest.mark.timeout(300)
+def test_a_schedule_of_a_task_no_live_worker_runs_is_warned_or_refused(cli: Cli) -> None:
+    early = cli("schedules", "create", "early", "--task", "report", "--every", "1h")
+    assert early.stderr == ""  # no worker registered yet: nothing says the task is unknown
+    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app")
+    wait_for(lambda: cli.json("workers"), 120, "the worker to register")
+    warned = cli("schedules", "create", "nightly", "--task", "report", "--every", "1h")
+    assert warned.stdout.startswith("created schedule nightly (")
+    assert warned.stderr.strip() == "warning: no live worker runs task 'report'"
+    assert cli("schedules", "create", "greet", "--task", "hello", "--every", "1h").stderr == ""
+    assert cli("schedules", "update", "greet", "--task", "report").stderr.startswith("warning: no live worker")
+    (cli.cwd / "jobengine.yaml").write_text("refuse_unknown_tasks: true\n")
+    refused = cli("schedules", "create", "weekly", "--task", "report", "--every", "1h", expect=2)
+    assert_one_error_line(refused, "task: no worker runs task 'report' (refuse_unknown_tasks is on)")
+    assert "weekly" not in cli("schedules", "list").stdout
+    worker.terminate()
+    assert worker.wait(timeout=60) == 0, cli.output(worker)

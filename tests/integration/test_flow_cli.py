@@ -16,9 +16,19 @@ def test_flow_limits_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["flow", "set", "mail", "--db", db, "--rate", "5", "--hard-limit", "1"]) == 0
     assert main(["flow", "set", "mail", "--db", db, "--concurrency", "2"]) == 2
     assert "concurrency_key" in capsys.readouterr().err
-    assert main(["flow", "show", "--db", db, "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["mail"]["rate"] == 5 and shown["mail"]["hard_limit"] == 1  # the refused set wrote nothing
+    assert main(["flow", "set", "media", "--db", db, "--concurrency", "3", "--concurrency-key", "task"]) == 0
+    capsys.readouterr()
+    assert main(["flow", "list", "--db", db, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["mail"]["rate"] == 5 and listed["mail"]["hard_limit"] == 1  # the refused set wrote nothing
+    assert listed["media"]["concurrency"] == 3
+    assert main(["flow", "list", "--db", db]) == 0
+    table = capsys.readouterr().out
+    assert "mail" in table and "media" in table
+    assert main(["flow", "show", "mail", "--db", db, "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["mail"]
+    assert main(["flow", "show", "mall", "--db", db]) == 1
+    assert capsys.readouterr().err.strip() == "error: flow limits of queue 'mall' not found"
     assert main(["enqueue", "send", "--queue", "mail", "--db", db]) == 0
     capsys.readouterr()
     assert main(["enqueue", "send", "--queue", "mail", "--db", db]) == 1

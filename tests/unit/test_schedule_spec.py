@@ -15,7 +15,7 @@ T = JobTemplate(task="report")
     [
         ({"name": "bad name!"}, "name", "letters, digits"),
         ({"cron": "* * *"}, "cron", "expected 5"),
-        ({"cron": None, "every": None}, "cron", "not both"),
+        ({"cron": None, "every": None}, "cron", "give cron (a CRON expression) or every (an interval)"),
         ({"every": "fast"}, "every", "not a duration"),
         ({"timezone": "Nowhere/City"}, "timezone", "unknown IANA time zone"),
         ({"overlap": "sometimes"}, "overlap", "is not one of allow, skip, queue"),

@@ -110,6 +110,27 @@ def rebind(engine: Engine, settings: Settings) -> Engine:
     return bound
 
 
+def app_engine(app: str, config: Path | None, db: str | None) -> Engine:
+    """The ``--app`` engine (not started), on the settings a worker of that app would use: ``--config``'s
+    (with ``--db`` on top) when given, else the app's own with ``--db`` replacing its database."""
+    engine = load_app(app)
+    if config is not None:
+        return rebind(engine, load_settings(config, database=db))
+    if db is not None:
+        return rebind(engine, replace(engine.settings, database=db))
+    return engine
+
+
+@asynccontextmanager
+async def started(engine: Engine) -> AsyncIterator[Engine]:
+    """``engine`` started (migrated, idempotent), closed on exit."""
+    try:
+        await engine.start()
+        yield engine
+    finally:
+        await engine.close()
+
+
 DbOption = Annotated[
     str | None,
     typer.Option(

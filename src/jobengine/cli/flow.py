@@ -1,9 +1,10 @@
-"""``jobengine flow show | set | clear | scale``: a queue's flow limits (stored in the database, shared by
+"""``jobengine flow list | show | set | clear | scale``: a queue's flow limits (stored in the database, shared by
 every process; the ``flow_limits`` setting gives defaults) and its scale signals."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.errors import NotFound
 from jobengine.flow.limits import FlowLimits
 
 flow_app = typer.Typer(
@@ -32,22 +34,34 @@ def _print_limits(limits: dict[str, FlowLimits], json_out: bool) -> None:
     output.stdout().print(table)
 
 
-@flow_app.command("show")
-def show(
-    queue: Annotated[str | None, typer.Argument(help="Only this queue.")] = None,
-    db: DbOption = None,
-    config: ConfigOption = None,
-    json_out: JsonFlag = False,
-) -> None:
-    """The flow limits in force, per queue."""
+def _limits(db: str | None, config: Path | None) -> dict[str, FlowLimits]:
     settings = load_settings(config, database=db)
 
     async def go() -> dict[str, FlowLimits]:
         async with open_engine(settings, must_exist=True) as engine:
             return await engine.flow_limits(fresh=True)
 
-    limits = run(go())
-    _print_limits({q: v for q, v in limits.items() if queue is None or q == queue}, json_out)
+    return run(go())
+
+
+@flow_app.command("list")
+def list_limits(db: DbOption = None, config: ConfigOption = None, json_out: JsonFlag = False) -> None:
+    """The flow limits in force, every queue that has some."""
+    _print_limits(_limits(db, config), json_out)
+
+
+@flow_app.command("show")
+def show(
+    queue: Annotated[str, typer.Argument(help="The queue (`jobengine flow list` shows them all).")],
+    db: DbOption = None,
+    config: ConfigOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """The flow limits in force on one queue."""
+    limits = _limits(db, config)
+    if queue not in limits:
+        raise NotFound("flow limits of queue", queue)
+    _print_limits({queue: limits[queue]}, json_out)
 
 
 @flow_app.command("set")

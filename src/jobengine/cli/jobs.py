@@ -10,7 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import (
+    ConfigOption,
+    DbOption,
+    JsonFlag,
+    app_engine,
+    load_settings,
+    open_engine,
+    run,
+    started,
+)
 from jobengine.core.models import Job, JobFilter, Json
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
@@ -76,7 +85,9 @@ def enqueue(
         str | None,
         typer.Option("--payload-file", metavar="FILE", help="Read the JSON payload from a file ('-': stdin)."),
     ] = None,
-    queue: Annotated[str | None, typer.Option(help="Queue [default: the task's, else 'default'].")] = None,
+    queue: Annotated[
+        str | None, typer.Option(help="Queue [default: the task's (registered by --app), else 'default'].")
+    ] = None,
     priority: Annotated[int | None, typer.Option(help="Higher runs first [default: the task's, else 0].")] = None,
     delay: Annotated[float | None, typer.Option(help="Run after this many seconds.", min=0)] = None,
     run_at: Annotated[
@@ -90,17 +101,24 @@ def enqueue(
         list[str] | None, typer.Option("--depends-on", metavar="ID", help="Run after this job succeeded (repeatable).")
     ] = None,
     tenant: Annotated[str, typer.Option(help="Tenant the job belongs to.")] = "default",
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app", help="The Engine whose tasks give the defaults (queue, priority, attempts), module:attr."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Store a job; print its id (or the whole job with --json)."""
+    """Store a job; print its id (or the whole job with --json). With --app, the task's registration gives
+    what is not given (its queue, priority, attempts, timeout), on the app's database as its worker uses."""
     at = parse_time(run_at, "run_at") if run_at is not None else None
     body = read_payload(payload, payload_file)
-    settings = load_settings(config, database=db)
+    opened = open_engine(load_settings(config, database=db)) if app is None else started(app_engine(app, config, db))
 
     async def go() -> Job:
-        async with open_engine(settings) as engine:
+        async with opened as engine:
             return await engine.enqueue(
                 task, body, queue=queue, priority=priority, delay=delay, run_at=at, max_attempts=max_attempts,
                 idempotency_key=idempotency_key, depends_on=depends_on or (), tenant=tenant,

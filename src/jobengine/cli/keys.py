@@ -12,6 +12,7 @@ from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
 from jobengine.core.clock import iso
 from jobengine.core.keys import SCOPES
+from jobengine.errors import ConfigError
 from jobengine.ports.auth import ApiKey
 
 keys_app = typer.Typer(
@@ -28,19 +29,25 @@ def key_to_json(key: ApiKey) -> dict[str, object]:
 def create(
     tenant: Annotated[str, typer.Option(help="The tenant whose data the key reaches.")] = "default",
     scope: Annotated[
-        list[str] | None, typer.Option("--scope", help=f"Repeatable: {', '.join(SCOPES)} [default: admin].")
+        list[str] | None, typer.Option("--scope", help=f"Repeatable: {', '.join(SCOPES)}. Give one, or --admin.")
     ] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Every scope (the admin scope), for this tenant.")] = False,
     name: Annotated[str, typer.Option(help="A label to recognise the key by.")] = "",
     db: DbOption = None,
     config: ConfigOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Create a key and print it. It is shown this once: only its hash is stored."""
+    # An admin key reaches everything: it is a choice made on purpose, never what a bare command gives.
+    if not scope and not admin:
+        raise ConfigError(f"scope: give at least one --scope ({', '.join(SCOPES)}) or --admin")
+    if scope and admin:
+        raise ConfigError("scope: give --scope or --admin, not both")
     settings = load_settings(config, database=db)
 
     async def go() -> tuple[ApiKey, str]:
         async with open_engine(settings) as engine:
-            return await engine.create_api_key(tenant, scope or ["admin"], name)
+            return await engine.create_api_key(tenant, ["admin"] if admin else list(scope or []), name)
 
     key, text = run(go())
     if json_out:

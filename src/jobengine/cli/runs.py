@@ -21,7 +21,7 @@ from jobengine.cli.common import (
     run,
 )
 from jobengine.cli.jobs import parse_time
-from jobengine.core.clock import iso
+from jobengine.core.clock import iso, to_datetime
 from jobengine.core.models import Job
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
 from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
@@ -69,17 +69,27 @@ def _time(value: str | None, field: str) -> float | None:
     return moment.timestamp()
 
 
+def _when(ts: float | None) -> str:
+    moment = to_datetime(ts)
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
 def runs_table(runs: list[Run]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "TRIGGER", "TICK", "JOBS", "OK", "DEAD", "CANCELLED", "CREATED", "NOTE"):
-        table.add_column(column, overflow="fold")
+    """One line per run, within 130 columns: the whole id (what ``runs show`` takes) and one time, the
+    tick of a scheduled run or the creation of another (``runs show`` and ``--json`` give both); a long
+    note is cut short with an ellipsis rather than wrapped onto lines of its own."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "STATE", "TRIGGER", "AT (UTC)", "JOBS", "OK", "DEAD", "CANC"):
+        table.add_column(column, no_wrap=True)
+    # The columns before it take 104 of 130 columns at most (counts under 10000).
+    table.add_column("NOTE", no_wrap=True, overflow="ellipsis", max_width=26)
     for r in runs:
         s = r.summary
         note = "no work" if r.no_work else (r.reason or "")
         style = RUN_STYLES.get(r.state, "")
         table.add_row(
-            r.id, f"[{style}]{r.state.value}[/{style}]", r.trigger.value, iso(r.tick) or "-", str(s.total),
-            str(s.succeeded), str(s.dead), str(s.cancelled), iso(r.created_at) or "", escape(note[:60]),
+            r.id, f"[{style}]{r.state.value}[/{style}]", r.trigger.value, _when(r.tick or r.created_at),
+            str(s.total), str(s.succeeded), str(s.dead), str(s.cancelled), escape(note[:200]),
         )  # fmt: skip
     return table
 
@@ -153,6 +163,7 @@ def show_run(
     console = output.stdout()
     console.print(runs_table([found]))
     s = found.summary
+    console.print(f"tick {iso(found.tick) or '-'} · created {iso(found.created_at)}")
     console.print(
         f"items {found.items} · jobs {s.total}: {s.succeeded} succeeded, {s.dead} dead, {s.cancelled} cancelled, "
         f"{s.pending} pending · time {s.duration_total:.3f}s total, {s.duration_max:.3f}s longest"

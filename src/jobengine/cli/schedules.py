@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -27,8 +28,9 @@ from jobengine.cli.common import (
 )
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
-from jobengine.core.cron import parse_duration
+from jobengine.core.cron import load_zone, parse_duration
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
+from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.scheduler.planning import Simulation
 from jobengine.serialize import run_to_json, schedule_to_json, simulation_to_json
@@ -114,6 +116,24 @@ def _spec_fields(
     return {k: v for k, v in given.items() if v is not None}
 
 
+async def _check_task(engine: Engine, task: str) -> str | None:
+    """Refuse (``refuse_unknown_tasks``) a task that neither ``--app`` nor any live worker runs, as an enqueue
+    does: a schedule of such a task makes jobs that wait forever. Otherwise the warning to print once the
+    schedule is saved; None while no worker is registered (a schedule is often made before its workers)."""
+    if "@" in task or engine.tasks.get(task) is not None:  # a pack's task, or one this process knows
+        return None
+    if task in await engine.fleet.known_tasks():
+        return None
+    if engine.settings.refuse_unknown_tasks:
+        raise InvalidSchedule("task", f"no worker runs task {task!r} (refuse_unknown_tasks is on)")
+    return f"no live worker runs task {task!r}" if await engine.fleet.live_cached() else None
+
+
+def _warn(message: str | None) -> None:
+    if message:
+        output.stderr().print(f"[yellow]warning:[/yellow] {escape(message)}")
+
+
 def _cadence(schedule: Schedule) -> str:
     spec = schedule.spec
     if spec.cron is not None:
@@ -170,6 +190,10 @@ def create(
     """Create a schedule (--cron or --every) whose runs create jobs of --task."""
     if task is None:
         raise InvalidSchedule("task", "give --task (the task each run's jobs run)")
+    if cron is None and every is None:
+        raise InvalidSchedule("cron", "give --cron (a CRON expression) or --every (an interval)")
+    if cron is not None and every is not None:
+        raise InvalidSchedule("cron", "give --cron or --every, not both")
     template = JobTemplate(
         **_template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
     )
@@ -182,11 +206,13 @@ def create(
     )
     settings = load_settings(config, database=db)
 
-    async def go() -> Schedule:
+    async def go() -> tuple[Schedule, str | None]:
         async with open_engine(settings) as engine:
-            return await engine.create_schedule(spec, actor=actor_of(actor))
+            warning = await _check_task(engine, task)
+            return await engine.create_schedule(spec, actor=actor_of(actor)), warning
 
-    schedule = run(go())
+    schedule, warning = run(go())
+    _warn(warning)
     next_at = iso(schedule.next_fire_at) or "never (paused)"
     _print_schedule(schedule, as_json, f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}")
 
@@ -283,14 +309,16 @@ def update(
         changes["name"] = rename
     settings = load_settings(config, database=db)
 
-    async def go() -> Schedule:
+    async def go() -> tuple[Schedule, str | None]:
         async with open_engine(settings, must_exist=True) as engine:
+            warning = await _check_task(engine, task) if task is not None else None
             if template_changes:
                 current = await engine.get_schedule(ref, tenant)
                 changes["template"] = {**current.spec.template.to_json(), **template_changes}
-            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes)
+            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
 
-    schedule = run(go())
+    schedule, warning = run(go())
+    _warn(warning)
     _print_schedule(schedule, as_json, f"updated {escape(schedule.name)} (version {schedule.version})")
 
 
@@ -380,11 +408,13 @@ def simulate(
     planner: Planner = None,
     segment_size: SegmentSize = None,
     tenant: TenantOption = None,
+    utc: Annotated[bool, typer.Option("--utc", help="Fire times in UTC only.")] = False,
     as_json: JsonFlag = False,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Show the next fire times and the jobs each run would create. Writes nothing."""
+    """Show the next fire times (in the schedule's time zone, with UTC beside) and the jobs each run would
+    create. Writes nothing."""
     proposed: ScheduleSpec | None = None
     if ref is None:
         if task is None:
@@ -408,10 +438,18 @@ def simulate(
     if as_json:
         output.print_json(simulation_to_json(simulation))
         return
+    # A CRON schedule fires on its zone's wall clock: that is the time to check, the offset shows DST.
+    zone_name = simulation.spec.timezone
+    zone = None if utc or zone_name.upper() == "UTC" else load_zone(zone_name)
     table = Table(box=None, header_style="bold")
-    for column in ("FIRES AT", "JOBS", "ITEMS", "NOTE"):
-        table.add_column(column)
+    times = ("FIRES AT (UTC)",) if zone is None else (f"FIRES AT ({zone_name})", "UTC")
+    for column in (*times, "JOBS", "ITEMS", "NOTE"):
+        table.add_column(escape(column), no_wrap=True)
     for r in simulation.runs:
         note = "no work" if r.no_work else (escape(r.error) if r.error else "")
-        table.add_row(iso(r.tick) or "", str(len(r.jobs)), str(sum(r.items)), note)
+        at = datetime.fromtimestamp(r.tick, UTC)
+        cells = [at.isoformat(sep=" ", timespec="seconds")]
+        if zone is not None:
+            cells.insert(0, at.astimezone(zone).isoformat(sep=" ", timespec="seconds"))
+        table.add_row(*cells, str(len(r.jobs)), str(sum(r.items)), note)
     output.stdout().print(table)

@@ -14,6 +14,7 @@ from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
 from jobengine.engine import Engine
 from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
+from jobengine.webhooks.model import InvalidWebhook, check_filter
 
 T = TypeVar("T")
 
@@ -35,13 +36,19 @@ def _with_engine(db: str | None, config: Any, fn: Callable[[Engine], Awaitable[T
     return run(go())
 
 
+def filter_text(flt: dict[str, list[str]]) -> str:
+    """The filter as people read it: ``types job.dead, job.failed · queues any · tasks any``."""
+    return " · ".join(f"{key} {', '.join(flt.get(key) or []) or 'any'}" for key in ("types", "queues", "tasks"))
+
+
 def _print_endpoint(data: dict[str, Any], json_out: bool) -> None:
     if json_out:
         output.print_json(data)
         return
     table = Table(box=None, show_header=False)
     for key, value in data.items():
-        table.add_row(key, escape(str(value)) if value is not None else "")
+        text = filter_text(value) if key == "filter" else str(value) if value is not None else ""
+        table.add_row(key, escape(text))
     output.stdout().print(table)
 
 
@@ -49,7 +56,10 @@ def _print_endpoint(data: dict[str, Any], json_out: bool) -> None:
 def create(
     url: Annotated[str, typer.Option(help="Where deliveries are POSTed (http or https; checked against SSRF).")],
     tenant: Tenant = "default",
-    event_type: Annotated[list[str] | None, typer.Option("--type", help="Repeatable: event types (job.*).")] = None,
+    event_type: Annotated[
+        list[str] | None,
+        typer.Option("--type", help="Repeatable: an event type (job.dead), a family (job.*) or * [default: all]."),
+    ] = None,
     queue: Annotated[list[str] | None, typer.Option("--queue", help="Repeatable: only events of these queues.")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", help="Repeatable: only events of these tasks.")] = None,
     secret: Annotated[str | None, typer.Option(help="whsec_<base64> [default: a new random one].")] = None,
@@ -62,6 +72,10 @@ def create(
 ) -> None:
     """Register an endpoint and print it with its signing secret (shown this once)."""
     flt = {"types": event_type or [], "queues": queue or [], "tasks": task or []}
+    try:
+        check_filter(flt)  # before opening the database, and naming the option that was given
+    except InvalidWebhook as exc:
+        raise InvalidWebhook(exc.field.removeprefix("filter.").removesuffix("s"), exc.message) from None
 
     async def go(engine: Engine) -> dict[str, Any]:
         endpoint = await engine.webhooks.create_endpoint(
@@ -89,10 +103,10 @@ def list_endpoints(
     if json_out:
         output.print_json(items)
         return
-    table = Table("id", "tenant", "url", "enabled", "types", "failing since", box=None)
+    table = Table("id", "tenant", "url", "enabled", "filter", "failing since", box=None)
     for e in items:
         table.add_row(e["id"], escape(e["tenant"]), escape(e["url"]), "yes" if e["enabled"] else "no",
-                      ", ".join(e["filter"]["types"]) or "*", e["failing_since"] or "")  # fmt: skip
+                      escape(filter_text(e["filter"])), e["failing_since"] or "")  # fmt: skip
     output.stdout().print(table)
 
 

@@ -232,8 +232,10 @@ class CronCadence:
 def parse_cadence(cron: str | None, every: float | None, timezone: str) -> Cadence:
     """The cadence of a schedule: exactly one of ``cron`` and ``every`` (seconds). Raises InvalidSchedule."""
     zone = load_zone(timezone)
-    if (cron is None) == (every is None):
-        raise InvalidSchedule("cron", "give either cron (a CRON expression) or every (an interval), not both")
+    if cron is None and every is None:
+        raise InvalidSchedule("cron", "give cron (a CRON expression) or every (an interval)")
+    if cron is not None and every is not None:
+        raise InvalidSchedule("cron", "give cron (a CRON expression) or every (an interval), not both")
     if cron is not None:
         return CronCadence(normalize_cron(cron), zone)
     assert every is not None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from jobengine.core import events, runs, schedules, signatures
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
 from jobengine.errors import InvalidJob, JobEngineError
@@ -23,6 +24,19 @@ ENDPOINT_DISABLED: Final = "webhook.endpoint_disabled"
 
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _PATTERN_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-@]{1,200}(\.\*)?$|^\*$")
+
+#: Every type the event log holds; a filter names one of them, a family (``job.*``) or ``*``, so a typo is
+#: refused instead of silently matching nothing.
+EVENT_TYPES: Final = (
+    *events.ALL,
+    runs.RUN_CREATED, runs.RUN_PLANNED, runs.RUN_STARTED, runs.RUN_COMPLETED, runs.RUN_ERROR,
+    runs.RUN_CANCELLED, runs.RUN_REOPENED,
+    schedules.SCHEDULE_CREATED, schedules.SCHEDULE_UPDATED, schedules.SCHEDULE_PAUSED,
+    schedules.SCHEDULE_RESUMED, schedules.SCHEDULE_DELETED, schedules.SCHEDULE_MISFIRED,
+    schedules.SCHEDULE_SKIPPED,
+    signatures.SIGNATURE_UPDATED,
+)  # fmt: skip
+EVENT_FAMILIES: Final = tuple(dict.fromkeys(t.split(".")[0] + ".*" for t in EVENT_TYPES))
 
 
 class InvalidWebhook(InvalidJob):
@@ -189,6 +203,14 @@ def check_filter(value: Mapping[str, Any] | None) -> EventFilter:
         for item in items:
             if not isinstance(item, str) or not _PATTERN_RE.match(item):
                 raise InvalidWebhook(f"filter.{key}", f"{item!r} is not a valid name (or, for types, 'job.*')")
+        if key == "types":
+            for item in items:
+                if item != "*" and item not in EVENT_TYPES and item not in EVENT_FAMILIES:
+                    raise InvalidWebhook(
+                        "filter.types",
+                        f"{item!r} is not an event type (known: *, {', '.join(EVENT_FAMILIES)}, "
+                        f"{', '.join(EVENT_TYPES)})",
+                    )
         parts[key] = tuple(dict.fromkeys(items))
     unknown = set(value) - {"types", "queues", "tasks"}
     if unknown:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,18 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     bad = cli("schedules", "create", "x", "--task", "t", "--every", "1h", "--tz", "Europe/Pariss", expect=2)
     assert "timezone: unknown IANA time zone 'Europe/Pariss'" in bad.stderr
     assert "already exists" in cli("schedules", "create", "nightly", "--task", "t", "--every", "1h", expect=2).stderr
+    neither = cli("schedules", "create", "x", "--task", "t", expect=2).stderr
+    assert neither.strip() == "error: cron: give --cron (a CRON expression) or --every (an interval)"
+    both = cli("schedules", "create", "x", "--task", "t", "--cron", "* * * * *", "--every", "1h", expect=2).stderr
+    assert both.strip() == "error: cron: give --cron or --every, not both"
 
+    # Fire times in the schedule's zone with its offset (+01:00 in winter, +02:00 in summer), UTC beside.
+    rows = cli("schedules", "simulate", "nightly", "--count", "2").stdout.splitlines()
+    assert "FIRES AT (Europe/Paris)" in rows[0] and "UTC" in rows[0]
+    assert all(re.search(r" 02:30:00\+0[12]:00 +\S+ 0[01]:30:00\+00:00 ", row) for row in rows[1:3]), rows
+    rows = cli("schedules", "simulate", "nightly", "--count", "2", "--utc").stdout.splitlines()
+    assert "FIRES AT (UTC)" in rows[0] and "Paris" not in rows[0]
+    assert all(re.search(r" 0[01]:30:00\+00:00 ", row) and "02:30" not in row for row in rows[1:3]), rows
     simulated = cli.json("schedules", "simulate", "nightly", "--count", "3")
     assert len(simulated["fire_times"]) == 3
     assert [len(r["jobs"]) for r in simulated["runs"]] == [2, 2, 2]
@@ -118,3 +130,21 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     assert [t for t, _ in trail if t.startswith("schedule.")][-3:] == [
         "schedule.paused", "schedule.resumed", "schedule.deleted"]  # fmt: skip
     assert json.loads(cli("signatures", "list", "--json").stdout) == []
+
+
+def test_runs_list_keeps_each_run_on_one_line_at_130_columns(
+    cli: InProcessCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli("schedules", "create", "nightly", "--task", "report", "--cron", "30 2 * * *", "--items", '["eu", "us"]',
+        "--segment-size", "1")  # fmt: skip
+    reason = "backfill of the European and American regions after the outage of the night before"
+    ids = [cli.json("schedules", "trigger", "nightly", "--reason", reason)["id"] for _ in range(3)]
+    cli("runs", "cancel", ids[0])
+    monkeypatch.setenv("COLUMNS", "130")  # what rich sizes its tables to
+    lines = cli("runs", "list").stdout.splitlines()
+    assert len(lines) == 1 + len(ids), "\n".join(lines)  # a header, then one line per run: nothing wrapped
+    assert all(len(line) <= 130 for line in lines), "\n".join(lines)
+    for line, run_id in zip(lines[1:], reversed(ids), strict=True):  # newest first, each with its whole id
+        assert line.startswith(run_id + " ") and "manual" in line, line
+    assert all("backfill of the" in line and line.rstrip().endswith("…") for line in lines[1:3]), lines  # cut short
+    assert "cancelled" in lines[-1]

@@ -84,6 +84,7 @@ async def test_endpoint_crud_tenancy_and_scopes(tmp_path: Path, receiver: Callab
             ({"url": "ftp://x.example.com/"}, "url"),
             ({"url": rx.url, "secret": "nope"}, "secret"),
             ({"url": rx.url, "filter": {"types": ["a b"]}}, "filter.types"),
+            ({"url": rx.url, "filter": {"types": ["job.exploded"]}}, "filter.types"),
             ({"url": rx.url, "rate_limit": 0}, "rate_limit"),
             ({"url": rx.url, "extra": 1}, "extra"),
         ]:

@@ -17,6 +17,19 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def test_an_unknown_event_type_is_refused_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    db = str(tmp_path / "cli.db")
+    monkeypatch.setenv("JOBENGINE_WEBHOOK_ALLOW_HOSTS", "127.0.0.1/32")
+    code, out, err = cli(capsys, "webhooks", "create", "--db", db, "--url", "http://127.0.0.1:9/x",
+                         "--type", "job.dead", "--type", "job.exploded")  # fmt: skip
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: type: 'job.exploded' is not an event type (known: ") and "job.succeeded" in err
+    code, out, err = cli(capsys, "webhooks", "create", "--db", db, "--url", "http://127.0.0.1:9/x",
+                         "--type", "job.dead", "--type", "run.*", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["filter"]["types"] == ["job.dead", "run.*"], err
+
+
 def test_webhooks_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     db = str(tmp_path / "cli.db")
     monkeypatch.setenv("JOBENGINE_WEBHOOK_ALLOW_HOSTS", "127.0.0.1/32")
@@ -49,7 +62,9 @@ def test_webhooks_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkey
     code, out, err = cli(capsys, "webhooks", "resend", "wd_nope", "--db", db, "--tenant", "acme")
     assert code == 1 and "wd_nope" in err
     code, out, _ = cli(capsys, "webhooks", "list", "--db", db)
-    assert eid in out
+    assert eid in out and "types job.* · queues any · tasks any" in out
+    code, out, _ = cli(capsys, "webhooks", "show", eid, "--db", db, "--tenant", "acme")
+    assert "types job.* · queues any · tasks any" in out and "{" not in out, out  # not a Python dict's repr
     code, out, _ = cli(capsys, "webhooks", "delete", eid, "--db", db, "--tenant", "acme")
     assert code == 0
     code, out, _ = cli(capsys, "webhooks", "list", "--db", db, "--json")
