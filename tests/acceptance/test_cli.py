@@ -320,6 +320,33 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_up_runs_your_own_tasks_with_app(cli: Cli) -> None:
+    """`up --app` serves one's own engine (API, dashboard, worker, scheduler) in one process: no demo."""
+    (cli.cwd / "jobengine.yaml").write_text("database: own.db\npoll_interval: 0.2\napi_port: 0\n")
+    (cli.cwd / "myjobs.py").write_text(
+        "from jobengine import Engine, JobContext, Settings\n"
+        "engine = Engine.from_settings(Settings.load())\n"
+        "@engine.task()\n"
+        "async def shout(ctx: JobContext) -> str:\n"
+        "    return ctx.payload['word'].upper()\n"
+    )
+    up = cli.spawn("up", "up", "--app", "myjobs:engine", "--concurrency", "2")
+    wait_for(lambda: "Ctrl-C to stop" in cli.output(up), 120, "`up --app` to start")
+    assert "tasks shout" in cli.output(up) and "demo jobs" not in cli.output(up)
+    job_id = cli("enqueue", "shout", "--payload", '{"word": "hi"}', "--db", "own.db").stdout.strip()
+
+    def done() -> dict[str, Any] | None:
+        job: dict[str, Any] = cli.json("jobs", "show", job_id, "--db", "own.db")
+        return job if job["state"] == "succeeded" else None
+
+    assert wait_for(done, 120, "the job to run on `up --app`")["result"] == "HI"
+    up.send_signal(signal.SIGTERM)
+    assert up.wait(timeout=60) == 0, cli.output(up)
+    assert [j["task"] for j in cli.json("jobs", "list", "--db", "own.db")] == ["shout"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_worker_second_signal_releases_jobs_at_once(cli: Cli) -> None:
     cli("migrate", "--db", "jobs.db")
     job_id = cli("enqueue", "resize_image", "--payload", '{"images": 2000, "delay": 0.05}', "--db", "jobs.db")

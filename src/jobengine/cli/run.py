@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run
+from jobengine.cli.common import ConfigOption, DbOption, app_engine, load_app, load_settings, rebind, run
 from jobengine.cli.live import LiveView
 from jobengine.cli.supervise import EarlySignals, Supervisor, setup_logging
 from jobengine.core.models import JobFilter, check_name
@@ -28,9 +28,11 @@ from jobengine.services import RetentionService, SchedulerService, Service, Work
 from jobengine.settings import Settings
 
 
-async def _up(settings: Settings, early: EarlySignals | None = None) -> None:
+async def _up(settings: Settings, early: EarlySignals | None = None, app: Engine | None = None) -> None:
+    """Everything in one process: the example tasks (and, on a new database, demo jobs and a schedule), or
+    the tasks of ``app``, an ``--app`` engine already on ``settings``."""
     console = output.stdout()
-    engine = build_engine(settings)
+    engine = app if app is not None else build_engine(settings)
     worker = WorkerService(engine.worker())
     async with Supervisor(worker, console, early) as supervisor, engine:
         console.print(
@@ -53,7 +55,7 @@ async def _up(settings: Settings, early: EarlySignals | None = None) -> None:
                 f"API on [cyan]{api.url}[/cyan] (dashboard {api.url}/, docs {api.url}/docs) · "
                 f"dev key [bold]{escape(key)}[/bold]"
             )
-            if first_start:
+            if first_start and app is None:
                 demo = await enqueue_demo(engine)
                 console.print(f"a new database: enqueued {len(demo)} demo jobs; watch them run below")
                 if await ensure_demo_schedule(engine) is not None:
@@ -74,12 +76,25 @@ def up(
     db: DbOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Jobs run at once.", min=1)] = None,
     config: ConfigOption = None,
+    app: Annotated[
+        str | None,
+        typer.Option("--app", help="Your Engine, as module:attribute [default: the examples]."),
+    ] = None,
 ) -> None:
-    """Run everything in one process on SQLite: worker, retention and the example tasks, with a live view."""
+    """Run everything in one process: worker, scheduler, retention, the API and dashboard, with a live view;
+    the example tasks on SQLite, or your own with --app."""
     early = EarlySignals.install()
-    settings = load_settings(config, database=db, worker_concurrency=concurrency)
+    engine: Engine | None = None
+    if app is None:
+        settings = load_settings(config, database=db, worker_concurrency=concurrency)
+    else:
+        engine = app_engine(app, config, db)
+        settings = engine.settings
+        if concurrency is not None:
+            settings = replace(settings, worker_concurrency=concurrency)
+            engine = rebind(engine, settings)
     setup_logging()
-    run(_up(settings, early))
+    run(_up(settings, early, engine))
 
 
 def parse_queues(value: str | None) -> tuple[str, ...] | None:
