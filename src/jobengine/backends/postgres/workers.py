@@ -25,6 +25,7 @@ import psycopg
 
 from jobengine.backends.postgres.mixin import qualify
 from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Job
@@ -36,8 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobengine.postgres")
 
-_COLUMNS = ("id, kind, tenant, host, pid, version, queues, tasks, packs, concurrency, lock_key, started_at, "
-            "last_seen, expires_at")  # fmt: skip
+_COLUMNS = WORKER_COLUMNS
 
 _REGISTER = f"""INSERT INTO {{s}}workers ({_COLUMNS}) VALUES (%(id)s::text, %(kind)s::text, %(tenant)s::text,
     %(host)s::text, %(pid)s::int4, %(version)s::text, %(queues)s::jsonb, %(tasks)s::jsonb, %(packs)s::jsonb,
@@ -65,26 +65,6 @@ _HELD = f"""SELECT {job_columns("j")} FROM {{s}}jobs j
 WHERE j.state = 'running' AND j.lease_worker = ANY(%(workers)s::text[]) ORDER BY j.id LIMIT %(limit)s::int4"""
 
 _REMOVE = "DELETE FROM {s}workers WHERE id = ANY(%(workers)s::text[]) RETURNING 1"
-
-
-def worker_from_row(r: Sequence[Any]) -> WorkerInfo:
-    return WorkerInfo(
-        id=WorkerId(r[0]),
-        kind=r[1],
-        tenant=r[2],
-        host=r[3],
-        pid=int(r[4]),
-        version=r[5],
-        queues=tuple(r[6]),
-        tasks=tuple(r[7]),
-        packs=tuple(r[8]),
-        concurrency=int(r[9]),
-        lock_key=None if r[10] is None else int(r[10]),
-        started_at=float(r[11]),
-        last_seen=float(r[12]),
-        expires_at=float(r[13]),
-        in_flight=int(r[14]) if len(r) > 14 else 0,
-    )
 
 
 class _Liveness:

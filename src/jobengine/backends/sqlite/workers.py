@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Job
@@ -27,8 +28,7 @@ from .rows import json_list, select_jobs
 if TYPE_CHECKING:
     from .store import SqliteStore
 
-_COLUMNS = ("id, kind, tenant, host, pid, version, queues, tasks, packs, concurrency, lock_key, started_at, "
-            "last_seen, expires_at")  # fmt: skip
+_COLUMNS = WORKER_COLUMNS
 
 
 def _row(info: WorkerInfo) -> tuple[Any, ...]:
@@ -37,26 +37,6 @@ def _row(info: WorkerInfo) -> tuple[Any, ...]:
         codec.dumps(list(info.tasks), "tasks"), codec.dumps(list(info.packs), "packs"), info.concurrency,
         info.lock_key, info.started_at, info.last_seen, info.expires_at,
     )  # fmt: skip
-
-
-def _info(r: Sequence[Any]) -> WorkerInfo:
-    return WorkerInfo(
-        id=WorkerId(r[0]),
-        kind=r[1],
-        tenant=r[2],
-        host=r[3],
-        pid=int(r[4]),
-        version=r[5],
-        queues=tuple(codec.loads(r[6])),
-        tasks=tuple(codec.loads(r[7])),
-        packs=tuple(codec.loads(r[8])),
-        concurrency=int(r[9]),
-        lock_key=None if r[10] is None else int(r[10]),
-        started_at=float(r[11]),
-        last_seen=float(r[12]),
-        expires_at=float(r[13]),
-        in_flight=int(r[14]) if len(r) > 14 else 0,
-    )
 
 
 class SqliteWorkers:
@@ -138,12 +118,12 @@ class SqliteWorkers:
             "WHERE jobs.state = 'running' AND jobs.lease_worker = w.id) FROM workers w WHERE w.expires_at > ? "
             "ORDER BY w.started_at, w.id"
         )
-        return await self._store._read(lambda c: [_info(r) for r in c.execute(sql, (now,))])
+        return await self._store._read(lambda c: [worker_from_row(r, codec.loads) for r in c.execute(sql, (now,))])
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         sql = f"SELECT {_COLUMNS} FROM workers"
         dead = []
-        for info in await self._store._read(lambda c: [_info(r) for r in c.execute(sql)]):
+        for info in await self._store._read(lambda c: [worker_from_row(r, codec.loads) for r in c.execute(sql)]):
             if info.id in self._held:
                 continue
             key = info.lock_key
