@@ -24,7 +24,7 @@ DOCS_PATH = "/docs"
 STATIC_PATH = "/docs/static"
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads, each served under ``STATIC_PATH``.
-ASSETS = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
+ASSETS = ("swagger-ui-bundle.min.js", "swagger-ui.css", "favicon-32x32.png")
 
 
 def install(app: FastAPI, *, openapi_url: str = "/openapi.json") -> None:
@@ -36,7 +36,7 @@ def install(app: FastAPI, *, openapi_url: str = "/openapi.json") -> None:
         return get_swagger_ui_html(
             openapi_url=openapi_url,
             title=f"{app.title} - API docs",
-            swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.js",
+            swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.min.js",
             swagger_css_url=f"{STATIC_PATH}/swagger-ui.css",
             swagger_favicon_url=f"{STATIC_PATH}/favicon-32x32.png",
             # Swagger UI would otherwise ask validator.swagger.io about the spec; API keys are bearer

@@ -29,7 +29,11 @@ async def test_docs_page_loads_only_local_assets(api: Api) -> None:
 
 
 async def test_docs_assets_are_served_with_their_content_types(api: Api) -> None:
-    expected = {"swagger-ui-bundle.js": "javascript", "swagger-ui.css": "text/css", "favicon-32x32.png": "image/png"}
+    expected = {
+        "swagger-ui-bundle.min.js": "javascript",
+        "swagger-ui.css": "text/css",
+        "favicon-32x32.png": "image/png",
+    }
     assert set(expected) == set(ASSETS)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://api") as c:
         for name, kind in expected.items():
@@ -37,8 +41,8 @@ async def test_docs_assets_are_served_with_their_content_types(api: Api) -> None
             assert r.status_code == 200, name
             assert kind in r.headers["content-type"], (name, r.headers["content-type"])
             assert r.content, name
-        bundle = (await c.get(f"{STATIC_PATH}/swagger-ui-bundle.js")).text
+        bundle = (await c.get(f"{STATIC_PATH}/swagger-ui-bundle.min.js")).text
         assert "SwaggerUIBundle" in bundle
         # Nothing else of the npm package is served (no source maps, no ES bundles), and no ReDoc.
-        assert (await c.get(f"{STATIC_PATH}/swagger-ui-bundle.js.map")).status_code == 404
+        assert (await c.get(f"{STATIC_PATH}/swagger-ui-bundle.min.js.map")).status_code == 404
         assert (await c.get("/redoc")).status_code == 404
