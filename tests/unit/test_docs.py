@@ -48,7 +48,7 @@ def test_the_layer_picture_names_every_backend_and_only_those() -> None:
 
 def test_the_modules_in_the_picture_exist() -> None:
     for name in re.findall(r"\b([a-z_*]+)\.py\b", _picture()):
-        assert list(PACKAGE.glob(f"{name}.py")), f"the picture names {name}.py, which src/jobengine lacks"
+        assert list(PACKAGE.rglob(f"{name}.py")), f"the picture names {name}.py, which src/jobengine lacks"
 
 
 def test_every_import_contract_is_listed_under_the_picture() -> None:

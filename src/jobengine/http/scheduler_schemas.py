@@ -1,5 +1,5 @@
 """Request and response models of schedules, runs and failure signatures (the facade of the scheduler:
-``engine_schedules.py``, ``engine_runs.py``, ``engine_signatures.py``; JSON shapes of ``serialize.py``).
+``engine/schedules.py``, ``engine/runs.py``, ``engine/signatures.py``; JSON shapes of ``serialize.py``).
 
 What the schema cannot say (a CRON expression's syntax, a time zone's name, a duration string, policy
 combinations such as ``misfire: catch_up`` needing ``catch_up >= 1``) is checked by the engine and

@@ -10,7 +10,7 @@ from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
-from jobengine.engine_flow import AIMD_INTERVAL
+from jobengine.engine.flow import AIMD_INTERVAL
 from jobengine.settings import Settings
 
 

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from jobengine.core.ids import JobId
 from jobengine.core.models import JobFilter
 from jobengine.core.states import RUNNABLE, JobState
-from jobengine.engine_api import QueueInfo
+from jobengine.engine.api import QueueInfo
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.responses import READ, WRITE, json_response

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 from jobengine.core.ids import JobId
 from jobengine.core.models import Changed, FailOutcome, Failure
 from jobengine.core.states import JobState
-from jobengine.engine_scheduling import SchedulingBase
+from jobengine.engine.scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""What the scheduler's parts of the Engine facade share (``engine_schedules``, ``engine_runs``,
-``engine_signatures``): the scheduling store of the engine's store, planner functions, leaders.
+"""What the scheduler's parts of the Engine facade share (``engine.schedules``, ``engine.runs``,
+``engine.signatures``): the scheduling store of the engine's store, planner functions, leaders.
 
 Mixed into :class:`~jobengine.engine.Engine` (kept apart only to keep each module small); callers see one
 facade. A store that does not offer the scheduling ports (:class:`SchedulingBackend`) makes every

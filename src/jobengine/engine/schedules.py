@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from jobengine.core.bounds import check_json, check_text, check_time
 from jobengine.core.ids import ScheduleId, new_run_id, new_schedule_id
-from jobengine.engine_scheduling import SchedulingBase
+from jobengine.engine.scheduling import SchedulingBase
 from jobengine.errors import InvalidSchedule, NotFound
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from jobengine.core.bounds import check_text
 from jobengine.core.ids import RunId, new_run_id
 from jobengine.core.models import Job, NewJob
 from jobengine.core.states import JobState
-from jobengine.engine_scheduling import SchedulingBase
+from jobengine.engine.scheduling import SchedulingBase
 from jobengine.errors import IllegalState, NotFound, StoreError
 
 if TYPE_CHECKING:

@@ -47,11 +47,12 @@ from jobengine.core.models import (
 )
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
-from jobengine.engine_api import ApiFacade
-from jobengine.engine_flow import FlowFacade
-from jobengine.engine_runs import RunFacade
-from jobengine.engine_schedules import ScheduleFacade
-from jobengine.engine_signatures import SignatureFacade
+from jobengine.engine.api import ApiFacade
+from jobengine.engine.compose import open_store
+from jobengine.engine.flow import FlowFacade
+from jobengine.engine.runs import RunFacade
+from jobengine.engine.schedules import ScheduleFacade
+from jobengine.engine.signatures import SignatureFacade
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
 from jobengine.ports.notifier import Notifier
@@ -77,39 +78,6 @@ _NEW_JOB_ORDER = ("task", "payload", "queue", "priority", "run_at", "max_attempt
                   "tenant", "timeout")  # fmt: skip
 if tuple(f.name for f in fields(NewJob))[: len(_NEW_JOB_ORDER)] != _NEW_JOB_ORDER:
     raise ImportError("engine.py: Engine.new_job's positional NewJob no longer matches core.models.NewJob")
-
-
-def open_store(database: str, settings: Settings | None = None) -> Store:
-    """Choose the backend a ``database`` setting names: ``memory``, a SQLite path, ``sqlite:///path`` or a
-    ``postgresql://`` DSN (imported only then, so SQLite users need no psycopg)."""
-    if database == "memory":
-        from jobengine.backends.memory import MemoryStore
-
-        return MemoryStore()
-    if database.startswith(("postgres://", "postgresql://")):
-        s = settings or Settings()
-        try:
-            from jobengine.backends.postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"database: PostgreSQL needs the postgres extra: pip install 'jobengine[postgres]' ({exc})"
-            ) from None
-        try:
-            return PostgresStore(database, schema=s.postgres_schema, pool_max=s.postgres_pool_size)
-        except ValueError as exc:
-            raise ConfigError(f"postgres_schema: {exc}") from None
-    path = database.removeprefix("sqlite:///").removeprefix("sqlite://")
-    if not path:
-        raise ConfigError("database: give a SQLite file path, 'memory', or a sqlite:/// URL")
-    from jobengine.backends.sqlite import SqliteStore
-
-    s = settings or Settings()
-    return SqliteStore(
-        path,
-        synchronous=s.sqlite_synchronous,
-        worker_synchronous=s.sqlite_worker_synchronous,
-        leader_lease_seconds=s.scheduler_lease_seconds,
-    )
 
 
 def _seconds(value: float | datetime | timedelta | None, field: str) -> float | None:
@@ -552,7 +520,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             n = min(n, limit - len(jobs))
             if n <= 0:
                 break
-            if rule is not None:  # engine_flow: decided inside the store's claim transaction
+            if rule is not None:  # engine.flow: decided inside the store's claim transaction
                 changed = await self.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
             else:
                 changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
