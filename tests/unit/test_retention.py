@@ -1,4 +1,4 @@
-"""The retention service on the in-memory store with a manual clock: terminal -> stale -> deleted, never a
+"""The retention service on `database: memory` with a manual clock: terminal -> stale -> deleted, never a
 job that is still waiting or running."""
 
 from __future__ import annotations
