@@ -96,7 +96,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
 
 
 def ceilings(cfg: BenchConfig) -> list[Measure]:
-    """The machine's commit ceiling for the backend under test (nothing for memory)."""
+    """The machine's commit ceiling for the backend under test (nothing for memory, a throwaway file)."""
     if not cfg.ceilings:
         return []
     if cfg.backend == "sqlite":

@@ -1,6 +1,7 @@
 """A fresh, empty store for every phase, per backend.
 
-SQLite: a new temp file. Memory: a new in-process store (its workers then run in the benchmark process).
+SQLite: a new temp file. Memory: ``database: memory``, a temp SQLite file only this process knows (its
+workers then run in the benchmark process).
 PostgreSQL: a new database, see :mod:`bench.postgres`.
 """
 

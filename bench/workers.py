@@ -1,8 +1,8 @@
 """Starting and stopping the workers of one phase.
 
 :class:`SubprocessWorkers` runs ``processes`` real worker processes (``python -m bench.worker``) on the
-same database, each in its own session so that one SIGINT reaches it (and py-spy, when profiling). The
-in-memory store cannot be shared between processes, so :class:`InProcessWorkers` runs its workers as
+same database, each in its own session so that one SIGINT reaches it (and py-spy, when profiling). A
+``memory`` store's temporary file is known to this process alone, so :class:`InProcessWorkers` runs its workers as
 tasks in the benchmark's own event loop instead.
 """
 

@@ -22,8 +22,8 @@ the paged ``GET /api/v1/events``, the webhook fan-out, the dashboard's recorder)
 ``Engine.read_settled_events``, which cuts a read at the store's settled bound
 (:class:`~jobengine.ports.eventlog.SettlingEventLog`) and returns an :class:`EventRead` whose ``cursor``
 never passes the first hole in the id sequence that may still fill. The feed reads what lies beyond it
-again shortly (every ``settle_poll``), until the hole fills or ages into a rollback. SQLite and the memory
-store number events under their single writer, in commit order, and need none of this.
+again shortly (every ``settle_poll``), until the hole fills or ages into a rollback. SQLite numbers
+events under its single writer, in commit order, and need none of this.
 """
 
 from __future__ import annotations

@@ -28,7 +28,10 @@ class Settings:
     # -- storage --
     database: str = field(
         default="./jobengine.db",
-        metadata={"doc": "`memory`, a SQLite file path (`./jobengine.db`), `sqlite:///path` or `postgresql://...`"},
+        metadata={
+            "doc": "a SQLite file path (`./jobengine.db`), `sqlite:///path`, `postgresql://...`, or `memory`: "
+            "SQLite in a temporary file, gone when the process ends"
+        },
     )
     sqlite_synchronous: str = field(
         default="FULL",

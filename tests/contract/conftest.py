@@ -9,7 +9,8 @@ yields a migrated, empty store and closes it afterwards. Adding PostgreSQL is on
         store = PostgresStore(request.getfixturevalue("postgres_dsn"))
         ...
 
-Run one backend alone with ``-k memory`` / ``-k sqlite``.
+Run one backend alone with ``-k sqlite`` / ``-k postgres``. ``database: memory`` is SQLite in a temporary
+file, so the SQLite runs cover it; the reference of the parity test is not a backend (``oracle.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from types import MappingProxyType
 
 import pytest
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.backends.sqlite import SqliteStore
 from jobengine.core.clock import ManualClock
 from jobengine.ports.store import Store
@@ -28,16 +28,6 @@ from jobengine.ports.store import Store
 from .helpers import T0
 
 StoreFactory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[Store]]
-
-
-@asynccontextmanager
-async def memory_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    store = MemoryStore()
-    await store.migrate()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 @asynccontextmanager
@@ -76,9 +66,7 @@ async def postgres_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]
         await store.close()
 
 
-BACKENDS: Mapping[str, StoreFactory] = MappingProxyType(
-    {"memory": memory_store, "sqlite": sqlite_store, "postgres": postgres_store}
-)
+BACKENDS: Mapping[str, StoreFactory] = MappingProxyType({"sqlite": sqlite_store, "postgres": postgres_store})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

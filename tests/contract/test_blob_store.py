@@ -1,5 +1,5 @@
-"""The BlobStore port (pack content by sha256), one suite on every backend: filesystem, database (memory,
-SQLite, PostgreSQL) and s3 (a real moto server). Round trip of empty and 300 KB contents, idempotent puts
+"""The BlobStore port (pack content by sha256), one suite on every backend: filesystem, database (SQLite,
+PostgreSQL) and s3 (a real moto server). Round trip of empty and 300 KB contents, idempotent puts
 (the first bytes stay), delete, refusal of any digest that is not 64 lower-case hex before any I/O, health."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from jobengine.backends.blobs.filesystem import FilesystemBlobStore
-from jobengine.backends.memory.blobs import MemoryBlobStore
 from jobengine.ports.blobs import BlobStore, InvalidDigest
 from support.s3 import new_bucket, s3_endpoint, s3_server  # noqa: F401 - fixtures
 
-BACKENDS = ["filesystem", "memory", "sqlite", "postgres", "s3"]
+BACKENDS = ["filesystem", "sqlite", "postgres", "s3"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -24,8 +23,6 @@ async def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     kind = request.param
     if kind == "filesystem":
         yield FilesystemBlobStore(tmp_path / "blobs")
-    elif kind == "memory":
-        yield MemoryBlobStore()
     elif kind == "sqlite":
         from jobengine.backends.sqlite import SqliteStore
         from jobengine.backends.sqlite.blobs import SqliteBlobStore

@@ -1,5 +1,5 @@
 """Every backend, driven through the same random sequence of operations, ends every step in the same
-state as the memory store, which applies ``core/transitions.py`` directly: the reference.
+state as the oracle (``oracle.py``), which applies ``core/transitions.py`` directly: the reference.
 
 Compared after every step: each call's result (jobs and events, in order), every job field, the whole
 event log with its ids, counts, next_run_at and expired leases. Normalised away: lease tokens (random)
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -37,6 +36,7 @@ from jobengine.ports.store import Store
 
 from .conftest import BACKENDS
 from .helpers import T0
+from .oracle import Oracle
 
 QUEUES = ("a", "b")
 
@@ -56,7 +56,7 @@ def _changed(changed: Changed) -> tuple[list[Job], list[tuple[Any, ...]]]:
 class Driver:
     """Chooses each operation from the reference store's state, then applies it to every store."""
 
-    def __init__(self, stores: dict[str, Store], seed: int) -> None:
+    def __init__(self, stores: dict[str, Store | Oracle], seed: int) -> None:
         self.stores = stores
         self.rng = random.Random(seed)
         self.now = T0
@@ -64,9 +64,9 @@ class Driver:
 
     async def same(self, label: str, call: Any) -> list[Any]:
         results = {name: await call(name, store) for name, store in self.stores.items()}
-        reference = results.pop("memory")
+        reference = results.pop("oracle")
         for name, result in results.items():
-            assert result == reference, f"{name} differs from memory after {label}"
+            assert result == reference, f"{name} differs from the oracle after {label}"
         return [reference]
 
     async def snapshot(self) -> None:
@@ -81,7 +81,7 @@ class Driver:
         await self.same("snapshot", state)
 
     async def reference_jobs(self) -> list[Job]:
-        return await self.stores["memory"].list_jobs(JobFilter(limit=10_000))
+        return await self.stores["oracle"].list_jobs(JobFilter(limit=10_000))
 
     async def step(self) -> str:
         rng = self.rng
@@ -189,7 +189,7 @@ class Driver:
 
             await self.same(op, operator)
         elif op == "prune":
-            # Never deletes (the memory store keeps a deleted dependency's dependents blocked), and a
+            # Never deletes (the oracle keeps a deleted dependency's dependents blocked), and a
             # limit large enough that which candidates come first does not matter.
             async def prune(name: str, store: Store) -> Any:
                 pruned = await store.prune_jobs(self.now - 5, T0 - 1000, self.now, 10_000)
@@ -201,15 +201,17 @@ class Driver:
         return op
 
 
-@pytest.fixture(params=[name for name in BACKENDS if name != "memory"])
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Store]]:
-    """The memory store and one other backend, side by side."""
-    async with AsyncExitStack() as stack:
-        yield {name: await stack.enter_async_context(BACKENDS[name](request)) for name in ("memory", request.param)}
+@pytest.fixture(params=list(BACKENDS))
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Store | Oracle]]:
+    """The oracle and one backend, side by side."""
+    async with BACKENDS[request.param](request) as store:
+        yield {"oracle": Oracle(), request.param: store}
 
 
 @pytest.mark.parametrize("seed", range(10))
-async def test_random_operations_leave_every_backend_where_memory_is(stores: dict[str, Store], seed: int) -> None:
+async def test_random_operations_leave_every_backend_where_the_oracle_is(
+    stores: dict[str, Store | Oracle], seed: int
+) -> None:
     driver = Driver(stores, seed)
     done = []
     for _ in range(80):

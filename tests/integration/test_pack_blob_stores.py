@@ -17,15 +17,18 @@ from jobengine.backends.blobs import blob_store_for
 from jobengine.backends.blobs.fallback import WithLegacyRows
 from jobengine.backends.blobs.filesystem import FilesystemBlobStore
 from jobengine.backends.blobs.s3 import S3BlobStore
-from jobengine.backends.memory import MemoryStore
+from jobengine.backends.postgres import PostgresStore
 from jobengine.backends.sqlite import SqliteStore
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.errors import ConfigError, StoreError
 from jobengine.packs.errors import PackConflict
 from jobengine.packs.registry import PackIntegrityError
 from jobengine.settings import Settings
 from support.packs import pack_bytes
 from support.s3 import client, new_bucket, s3_endpoint, s3_server  # noqa: F401 - fixtures
+
+UNREACHABLE = "postgresql://jobengine@127.0.0.1:9/none"  # never connected to: the settings are refused first
 
 
 def test_the_default_is_files_beside_sqlite_and_the_database_elsewhere(tmp_path: Path) -> None:
@@ -37,11 +40,15 @@ def test_the_default_is_files_beside_sqlite_and_the_database_elsewhere(tmp_path:
     assert isinstance(own, WithLegacyRows) and isinstance(own.primary, FilesystemBlobStore)
     assert own.primary.root == tmp_path / "b"
     assert blob_store_for(SqliteStore(db), Settings(packs_blob_store="database")).kind == "database"
-    assert blob_store_for(MemoryStore(), Settings(database="memory")).kind == "database"
-    s3 = blob_store_for(MemoryStore(), Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
-    assert isinstance(s3, S3BlobStore) and s3.bucket == "b"  # a bucket alone chooses s3 (memory: no rows)
+    memory = open_store("memory")  # SQLite in a temporary directory: the files stay in it
+    temporary = blob_store_for(memory, Settings(database="memory"))
+    assert isinstance(temporary, WithLegacyRows) and isinstance(temporary.primary, FilesystemBlobStore)
+    assert temporary.primary.root.parent == memory.directory  # type: ignore[attr-defined]
+    s3 = blob_store_for(SqliteStore(db), Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
+    assert isinstance(s3, WithLegacyRows) and s3.kind == "s3"  # a bucket alone chooses s3
+    assert isinstance(s3.primary, S3BlobStore) and s3.primary.bucket == "b"
     with pytest.raises(ConfigError, match=r"^packs_blob_dir: required"):
-        blob_store_for(MemoryStore(), Settings(database="memory", packs_blob_store="filesystem"))
+        blob_store_for(PostgresStore(UNREACHABLE), Settings(database=UNREACHABLE, packs_blob_store="filesystem"))
 
 
 @pytest.mark.parametrize(
@@ -201,17 +208,22 @@ async def test_migration_0009_keeps_versions_and_their_content_on_sqlite(tmp_pat
 @pytest.mark.parametrize(
     ("env", "field"),
     [({"JOBENGINE_PACKS_BLOB_STORE": "s3"}, "packs_s3_bucket"),
-     ({"JOBENGINE_DATABASE": "memory", "JOBENGINE_PACKS_BLOB_STORE": "filesystem"}, "packs_blob_dir")],
+     ({"JOBENGINE_DATABASE": "postgres_dsn", "JOBENGINE_PACKS_BLOB_STORE": "filesystem"}, "packs_blob_dir")],
 )  # fmt: skip
 def test_serve_refuses_a_blob_store_that_cannot_work(
-    env: dict[str, str], field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    env: dict[str, str],
+    field: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     from jobengine.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JOBENGINE_DATABASE", str(tmp_path / "jobs.db"))
     monkeypatch.setenv("JOBENGINE_API_PORT", "0")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    for name, value in env.items():  # "postgres_dsn": a fresh PostgreSQL database (a fixture)
+        monkeypatch.setenv(name, request.getfixturevalue(value) if value == "postgres_dsn" else value)
     assert main(["serve"]) == 2
     assert f"{field}: " in capsys.readouterr().err

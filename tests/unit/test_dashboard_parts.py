@@ -1,11 +1,10 @@
-"""The dashboard's pure parts on the memory store: the event recorder behind the charts, the shared count
+"""The dashboard's pure parts on `database: memory`: the event recorder behind the charts, the shared count
 cache, the formatting filters, the CSRF token and the login redirect guard."""
 
 from __future__ import annotations
 
 import time
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
 from jobengine.core.states import JobState
@@ -13,6 +12,7 @@ from jobengine.dashboard.render import ago, duration, percent, sparkline
 from jobengine.dashboard.session import csrf_token, safe_next
 from jobengine.dashboard.stats import BUCKET_SECONDS, BUCKETS, CountCache, Recorder
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 
 
 class Clock:
@@ -24,7 +24,7 @@ class Clock:
 
 
 async def test_recorder_counts_enqueued_succeeded_and_failed_per_minute_and_tenant() -> None:
-    async with Engine(MemoryStore()) as engine:
+    async with Engine(open_store("memory")) as engine:
         clock = Clock(time.time())
         recorder = Recorder(engine, clock)
         await engine.enqueue_many([engine.new_job("t", {"i": i}, tenant="acme") for i in range(3)])
@@ -49,7 +49,7 @@ async def test_recorder_counts_enqueued_succeeded_and_failed_per_minute_and_tena
 
 
 async def test_count_cache_shares_a_count_for_its_ttl() -> None:
-    async with Engine(MemoryStore()) as engine:
+    async with Engine(open_store("memory")) as engine:
         clock = Clock(100.0)
         cache = CountCache(engine, ttl=1.0, clock=clock)
         await engine.enqueue("t", tenant="acme")

@@ -1,4 +1,4 @@
-"""The bundled example tasks, run by a real worker on the in-memory store."""
+"""The bundled example tasks, run by a real worker on `database: memory`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""The outbox relay on the in-memory store, with a recording transport (no broker needed)."""
+"""The outbox relay on a SQLite store, with a recording transport (no broker needed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from jobengine.backends.memory import MemoryStore
+from jobengine.backends.sqlite import SqliteStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.models import NewJob
 from jobengine.delivery.relay import OutboxRelay
@@ -39,11 +40,16 @@ class Recording:
 
 
 @pytest.fixture
-async def store() -> MemoryStore:
-    return MemoryStore()
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(str(tmp_path / "jobs.db"))
+    await store.migrate()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
-async def test_due_rows_are_published_once_and_deleted(store: MemoryStore) -> None:
+async def test_due_rows_are_published_once_and_deleted(store: SqliteStore) -> None:
     clock = ManualClock(T0)
     transport = Recording()
     relay = OutboxRelay(store, transport, clock)
@@ -61,7 +67,7 @@ async def test_due_rows_are_published_once_and_deleted(store: MemoryStore) -> No
     assert await store.outbox_due(clock.now() + 3600) == (False, None)
 
 
-async def test_offered_rows_are_published_without_a_claim(store: MemoryStore) -> None:
+async def test_offered_rows_are_published_without_a_claim(store: SqliteStore) -> None:
     clock = ManualClock(T0)
     transport = Recording()
     relay = OutboxRelay(store, transport, clock)
@@ -73,7 +79,7 @@ async def test_offered_rows_are_published_without_a_claim(store: MemoryStore) ->
     assert await store.claim_outbox(T0 + 3600, 10, 1.0) == []  # deleted, never claimed
 
 
-async def test_a_failed_publish_keeps_the_rows_and_a_crash_republishes_harmlessly(store: MemoryStore) -> None:
+async def test_a_failed_publish_keeps_the_rows_and_a_crash_republishes_harmlessly(store: SqliteStore) -> None:
     clock = ManualClock(T0)
     transport = Recording()
     relay = OutboxRelay(store, transport, clock, hold=30.0)
@@ -93,7 +99,7 @@ async def test_a_failed_publish_keeps_the_rows_and_a_crash_republishes_harmlessl
     assert len(transport.published) == 2  # the copy was swallowed by the key
 
 
-async def test_the_sweep_publishes_overdue_runnable_jobs_again(store: MemoryStore) -> None:
+async def test_the_sweep_publishes_overdue_runnable_jobs_again(store: SqliteStore) -> None:
     clock = ManualClock(T0)
     transport = Recording()
     relay = OutboxRelay(store, transport, clock, sweep_after=60.0)

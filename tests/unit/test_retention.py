@@ -1,4 +1,4 @@
-"""The retention service on the in-memory store with a manual clock: terminal -> stale -> deleted, never a
+"""The retention service on `database: memory` with a manual clock: terminal -> stale -> deleted, never a
 job that is still waiting or running."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from jobengine.backends.memory import MemoryStore
+from jobengine.backends.sqlite.temporary import TemporarySqliteStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, Job, Pruned
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.errors import NotFound, StoreUnavailable
 from jobengine.services import RetentionService
 from jobengine.settings import Settings
@@ -30,7 +31,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 async def engine(clock: ManualClock) -> AsyncIterator[Engine]:
     settings = Settings(database="memory", stale_after=STALE_AFTER, delete_after=DELETE_AFTER, retention_interval=60)
-    e = Engine(MemoryStore(), settings, clock)
+    e = Engine(open_store("memory"), settings, clock)
     async with e:
         yield e
 
@@ -146,8 +147,8 @@ async def test_start_and_stop_are_idempotent_and_the_loop_prunes(engine: Engine,
     assert service.passes == stopped_at
 
 
-class FlakyStore(MemoryStore):
-    """A memory store whose first prune fails, as a database might for a moment."""
+class FlakyStore(TemporarySqliteStore):
+    """A store whose first prune fails, as a database might for a moment."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -174,7 +175,7 @@ async def test_a_failed_pass_is_logged_and_retried_next_interval(
 
 
 def test_the_interval_defaults_to_the_setting_and_must_be_positive() -> None:
-    engine = Engine(MemoryStore(), replace(Settings(database="memory"), retention_interval=42.0))
+    engine = Engine(open_store("memory"), replace(Settings(database="memory"), retention_interval=42.0))
     assert RetentionService(engine).interval == 42.0
     with pytest.raises(ValueError, match="interval"):
         RetentionService(engine, interval=0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, FailOutcome, Failure
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.sdk.convert import job_from_json
 from jobengine.serialize import event_to_json, job_to_json
 from jobengine.settings import Settings
@@ -24,7 +24,7 @@ JOB_KEYS = [
 
 async def test_a_job_has_every_key_in_order_and_survives_json() -> None:
     clock = ManualClock(1_700_000_000.0)
-    async with Engine(MemoryStore(), Settings(database="memory"), clock) as engine:
+    async with Engine(open_store("memory"), Settings(database="memory"), clock) as engine:
         job = await engine.enqueue("work", {"a": [1, 2]}, priority=3, idempotency_key="k")
         data = job_to_json(job)
         assert list(data) == JOB_KEYS
@@ -61,7 +61,7 @@ async def test_a_job_has_every_key_in_order_and_survives_json() -> None:
 
 
 async def test_phases_serialise_with_iso_times() -> None:
-    async with Engine(MemoryStore(), Settings(database="memory"), ManualClock()) as engine:
+    async with Engine(open_store("memory"), Settings(database="memory"), ManualClock()) as engine:
 
         async def extract(ctx: object) -> int:
             return 1
@@ -86,7 +86,7 @@ async def test_a_remote_worker_reads_back_the_job_it_was_handed() -> None:
     # field but the lease token, which the claim answer carries beside the job. has_dependents included:
     # the worker reports such a job's outcome at once.
     clock = ManualClock(1_700_000_000.0)
-    async with Engine(MemoryStore(), Settings(database="memory"), clock) as engine:
+    async with Engine(open_store("memory"), Settings(database="memory"), clock) as engine:
         parent = await engine.enqueue("work", {"a": [1, 2]}, priority=3, idempotency_key="k")
         await engine.enqueue("next", depends_on=[parent.id])
         (running,) = await engine.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)

@@ -1,4 +1,4 @@
-"""The worker runtime on the in-memory store: retries, phases, cancellation, leases, shutdown."""
+"""The worker runtime on `database: memory`: retries, phases, cancellation, leases, shutdown."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.models import PhaseState
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.errors import IllegalState, NonRetryable
 from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
@@ -24,7 +24,7 @@ FAST = RetryPolicy(base=0.01, cap=0.02)
 
 @pytest.fixture
 async def engine() -> AsyncIterator[Engine]:
-    e = Engine(MemoryStore())
+    e = Engine(open_store("memory"))
     async with e:
         yield e
 
@@ -223,7 +223,7 @@ async def test_cancel_a_queued_job_and_retry_it(engine: Engine) -> None:
 
 
 async def test_graceful_stop_lets_short_jobs_finish_and_releases_long_ones() -> None:
-    engine = Engine(MemoryStore())
+    engine = Engine(open_store("memory"))
     async with engine:
 
         @engine.task()
@@ -263,7 +263,7 @@ async def test_second_stop_releases_at_once(engine: Engine) -> None:
 
 async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() -> None:
     clock = ManualClock(start=1_000_000.0)
-    engine = Engine(MemoryStore(), clock=clock)
+    engine = Engine(open_store("memory"), clock=clock)
     async with engine:
         proceed = asyncio.Event()
         runs: list[int] = []
@@ -361,8 +361,8 @@ async def test_outcomes_finishing_within_flush_spacing_share_one_flush(engine: E
 
 
 def test_the_flush_spacing_setting_reaches_the_worker() -> None:
-    assert Engine(MemoryStore()).worker().options.flush_spacing == Settings().worker_flush_spacing
-    engine = Engine(MemoryStore(), settings=Settings(worker_flush_spacing=0.01))
+    assert Engine(open_store("memory")).worker().options.flush_spacing == Settings().worker_flush_spacing
+    engine = Engine(open_store("memory"), settings=Settings(worker_flush_spacing=0.01))
     assert engine.worker().options.flush_spacing == 0.01
     assert engine.worker(flush_spacing=0).options.flush_spacing == 0
 

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.core.models import Job
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.ports.notifier import Notifier
 from jobengine.worker import JobContext, Worker
 from jobengine.worker.runtime import WorkerOptions
@@ -67,7 +67,7 @@ class Source:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[Engine]:
-    e = Engine(MemoryStore())
+    e = Engine(open_store("memory"))
 
     @e.task()
     async def short(ctx: JobContext) -> None:
@@ -93,7 +93,7 @@ async def test_a_stop_whose_cancellation_is_lost_still_ends_the_pump(engine: Eng
 
 
 async def test_a_job_claimed_as_the_stop_comes_is_released_not_begun() -> None:
-    engine = Engine(MemoryStore())
+    engine = Engine(open_store("memory"))
     begun: list[str] = []
 
     @engine.task()

@@ -7,7 +7,6 @@ keys that seal its secrets at rest (:mod:`jobengine.secretbox`):
 - else PostgreSQL: no key. Storing a secret then raises ConfigError naming ``secret_keys``: the database
   is usually shared and backed up apart from the servers, so the key must come from their configuration.
   Secrets written in clear before sealing existed are still read (and sealed once a key is set).
-- memory: nothing is kept at rest, nothing is sealed.
 """
 
 from __future__ import annotations
@@ -28,14 +27,9 @@ def key_file(database_path: str) -> Path:
 
 
 def webhook_store_for(store: Store, settings: Settings | None = None) -> WebhookStore:
-    from jobengine.backends.memory import MemoryStore
     from jobengine.backends.sqlite import SqliteStore
 
     s = settings or Settings()
-    if isinstance(store, MemoryStore):
-        from jobengine.backends.memory.webhooks import MemoryWebhookStore
-
-        return MemoryWebhookStore(store)
     if isinstance(store, SqliteStore):
         from jobengine.backends.sqlite.webhooks import sqlite_webhook_store
 

@@ -1,7 +1,7 @@
 """What each store transition does to one job, as pure functions over :class:`Job`.
 
-The memory store applies these directly; SQL stores express the same rules as guarded UPDATEs, and the
-contract suite holds them to the same behaviour.
+SQL stores express these rules as guarded UPDATEs; the contract suite's reference (``tests/contract/oracle.py``)
+applies them directly and holds every store to the same behaviour.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class Transports:
     def _outbox(self) -> OutboxStore:
         store = self.engine.store
         if not isinstance(store, OutboxStore):
-            raise ConfigError(f"queue.kind: {self.kind} needs a store with an outbox (memory, SQLite, PostgreSQL)")
+            raise ConfigError(f"queue.kind: {self.kind} needs a store with an outbox (SQLite, PostgreSQL)")
         return store
 
     # -- lifecycle ----------------------------------------------------------------------------------

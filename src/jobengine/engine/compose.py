@@ -12,12 +12,13 @@ from jobengine.settings import Settings
 
 
 def open_store(database: str, settings: Settings | None = None) -> Store:
-    """Choose the backend a ``database`` setting names: ``memory``, a SQLite path, ``sqlite:///path`` or a
-    ``postgresql://`` DSN (imported only then, so SQLite users need no psycopg)."""
+    """Choose the backend a ``database`` setting names: ``memory`` (SQLite in a temporary file, gone when
+    the store closes or the process ends), a SQLite path, ``sqlite:///path`` or a ``postgresql://`` DSN
+    (imported only then, so SQLite users need no psycopg)."""
     if database == "memory":
-        from jobengine.backends.memory import MemoryStore
+        from jobengine.backends.sqlite.temporary import TemporarySqliteStore
 
-        return MemoryStore()
+        return TemporarySqliteStore(leader_lease_seconds=(settings or Settings()).scheduler_lease_seconds)
     if database.startswith(("postgres://", "postgresql://")):
         s = settings or Settings()
         try:

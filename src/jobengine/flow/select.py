@@ -1,6 +1,6 @@
 """Which runnable jobs a limited claim may start: the decision every backend makes inside its claim
-transaction (SQLite under the write lock, PostgreSQL under a per-queue advisory lock, memory under its
-lock), so two workers cannot both take the last slot or the last token.
+transaction (SQLite under the write lock, PostgreSQL under a per-queue advisory lock), so two workers
+cannot both take the last slot or the last token.
 
 Candidates come in claim order (priority DESC, run_at, id). A candidate is taken while the queue has a
 free slot (``queue_cap``), its key has a free slot (``limits.concurrency`` per ``concurrency_key``) and its

@@ -35,7 +35,7 @@ def check_blob_settings(s: Settings) -> None:
 
 
 def blob_store_kind(s: Settings, store_kind: str) -> str:
-    """The blob store to use with a store of ``store_kind`` (memory, sqlite, postgres)."""
+    """The blob store to use with a store of ``store_kind`` (sqlite, postgres)."""
     if s.packs_blob_store:
         return s.packs_blob_store
     if s.packs_s3_bucket:

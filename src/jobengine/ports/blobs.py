@@ -1,7 +1,7 @@
 """Content-addressed blob storage: the bytes of task packs, named by their sha256 (an optional port).
 
 Backends (``packs_blob_store``): ``filesystem`` (files under the data directory), ``s3`` (an S3-compatible
-object store, boto3) and ``database`` (the ``pack_blobs`` table of the store, or the memory store's dict).
+object store, boto3) and ``database`` (the ``pack_blobs`` table of the store).
 The metadata that says which digest a version has stays in the :class:`~jobengine.ports.packs.PackStore`.
 
 Contract, every backend:

@@ -31,7 +31,7 @@ class SettlingEventLog(Protocol):
     """A log whose ids can commit out of order (PostgreSQL: an identity value is taken at insert, and two
     transactions may commit in the other order). A follower must not move its cursor past an id that is
     taken but not yet committed, or it would never see that event. Stores that number events in commit
-    order (SQLite and memory, under their one writer) do not implement this."""
+    order (SQLite, under its one writer) do not implement this."""
 
     async def settled_event_id(self, after_id: int, now: float, grace: float) -> tuple[int, int]:
         """``(settled, newest_seen)``: every event with an id in ``(after_id, settled]`` that will ever

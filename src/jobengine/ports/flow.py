@@ -6,7 +6,7 @@
   the running jobs of the queue (per key), the runnable candidates and the token buckets (table
   ``flow_buckets``), lets :func:`jobengine.flow.select.select` choose, starts those jobs and writes back the
   buckets it took from, **in one transaction serialised per queue** (SQLite: the write lock;
-  PostgreSQL: a transaction-level advisory lock on the queue; memory: its lock). So concurrent claims of
+  PostgreSQL: a transaction-level advisory lock on the queue). So concurrent claims of
   any number of processes never pass a concurrency limit or take a token twice. Same order, lease and
   ``job.started`` events as ``fetch_jobs``.
 """

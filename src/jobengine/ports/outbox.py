@@ -14,7 +14,7 @@ message must never start a job twice. So:
   else (running elsewhere, finished, cancelled, not due yet, unknown) is simply absent from the result.
   A duplicate delivery therefore claims nothing, and every later change stays fenced by the lease token.
 
-The memory, SQLite and PostgreSQL stores implement it (tables: migration ``0004_outbox``); the engine checks
+The SQLite and PostgreSQL stores implement it (tables: migration ``0004_outbox``); the engine checks
 ``isinstance(store, OutboxStore)`` once, when a broker transport is configured.
 """
 

@@ -38,7 +38,7 @@ from jobengine.ports.workers import WorkerRegistry
 class StoreCapabilities:
     #: True when the store's notifier wakes workers in other processes (not only this one).
     cross_process_notify: bool
-    #: True when several processes may share the store (false for the in-memory store).
+    #: True when several processes may share the store (false for `database: memory`: its path is private).
     shared: bool
 
 

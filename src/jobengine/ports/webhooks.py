@@ -1,5 +1,5 @@
 """The webhook store: endpoints, the delivery outbox, attempts, inbound hooks and the receipts of their
-events (an optional port beside the Store, implemented for memory, SQLite and PostgreSQL; tables: migrations
+events (an optional port beside the Store, implemented for SQLite and PostgreSQL; tables: migrations
 ``0005_webhooks`` and ``0011_sessions_hooks``). Values in and out carry secrets in clear; the SQL stores seal
 them at rest (:mod:`jobengine.secretbox`).
 

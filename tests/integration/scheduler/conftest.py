@@ -1,4 +1,4 @@
-"""An engine with a manual clock on every backend (memory, SQLite, PostgreSQL), for the scheduler's tests.
+"""An engine with a manual clock on every backend (SQLite, PostgreSQL), for the scheduler's tests.
 
 Tests drive time by hand (``clock.set`` / ``clock.advance``) and call the scheduler's passes themselves
 (``engine.fire_due_schedules()``), so each case is exact and takes milliseconds.
@@ -43,9 +43,7 @@ def scheduler_pg_dsn() -> Iterator[str]:
 
 
 def settings_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **values: object) -> Settings:
-    """Settings on a fresh database of ``kind``: memory, sqlite (a file) or postgres (a schema)."""
-    if kind == "memory":
-        return Settings(database="memory", **values)  # type: ignore[arg-type]
+    """Settings on a fresh database of ``kind``: sqlite (a file) or postgres (a schema)."""
     if kind == "sqlite":
         return Settings(database=str(tmp_path / "scheduler.db"), **values)  # type: ignore[arg-type]
     from support.services import unique_name
@@ -54,7 +52,7 @@ def settings_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **va
     return replace(Settings(database=dsn, **values), postgres_schema=unique_name("sched"))  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres"])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> AsyncIterator[Engine]:
     settings = settings_for(request.param, request, tmp_path, scheduler_misfire_grace=15.0)
     async with Engine.from_settings(settings, clock) as e:

@@ -21,7 +21,7 @@ from .conftest import settings_for
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres"])
 async def live(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
     settings = settings_for(request.param, request, tmp_path, poll_interval=0.05)
     async with Engine.from_settings(settings) as engine:

@@ -1,21 +1,21 @@
-"""The engine's flow control on the memory store with a controlled clock: the adaptive limiter steers the
+"""The engine's flow control on `database: memory` with a controlled clock: the adaptive limiter steers the
 rate limited claims use (rising under success, halving under errors), and a rate limit holds claims back
 without losing jobs."""
 
 from __future__ import annotations
 
-from jobengine.backends.memory import MemoryStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.engine.flow import AIMD_INTERVAL
 from jobengine.settings import Settings
 
 
 async def _engine(clock: ManualClock) -> Engine:
-    store = MemoryStore()
+    store = open_store("memory")
     await store.migrate()
     return Engine(store, Settings(database="memory", flow_cache_seconds=0.0), clock)
 

@@ -2,7 +2,7 @@
 
 :func:`blob_store_for` is called by ``Engine.packs`` (the composition root); the rules for the default are
 in :mod:`jobengine.packs.storage`. The ``database`` backends live beside their store
-(``backends/{memory,sqlite,postgres}/blobs.py``); ``filesystem`` and ``s3`` here.
+(``backends/{sqlite,postgres}/blobs.py``); ``filesystem`` and ``s3`` here.
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ if TYPE_CHECKING:
 
 def blob_store_for(store: object, settings: Settings) -> BlobStore:
     """The blob store ``settings`` choose for ``store`` (ConfigError when the combination cannot work)."""
-    from jobengine.backends.memory import MemoryStore
     from jobengine.backends.sqlite import SqliteStore
 
     postgres = _postgres_store()
     if isinstance(store, SqliteStore):
         store_kind = "sqlite"
-    elif isinstance(store, MemoryStore):
-        store_kind = "memory"
     elif postgres is not None and isinstance(store, postgres):
         store_kind = "postgres"
     else:
@@ -36,8 +33,6 @@ def blob_store_for(store: object, settings: Settings) -> BlobStore:
     if kind == "database":
         return _database_blobs(store)
     primary = _external(kind, store, store_kind, settings)
-    if store_kind == "memory":
-        return primary
     from jobengine.backends.blobs.fallback import WithLegacyRows
 
     return WithLegacyRows(primary, _database_blobs(store))  # content uploaded before 0009 is in pack_blobs
@@ -61,18 +56,12 @@ def _external(kind: str, store: object, store_kind: str, settings: Settings) -> 
 
 
 def _database_blobs(store: object) -> BlobStore:
-    from jobengine.backends.memory import MemoryStore
     from jobengine.backends.sqlite import SqliteStore
 
     if isinstance(store, SqliteStore):
         from jobengine.backends.sqlite.blobs import SqliteBlobStore
 
         return SqliteBlobStore(store)
-    if isinstance(store, MemoryStore):
-        from jobengine.backends.memory.blobs import MemoryBlobStore
-        from jobengine.backends.memory.packs import _state
-
-        return MemoryBlobStore(_state(store).blobs)
     from jobengine.backends.postgres.blobs import PostgresBlobStore
 
     return PostgresBlobStore(store)  # type: ignore[arg-type]  # isinstance-checked above

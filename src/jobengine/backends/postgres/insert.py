@@ -8,7 +8,7 @@ Three paths:
   ``PIPE_CHUNK`` jobs, sent in one pipeline inside one transaction, so that the client encodes a chunk while
   the server writes the one before (see :func:`insert_piped`).
 - general, in a transaction (a savepoint inside a caller's transaction): look up the keys, lock and flag the
-  parents, decide every state in Python exactly as the memory store does, then write it all in one statement.
+  parents, decide every state in Python exactly as the parity oracle does, then write it all in one statement.
 """
 
 from __future__ import annotations

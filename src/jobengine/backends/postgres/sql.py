@@ -421,7 +421,7 @@ INSERT_ONE = f"""WITH src AS (
 SELECT (SELECT id FROM ev), (SELECT pg_notify('{{channel}}', queue) FROM src WHERE state = 'queued')"""
 
 # The general insert: states, events and dependency edges decided by the caller (in Python, mirroring the
-# memory store) after it locked the parents. Event ids are assigned in ``ev_*`` order.
+# parity oracle) after it locked the parents. Event ids are assigned in ``ev_*`` order.
 INSERT_FULL = f"""WITH {_SRC},
 {_rows("extra", "depends_on jsonb, has_dependents bool, reason text, finished_at float8", "extra")},
 go AS (

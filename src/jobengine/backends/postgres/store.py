@@ -629,7 +629,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
         """Like :meth:`complete_jobs`: a job with dependents that ends dead or cancelled sends the batch down
         the slow path, which cancels the blocked dependents of each such job before the next job (as the
-        memory store does), one statement per job with dependents in the cascade."""
+        parity oracle does), one statement per job with dependents in the cascade."""
         items = _unique(failures, lambda f: (f.job_id, f.token))
         if not items:
             return Changed()
@@ -670,7 +670,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     ) -> Changed:
         """Try the one-statement path; send what it left (jobs with dependents, stale tokens) through
         ``step`` in a transaction, in batch order, cutting the batch after every job with dependents so
-        that its dependents' events follow its own, as in the memory store."""
+        that its dependents' events follow its own, as in the parity oracle."""
         out = Collect(now)
         out.add(await self._rows(fast, fast_params))
         done = {j.id for j in out.jobs}
@@ -692,7 +692,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         return out.changed()
 
     async def _cascade(self, conn: Conn, root: str, now: float) -> list[list[Row]]:
-        """Cancel the blocked dependents of ``root``, transitively, in the memory store's order (a stack:
+        """Cancel the blocked dependents of ``root``, transitively, in the parity oracle's order (a stack:
         a job's dependents by id, then the dependents of the last of them first)."""
         levels = []
         stack = [root]
@@ -720,7 +720,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         async def op(conn: Conn) -> list[list[Row]]:
             async with conn.transaction():
                 # The ids are cancelled in order, each cascading before the next (so a dependent named after
-                # its parent ends "dependency ... ended cancelled", as in the memory store): the batch is
+                # its parent ends "dependency ... ended cancelled", as in the parity oracle): the batch is
                 # cut after every job that has dependents.
                 parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": list(ids)})}
                 out: list[list[Row]] = []

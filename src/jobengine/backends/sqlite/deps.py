@@ -1,7 +1,7 @@
 """Dependency edges: unblocking dependents when their dependencies have all succeeded, and cancelling
 them, transitively, when one ended dead or cancelled. Runs inside the caller's write transaction.
 
-The events come in the memory store's order, which is causal: a job's own event is followed by those of
+The events come in the parity oracle's order, which is causal: a job's own event is followed by those of
 the dependents it released or cancelled (depth first for a cancel cascade), children by id.
 """
 
@@ -68,7 +68,7 @@ def cancel_dependents(conn: sqlite3.Connection, root: Job, now: float) -> tuple[
     """Cancel the blocked dependents of ``root`` (which ended dead or cancelled), transitively.
 
     One small indexed query per job that ends: cascades are rare and short, and walking them as the
-    memory store does keeps reasons and event order identical.
+    parity oracle does keeps reasons and event order identical.
     """
     jobs: list[Job] = []
     events: list[NewEvent] = []

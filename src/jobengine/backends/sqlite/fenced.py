@@ -4,7 +4,7 @@ These run for every job a worker touches, so they do not read rows, apply ``core
 Python and write rows back (the pattern of ``writes.py``): each is a single UPDATE that states the same
 transition in SQL, driven by a ``json_each`` list of the batch, fenced in its WHERE clause by
 ``id``, ``lease_token`` and ``state = 'running'``. What a row becomes must stay exactly what the pure
-function of the same name makes of it; the contract suite compares every field with the memory store,
+function of the same name makes of it; the contract suite compares every field with the parity oracle,
 which applies those functions directly. A job named twice in one batch counts once (its first entry).
 
 Each transition is split in two, so that the write lock (shared by every process on the file) is held

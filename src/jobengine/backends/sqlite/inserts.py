@@ -1,6 +1,6 @@
 """``insert_jobs`` as one SQLite transaction: idempotency, dependencies, rows, edges and events.
 
-The rules are those of ``core/transitions.py`` and the memory store (the contract suite holds both to
+The rules are those of ``core/transitions.py`` and the parity oracle (the contract suite holds both to
 them); only the mechanics differ: existing keys and dependency states are read with a few statements up
 front, the batch is decided in Python, then written with multi-row INSERTs.
 

@@ -101,8 +101,8 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
     ) -> None:
         if path == ":memory:" or path.startswith("file::memory:") or path == "":
             # Each connection would get its own private database: the notifier's connection could never
-            # see the store's commits. MemoryStore is the in-process store.
-            raise ConfigError("sqlite: path must name a file (use the memory store for an in-process store)")
+            # see the store's commits. ``database: memory`` is a temporary file instead.
+            raise ConfigError("sqlite: path must name a file (use database: memory for a throwaway store)")
         mode = synchronous.upper()
         if mode not in SYNCHRONOUS_MODES:
             raise ConfigError(f"sqlite: synchronous must be one of {sorted(SYNCHRONOUS_MODES)}, not {synchronous!r}")

@@ -2,7 +2,7 @@
 
 The pattern is the same throughout: read the affected rows (one statement for the whole batch), apply
 the pure functions of ``core/transitions.py`` (the one definition of what a transition does, shared with
-the memory store), write the changed rows back with one ``executemany`` guarded by the row as it was read,
+the parity oracle), write the changed rows back with one ``executemany`` guarded by the row as it was read,
 and append the events. Holding the write lock from the first read makes read-decide-write atomic across
 processes. The per-job hot path (claim, heartbeat, complete, fail, release) is in ``fenced.py``;
 save_phases, fenced as well (running, same token, and the guarded write-back), stays here because a batch
@@ -123,7 +123,7 @@ def prune_jobs(conn: sqlite3.Connection, stale_before: float, delete_before: flo
     A job is never made stale and deleted in the same call, so its ``job.stale`` event always comes
     before its ``job.deleted`` one. Both scans follow the ``jobs_retention`` index (state, finished_at),
     so a large backlog is worked off oldest first without sorting it; the events of one call are then
-    appended in job id order, as the memory store appends them.
+    appended in job id order, as the parity oracle appends them.
     """
     if limit <= 0:
         return Pruned(0, 0, [])

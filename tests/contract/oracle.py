@@ -1,7 +1,10 @@
-"""A real in-memory Store: the reference for the contract suite and the backend of unit tests.
+"""The reference of the parity test: the job transitions of a Store, in memory, applying the pure functions
+of ``core/transitions.py`` directly (``test_parity.py`` holds SQLite and PostgreSQL to it, step by step).
 
-Single process only. Every method applies the pure transitions of ``core/transitions.py``; a batch that
-raises leaves nothing behind (changes are staged, then committed).
+Not a backend: only the transitions and the reads the parity test compares (no notifier, workers,
+scheduling, API records or outbox). A batch that raises leaves nothing behind (changes are staged, then
+committed). Cancel cascades walk a stack, a job's dependents by id: that order is the one every backend's
+events follow.
 """
 
 from __future__ import annotations
@@ -10,14 +13,6 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from jobengine.backends.memory.api import MemoryApiMixin
-from jobengine.backends.memory.flow import MemoryFlowMixin
-from jobengine.backends.memory.leader import LocalLeader
-from jobengine.backends.memory.notifier import LocalNotifier
-from jobengine.backends.memory.outbox import MemoryOutboxMixin
-from jobengine.backends.memory.packs import MemoryPackMixin
-from jobengine.backends.memory.scheduling import MemoryScheduling
-from jobengine.backends.memory.workers import MemoryWorkers
 from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core import transitions as tr
@@ -41,15 +36,14 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, JobState
 from jobengine.errors import IdempotencyConflict, InvalidJob, UnknownDependency
-from jobengine.ports.store import StoreCapabilities
 
 
 def _succeeded(job: Job) -> bool:
     return job.final_state is JobState.SUCCEEDED
 
 
-class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlowMixin):
-    capabilities = StoreCapabilities(cross_process_notify=False, shared=False)
+class Oracle:
+    """The reference store of the parity test (see the module docstring)."""
 
     def __init__(self) -> None:
         self._jobs: dict[JobId, Job] = {}
@@ -58,36 +52,6 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
         self._events: list[Event] = []
         self._next_event = 1
         self._lock = asyncio.Lock()
-        self._notifier: LocalNotifier | None = None
-        self._scheduling: MemoryScheduling | None = None
-        self._workers: MemoryWorkers | None = None
-
-    async def migrate(self) -> list[int]:
-        return []
-
-    async def close(self) -> None:
-        if self._notifier is not None:
-            await self._notifier.close()
-
-    def notifier(self) -> LocalNotifier:
-        if self._notifier is None:
-            self._notifier = LocalNotifier()
-        return self._notifier
-
-    def workers(self) -> MemoryWorkers:
-        """The registry of live workers (:mod:`jobengine.ports.workers`)."""
-        if self._workers is None:
-            self._workers = MemoryWorkers(lambda: list(self._jobs.values()))
-        return self._workers
-
-    def scheduling(self) -> MemoryScheduling:
-        """Schedules, runs and failure signatures, sharing this store's lock and event log."""
-        if self._scheduling is None:
-            self._scheduling = MemoryScheduling(self)
-        return self._scheduling
-
-    def leader(self, name: str) -> LocalLeader:
-        return LocalLeader(name)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _append(self, events: Iterable[NewEvent], now: float) -> list[Event]:
@@ -134,10 +98,9 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         async with self._lock:
-            return self.insert_locked(jobs, now, phases)
+            return self._insert(jobs, now, phases)
 
-    def insert_locked(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
-        """:meth:`insert_jobs` for a caller that holds ``_lock`` (the scheduling store, in its transaction)."""
+    def _insert(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         staged: dict[JobId, Job] = {}
         idem: dict[tuple[str, str], JobId] = {}
         out: list[Job] = []
@@ -385,14 +348,6 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
             if j.state is JobState.RUNNING and j.lease_expires_at is not None and j.lease_expires_at < now
         ]
         return sorted(expired, key=lambda j: j.id)[:limit]
-
-    async def get_jobs(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
-        out = []
-        for job_id in ids:
-            job = self._jobs.get(job_id)
-            if job is not None and (tenant is None or job.tenant == tenant):
-                out.append(job)
-        return out
 
     async def list_jobs(self, filter: JobFilter) -> list[Job]:
         out = []
