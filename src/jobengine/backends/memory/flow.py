@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobengine.core import transitions as tr
+from jobengine.core.flow.bucket import Bucket
+from jobengine.core.flow.keys import payload_key
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.core.flow.select import Candidate, ClaimRule, key_of, select
 from jobengine.core.ids import JobId, WorkerId, new_lease_token
 from jobengine.core.models import Changed, Event, Job, NewEvent
 from jobengine.core.states import RUNNABLE, JobState
-from jobengine.flow.bucket import Bucket
-from jobengine.flow.keys import payload_key
-from jobengine.flow.limits import FlowLimits
-from jobengine.flow.select import Candidate, ClaimRule, key_of, select
 from jobengine.ports.flow import FlowCounts
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from jobengine.core.models import Event, NewEvent
-from jobengine.webhooks.model import ENDPOINT_DISABLED, PENDING, Attempt, Delivery, Endpoint, InboundHook
+from jobengine.core.webhooks.model import ENDPOINT_DISABLED, PENDING, Attempt, Delivery, Endpoint, InboundHook
 
 if TYPE_CHECKING:
     from .store import MemoryStore
