@@ -34,8 +34,8 @@ from typing import Any
 
 from bench.stores import fresh_store
 from bench.transports import TRANSPORTS, fresh_queue
+from jobengine.core.queue_config import QueueConfig
 from jobengine.core.states import JobState
-from jobengine.delivery.config import QueueConfig
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 from jobengine.worker import JobContext

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from jobengine.delivery.config import QueueConfig
+from jobengine.core.queue_config import QueueConfig
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 

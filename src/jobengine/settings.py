@@ -13,11 +13,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from jobengine.delivery.config import QueueConfig
+from jobengine.core.flow.config import parse_flow_limits
+from jobengine.core.flow.pressure import ShedPolicy
+from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
-from jobengine.flow.config import check_flow_settings
-from jobengine.packs.storage import check_blob_settings
-from jobengine.webhooks.config import check_webhook_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +189,7 @@ class Settings:
     packs_cache_dir: str = field(
         default="", metadata={"doc": "where workers unpack packs, by digest (empty: `~/.cache/jobengine/packs`)"}
     )
-    #: See jobengine.packs.storage.
+    #: See blob_store_kind below and docs/packs.md.
     packs_blob_store: str = field(
         default="",
         metadata={
@@ -287,14 +286,14 @@ class Settings:
             "remembered: the same id again within it is a replay, refused (409)"
         },
     )
-    # -- the queue transport: the ``queue:`` section, see jobengine.delivery.config --
+    # -- the queue transport: the ``queue:`` section, see jobengine.core.queue_config --
     queue: QueueConfig = field(
         default_factory=QueueConfig,
         metadata={
             "doc": "which transport delivers work (`database`, `redis`, `nats`) and how: [below](#the-queue-section)"
         },
     )
-    # -- flow control (jobengine.flow; docs/flow.md) --
+    # -- flow control (jobengine.core.flow; docs/flow.md) --
     flow_limits: str = field(
         default="",
         metadata={"doc": "JSON (or a YAML mapping): `{queue: {rate, burst, concurrency, hard_limit, ...}}`"},
@@ -392,9 +391,9 @@ class Settings:
             raise ConfigError("packs_max_bytes: must be at least 1024")
         if self.sse_buffer < 1:
             raise ConfigError("sse_buffer: must be at least 1")
-        check_blob_settings(self)
-        check_webhook_settings(self)
-        check_flow_settings(self)
+        _check_blobs(self)
+        _check_webhooks(self)
+        _check_flow(self)
 
     @property
     def heartbeat_every(self) -> float:
@@ -452,6 +451,100 @@ class Settings:
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
         return replace(base, **coerced)
+
+
+BLOB_STORES = ("filesystem", "s3", "database")
+
+
+def blob_store_kind(s: Settings, store_kind: str) -> str:
+    """The blob store that keeps pack content beside a store of ``store_kind`` (sqlite, postgres).
+
+    - ``filesystem``: files under ``packs_blob_dir`` (default: beside the SQLite file, ``<database>.packs``).
+      The default on SQLite: the data stays in the data directory, and the database file stays small.
+    - ``database``: the store's ``pack_blobs`` table. The default on PostgreSQL: a directory is not shared
+      between hosts, and the database is the one thing every host of a PostgreSQL deployment shares.
+    - ``s3``: an S3-compatible bucket (``packs_s3_bucket``, optional ``packs_s3_prefix``,
+      ``packs_s3_endpoint``, ``packs_s3_region``; credentials from the AWS environment). Chosen by default
+      when a bucket is set.
+    """
+    if s.packs_blob_store:
+        return s.packs_blob_store
+    if s.packs_s3_bucket:
+        return "s3"
+    return "filesystem" if store_kind == "sqlite" else "database"
+
+
+def shed_policy(s: Settings) -> ShedPolicy:
+    """The load-shedding policy the flow settings describe."""
+    return ShedPolicy(s.shed_depth, s.shed_in_flight, s.shed_latency, s.shed_min_priority, s.flow_retry_after)
+
+
+def _check_blobs(s: Settings) -> None:
+    if s.packs_blob_store not in ("", *BLOB_STORES):
+        raise ConfigError(f"packs_blob_store: one of {', '.join(BLOB_STORES)} (or empty: the store's default), "
+                          f"not {s.packs_blob_store!r}")  # fmt: skip
+    if s.packs_blob_store == "s3" and not s.packs_s3_bucket:
+        raise ConfigError("packs_s3_bucket: required when packs_blob_store is s3")
+    if s.packs_s3_prefix.startswith("/"):
+        raise ConfigError("packs_s3_prefix: a key prefix, without a leading '/'")
+    if s.packs_s3_endpoint and not s.packs_s3_endpoint.startswith(("http://", "https://")):
+        raise ConfigError("packs_s3_endpoint: an http:// or https:// URL")
+
+
+def _check_webhooks(s: Settings) -> None:
+    if s.webhook_rate_limiter not in ("noop", "local", "redis"):
+        raise ConfigError("webhook_rate_limiter: one of noop, local, redis")
+    if s.webhook_rate_limiter == "redis" and not s.webhook_redis_url:
+        raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
+    if s.webhook_rate_limit < 1:
+        raise ConfigError("webhook_rate_limit: must be at least 1")
+    if s.webhook_concurrency < 1:
+        raise ConfigError("webhook_concurrency: must be at least 1")
+    positive = ("webhook_rate_window", "webhook_timeout", "webhook_retry_base", "webhook_retry_max_delay",
+                "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
+    for name in positive:
+        if getattr(s, name) <= 0:
+            raise ConfigError(f"{name}: must be a positive number of seconds")
+    if not 0 <= s.webhook_retry_jitter < 1:
+        raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
+    if not 0 <= s.webhook_rate_margin <= 10:
+        raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
+    if s.webhook_secret_overlap < 0:
+        raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
+    if s.inbound_max_body_bytes < 1024:
+        raise ConfigError("inbound_max_body_bytes: must be at least 1024")
+    if s.inbound_tolerance <= 0:
+        raise ConfigError("inbound_tolerance: must be a positive number of seconds")
+    # A signed timestamp is accepted from tolerance before to tolerance after its time: its id must be
+    # remembered at least that long, or a replay late in that span would pass.
+    if s.inbound_replay_window < 2 * s.inbound_tolerance:
+        raise ConfigError("inbound_replay_window: must be at least twice inbound_tolerance")
+    if s.secret_keys:
+        from jobengine.secretbox import SecretBox
+
+        SecretBox(s.secret_keys)  # a malformed key fails here, naming the setting
+    if s.webhook_allow_hosts:  # only then are the webhook values loaded: most processes never send a webhook
+        from jobengine.core.webhooks.addresses import AddressPolicy
+
+        try:
+            AddressPolicy.from_entries(s.webhook_allow_hosts)
+        except ValueError as exc:
+            raise ConfigError(f"webhook_allow_hosts: {exc}") from None
+
+
+def _check_flow(s: Settings) -> None:
+    for name in ("flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight"):
+        if getattr(s, name) < 0:
+            raise ConfigError(f"{name}: must be >= 0 (0: off)")
+    if s.flow_soft_limit and s.flow_hard_limit and s.flow_soft_limit > s.flow_hard_limit:
+        raise ConfigError("flow_soft_limit: must not be above flow_hard_limit")
+    for name in ("shed_latency", "flow_cache_seconds"):
+        if getattr(s, name) < 0:
+            raise ConfigError(f"{name}: must be >= 0 seconds")
+    for name in ("flow_retry_after", "scale_target_seconds"):
+        if getattr(s, name) <= 0:
+            raise ConfigError(f"{name}: must be a positive number of seconds")
+    parse_flow_limits(s.flow_limits)
 
 
 def _boolean(value: object) -> bool:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import Field, fields, is_dataclass
 from typing import Any, Final
 
-from jobengine.delivery.config import ENV_OVERRIDES, QueueConfig, _camel
+from jobengine.core.queue_config import ENV_OVERRIDES, QueueConfig, camel_key
 from jobengine.settings import Settings
 
 REGENERATE: Final = "python -m jobengine.settings_doc > docs/configuration.md"
@@ -215,7 +215,7 @@ def _settings_tables() -> list[str]:
 def _queue_keys(obj: object, path: str) -> list[tuple[str, object]]:
     keys: list[tuple[str, object]] = []
     for f in fields(obj):  # type: ignore[arg-type]
-        key = f"{path}.{_camel(f.name)}" if path else _camel(f.name)
+        key = f"{path}.{camel_key(f.name)}" if path else camel_key(f.name)
         value = getattr(obj, f.name)
         keys += _queue_keys(value, key) if is_dataclass(value) else [(key, value)]
     return keys

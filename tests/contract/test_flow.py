@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from jobengine.core import events as ev
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import WorkerId
 from jobengine.core.states import JobState
-from jobengine.flow.limits import FlowLimits
-from jobengine.flow.select import ClaimRule
 from jobengine.ports.flow import FlowStore
 from jobengine.ports.store import Store
 

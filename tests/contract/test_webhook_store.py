@@ -13,11 +13,7 @@ import pytest
 
 from jobengine.backends.webhooks import webhook_store_for
 from jobengine.core.mapping import TriggerMapping
-from jobengine.ports.store import Store
-from jobengine.ports.webhooks import WebhookStore
-from jobengine.secretbox import new_key
-from jobengine.settings import Settings
-from jobengine.webhooks.model import (
+from jobengine.core.webhooks.model import (
     ENDPOINT_DISABLED,
     FAILED,
     PENDING,
@@ -28,6 +24,10 @@ from jobengine.webhooks.model import (
     EventFilter,
     InboundHook,
 )
+from jobengine.ports.store import Store
+from jobengine.ports.webhooks import WebhookStore
+from jobengine.secretbox import new_key
+from jobengine.settings import Settings
 
 from .helpers import T0
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from jobengine.core.queue_config import NatsConfig, QueueConfig, RedisConfig
 from jobengine.core.states import JobState
-from jobengine.delivery.config import NatsConfig, QueueConfig, RedisConfig
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 from support.services import unavailable

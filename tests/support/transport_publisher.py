@@ -51,12 +51,12 @@ async def main(spec: dict[str, Any], key: str, count: int) -> int:
     transport: Any
     if kind == "redis":
         from jobengine.backends.redis import RedisTransport
-        from jobengine.delivery.config import RedisQueue
+        from jobengine.core.queue_config import RedisQueue
 
         transport = RedisTransport(spec["url"], "runner", RedisQueue(*spec["config"]), options)
     else:
         from jobengine.backends.nats import NatsTransport
-        from jobengine.delivery.config import NatsQueue
+        from jobengine.core.queue_config import NatsQueue
 
         transport = NatsTransport(spec["url"], "runner", NatsQueue(*spec["config"]), options)
     await transport.health()  # connect before the start line

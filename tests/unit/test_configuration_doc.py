@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobengine.delivery.config import QueueConfig
+from jobengine.core.queue_config import QueueConfig
 from jobengine.settings import Settings
 from jobengine.settings_doc import REGENERATE, env_var, render
 

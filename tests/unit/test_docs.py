@@ -101,3 +101,19 @@ def test_every_decision_is_in_the_index() -> None:
     assert not [d for d in decisions if f"]({d})" not in index], "decisions missing from docs/decisions/README.md"
     numbers = [d[:4] for d in decisions]
     assert numbers == [f"{i:04d}" for i in range(1, len(numbers) + 1)], "decision numbers must run 0001, 0002, ..."
+
+
+def _layers_contract() -> list[str]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c for c in contracts if c["type"] == "layers"]
+    return list(layers["layers"])
+
+
+def test_the_layer_picture_is_the_layers_contract() -> None:
+    """Each line of the picture, left of its ``──`` note, is one layer of the contract in the same order
+    and with the same separators (``x/`` or ``x.py`` for the module ``x``)."""
+    drawn = []
+    for line in _picture().splitlines():
+        left = re.sub(r"\([^)]*\)", "", line.split("──")[0])  # the backends' list is not a layer
+        drawn.append(" ".join(re.sub(r"\b([a-z_]+)(/|\.py)(?=\s|$)", r"\1", left).split()))
+    assert [d for d in drawn if d] == [" ".join(layer.split()) for layer in _layers_contract()]

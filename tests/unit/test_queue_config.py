@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from jobengine.delivery.config import QueueConfig
+from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
 

@@ -5,6 +5,8 @@ filters, validation and settings."""
 from __future__ import annotations
 
 import ipaddress
+import random
+import socket
 from datetime import UTC, datetime
 from email.utils import format_datetime
 
@@ -12,13 +14,22 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from jobengine.core.models import Event
+from jobengine.core.webhooks import signing
+from jobengine.core.webhooks.addresses import AddressPolicy, literal_ip, refused
+from jobengine.core.webhooks.model import EventFilter, InvalidWebhook, check_filter, check_rate, check_url_syntax
+from jobengine.core.webhooks.policy import (
+    GONE,
+    RETRY,
+    SUCCESS,
+    RetrySchedule,
+    judge,
+    next_attempt_at,
+    parse_retry_after,
+)
 from jobengine.errors import ConfigError
 from jobengine.secretbox import PREFIX, SecretBox, key_id, new_key
 from jobengine.settings import Settings
-from jobengine.webhooks import signing
-from jobengine.webhooks.model import EventFilter, InvalidWebhook, check_filter, check_rate, check_url_syntax
-from jobengine.webhooks.policy import GONE, RETRY, SUCCESS, RetrySchedule, judge, next_attempt_at, parse_retry_after
-from jobengine.webhooks.ssrf import AddressPolicy, check_url, literal_ip, refused
+from jobengine.webhooks.ssrf import check_url
 
 
 def test_signature_matches_the_standard_webhooks_library() -> None:
@@ -103,6 +114,26 @@ def test_secret_box_seals_opens_and_rotates() -> None:
 )  # fmt: skip
 def test_literal_ip_forms(host: str, address: str) -> None:
     assert literal_ip(host) == ipaddress.ip_address(address)
+
+
+def test_numeric_hosts_read_as_the_c_library_reads_them() -> None:
+    """The pure reading of numeric hosts agrees with ``inet_aton`` (what a resolver connects to) on every
+    form: decimal, octal, hex, one to four parts, overflowing parts, bad octal digits, a bare ``0x``."""
+    pieces = ["0", "00", "07", "08", "0x", "0X", "0x0", "0xff", "0x100", "0xFFFFFFFF", "0x100000000", "255",
+              "256", "65535", "65536", "16777215", "16777216", "4294967295", "4294967296", "0377", "0400",
+              "99999999999999999999999"]  # fmt: skip
+    rnd = random.Random(7)
+    for _ in range(20_000):
+        host = ".".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 4)))
+        try:
+            expected: ipaddress.IPv4Address | None = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            expected = None
+        if expected is not None and str(expected) != host:
+            assert literal_ip(host) == expected, host
+        elif expected is None:
+            with pytest.raises(InvalidWebhook):
+                literal_ip(host)
 
 
 def test_names_are_not_literals_and_bad_numbers_are_refused() -> None:

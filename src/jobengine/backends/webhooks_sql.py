@@ -21,8 +21,7 @@ from typing import Any, Final, Protocol
 from jobengine.core import codec
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
-from jobengine.secretbox import SecretBox
-from jobengine.webhooks.model import (
+from jobengine.core.webhooks.model import (
     ENDPOINT_DISABLED,
     PENDING,
     Attempt,
@@ -31,6 +30,7 @@ from jobengine.webhooks.model import (
     EventFilter,
     InboundHook,
 )
+from jobengine.secretbox import SecretBox
 
 Row = Sequence[Any]
 

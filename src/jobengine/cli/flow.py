@@ -13,8 +13,8 @@ from rich.table import Table
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.core.flow.limits import FlowLimits
 from jobengine.errors import NotFound
-from jobengine.flow.limits import FlowLimits
 
 flow_app = typer.Typer(
     name="flow", help="Flow control: rate, concurrency and depth limits of queues.", no_args_is_help=True,

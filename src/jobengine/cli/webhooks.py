@@ -12,9 +12,9 @@ from rich.table import Table
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.core.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
+from jobengine.core.webhooks.model import InvalidWebhook, check_filter
 from jobengine.engine import Engine
-from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
-from jobengine.webhooks.model import InvalidWebhook, check_filter
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobengine.delivery.config import QueueConfig
+from jobengine.core.queue_config import QueueConfig
 from jobengine.delivery.database import DatabaseTransport
 from jobengine.errors import ConfigError
 from jobengine.ports.store import Store

@@ -42,6 +42,7 @@ from typing import Protocol
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
+from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
     AttemptError,
@@ -56,7 +57,6 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.errors import TransportError
-from jobengine.flow.select import ClaimRule
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport

@@ -26,8 +26,8 @@ from typing import Protocol
 
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import AttemptError, FailOutcome, Failure, Job, NewJob
+from jobengine.core.queue_config import QUEUES, QueueConfig
 from jobengine.core.states import RUNNABLE, JobState
-from jobengine.delivery.config import QUEUES, QueueConfig
 from jobengine.delivery.factory import open_transport
 from jobengine.delivery.metrics import QueueMetrics
 from jobengine.delivery.relay import RUN_ID_KEY, SCHEDULE_ID_KEY, OutboxRelay

@@ -48,7 +48,7 @@ from jobengine.core.models import (
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine.api import ApiFacade
-from jobengine.engine.compose import open_store
+from jobengine.engine.compose import open_rate_limiter, open_store
 from jobengine.engine.flow import FlowFacade
 from jobengine.engine.runs import RunFacade
 from jobengine.engine.schedules import ScheduleFacade
@@ -175,7 +175,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         if self._webhooks is None:
             from jobengine.webhooks.manager import Webhooks
 
-            self._webhooks = Webhooks(self)
+            s = self.settings
+            self._webhooks = Webhooks(self, lambda: open_rate_limiter(s.webhook_rate_limiter, s.webhook_redis_url))
         return self._webhooks
 
     @property

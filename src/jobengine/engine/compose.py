@@ -1,14 +1,16 @@
 """The composition root: the one module that names backends.
 
 Everything else receives a store, a transport or a blob store already built; this module turns the
-``database`` setting into a store.
+``database`` setting into a store and the ``webhook_rate_limiter`` setting into a rate limiter.
 """
 
 from __future__ import annotations
 
 from jobengine.errors import ConfigError
+from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.store import Store
 from jobengine.settings import Settings
+from jobengine.webhooks.limiter import LIMITERS, LocalLimiter, NoopLimiter
 
 
 def open_store(database: str, settings: Settings | None = None) -> Store:
@@ -43,3 +45,22 @@ def open_store(database: str, settings: Settings | None = None) -> Store:
         worker_synchronous=s.sqlite_worker_synchronous,
         leader_lease_seconds=s.scheduler_lease_seconds,
     )
+
+
+def open_rate_limiter(kind: str, redis_url: str, prefix: str = "jobengine:ratelimit:") -> RateLimiter:
+    """The limiter a ``webhook_rate_limiter`` setting names. ``redis`` needs ``redis_url`` (and the redis
+    extra); whether the server answers is checked by ``check()`` at start-up."""
+    if kind == "noop":
+        return NoopLimiter()
+    if kind == "local":
+        return LocalLimiter()
+    if kind == "redis":
+        if not redis_url:
+            raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
+        try:
+            from jobengine.backends.redis.ratelimit import RedisLimiter
+        except ImportError as exc:
+            raise ConfigError(f"webhook_rate_limiter: redis needs the redis extra: pip install 'jobengine[redis]' "
+                              f"({exc})") from None  # fmt: skip
+        return RedisLimiter(redis_url, prefix)
+    raise ConfigError(f"webhook_rate_limiter: {kind!r} is not one of {', '.join(LIMITERS)}")

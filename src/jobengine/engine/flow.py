@@ -24,18 +24,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from jobengine.core.flow.aimd import Aimd
+from jobengine.core.flow.config import parse_flow_limits
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.core.flow.pressure import Load, LoadState, Pressure, ShedPolicy, admits, load_state, pressure
+from jobengine.core.flow.scale import ScaleReport, Window, percentile, report
+from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed, Job, NewJob, check_name
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.errors import ConfigError, InvalidJob, Overloaded, QueueFull
-from jobengine.flow.aimd import Aimd
-from jobengine.flow.config import parse_flow_limits, shed_policy
-from jobengine.flow.limits import FlowLimits
-from jobengine.flow.pressure import Load, LoadState, Pressure, ShedPolicy, admits, load_state, pressure
-from jobengine.flow.scale import ScaleReport, Window, percentile, report
-from jobengine.flow.select import ClaimRule
 from jobengine.ports.flow import FlowCounts, FlowStore
 from jobengine.ports.store import supports
+from jobengine.settings import shed_policy
 
 if TYPE_CHECKING:
     from jobengine.core.clock import Clock

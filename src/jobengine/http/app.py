@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from jobengine import __version__, dashboard
+from jobengine import dashboard
 from jobengine.engine import Engine
 from jobengine.http import docs, problems
 from jobengine.http.auth import Authenticator
@@ -44,6 +44,7 @@ from jobengine.http.routes import (
     workers,
 )
 from jobengine.settings import Settings
+from jobengine.version import __version__
 
 DESCRIPTION = """The jobengine HTTP API: jobs, queues, dead-letter, events (also as SSE), and the worker protocol.
 
@@ -63,7 +64,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine.add_health_check("packs", registry.check_blobs)  # where pack content lives (packs/storage.py)
+        engine.add_health_check("packs", registry.check_blobs)  # where pack content lives (settings.blob_store_kind)
         try:
             yield
         finally:

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jobengine.flow.pressure import Load, Pressure
+from jobengine.core.flow.pressure import Load, Pressure
 
 if TYPE_CHECKING:
     from jobengine.engine import Engine

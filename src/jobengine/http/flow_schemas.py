@@ -12,7 +12,7 @@ Count = Annotated[StrictInt, Field(ge=1, le=1_000_000_000), INTEGRAL]
 
 
 class FlowLimitsIn(Strict):
-    """Replaces the queue's flow limits (fields left out are unset). See ``jobengine.flow.limits``."""
+    """Replaces the queue's flow limits (fields left out are unset). See ``jobengine.core.flow.limits``."""
 
     rate: Annotated[StrictFloat, Field(gt=0, le=1_000_000)] | None = Field(None, description="Job starts a second")
     burst: Annotated[StrictInt, Field(ge=1, le=1_000_000), INTEGRAL] | None = Field(

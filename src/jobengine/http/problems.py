@@ -171,7 +171,7 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, JobEngineError)
         status, field = status_of(exc)
         headers = {"Retry-After": "1"} if status == 503 else {}
-        if isinstance(exc, FlowRefused):  # flow control (jobengine.flow): nothing was written, come back later
+        if isinstance(exc, FlowRefused):  # flow control (jobengine.core.flow): nothing was written, come back later
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         if status >= 500 and status != 503:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from packaging.requirements import Requirement
 
-from jobengine import __version__
 from jobengine.errors import ConfigError, NotFound
 from jobengine.packs import archive, semver
 from jobengine.packs.errors import InvalidPack, MissingRequirement
@@ -42,6 +41,7 @@ from jobengine.packs.jobs import task_name
 from jobengine.packs.manifest import Manifest, TaskDef
 from jobengine.packs.registry import PackIntegrityError, PackRegistry
 from jobengine.tasks import PhaseSpec, TaskRegistry, make_spec
+from jobengine.version import __version__
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@
   (table ``flow_limits``, migration 0007), shared by every process.
 - ``claim_limited``: :meth:`Store.fetch_jobs` for one queue under a :class:`ClaimRule`. The backend reads
   the running jobs of the queue (per key), the runnable candidates and the token buckets (table
-  ``flow_buckets``), lets :func:`jobengine.flow.select.select` choose, starts those jobs and writes back the
+  ``flow_buckets``), lets :func:`jobengine.core.flow.select.select` choose, starts those jobs and writes back the
   buckets it took from, **in one transaction serialised per queue** (SQLite: the write lock;
   PostgreSQL: a transaction-level advisory lock on the queue). So concurrent claims of
   any number of processes never pass a concurrency limit or take a token twice. Same order, lease and
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
-from jobengine.flow.limits import FlowLimits
-from jobengine.flow.select import ClaimRule
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from jobengine.core.models import Event
-from jobengine.webhooks.model import Attempt, Delivery, Endpoint, InboundHook
+from jobengine.core.webhooks.model import Attempt, Delivery, Endpoint, InboundHook
 
 
 @runtime_checkable

@@ -27,11 +27,11 @@ import httpx
 
 from jobengine.core.ids import uuid7
 from jobengine.core.models import Event
-from jobengine.webhooks import signing
+from jobengine.core.webhooks import signing
+from jobengine.core.webhooks.model import FAILED, PENDING, SUCCEEDED, Attempt, Delivery, Endpoint, InvalidWebhook
+from jobengine.core.webhooks.policy import GONE, SUCCESS, judge, next_attempt_at
 from jobengine.webhooks.config import retry_schedule
 from jobengine.webhooks.manager import CURSOR, delivery_body
-from jobengine.webhooks.model import FAILED, PENDING, SUCCEEDED, Attempt, Delivery, Endpoint, InvalidWebhook
-from jobengine.webhooks.policy import GONE, SUCCESS, judge, next_attempt_at
 from jobengine.webhooks.ssrf import check_url
 
 if TYPE_CHECKING:

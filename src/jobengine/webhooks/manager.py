@@ -15,14 +15,8 @@ from jobengine.core.ids import uuid7
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Json
 from jobengine.core.runs import Run
-from jobengine.errors import AlreadyExists, ConfigError, IllegalState, InvalidJob, NotFound
-from jobengine.ports.ratelimit import RateLimiter
-from jobengine.ports.webhooks import WebhookStore
-from jobengine.serialize import event_to_json
-from jobengine.webhooks import signing
-from jobengine.webhooks.config import address_policy
-from jobengine.webhooks.limiter import make_limiter
-from jobengine.webhooks.model import (
+from jobengine.core.webhooks import signing
+from jobengine.core.webhooks.model import (
     DELIVERY_STATES,
     Attempt,
     Delivery,
@@ -36,6 +30,11 @@ from jobengine.webhooks.model import (
     check_name,
     check_rate,
 )
+from jobengine.errors import AlreadyExists, ConfigError, IllegalState, InvalidJob, NotFound
+from jobengine.ports.ratelimit import RateLimiter
+from jobengine.ports.webhooks import WebhookStore
+from jobengine.serialize import event_to_json
+from jobengine.webhooks.config import address_policy
 from jobengine.webhooks.ssrf import Resolver, check_url, system_resolver
 
 if TYPE_CHECKING:
@@ -56,12 +55,15 @@ def delivery_body(event: Event) -> str:
 
 
 class Webhooks:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, open_limiter: Callable[[], RateLimiter]) -> None:
+        """``open_limiter`` builds the ``webhook_rate_limiter`` when first needed (the composition root
+        chooses it, so this package names no backend)."""
         self.engine = engine
         self.settings = engine.settings
         self.policy = address_policy(engine.settings)
         #: How host names are resolved (tests replace it to make a name resolve to a private address).
         self.resolver: Resolver = system_resolver
+        self._open_limiter = open_limiter
         self._limiter: RateLimiter | None = None
         self._wake: list[Callable[[], None]] = []
 
@@ -73,8 +75,7 @@ class Webhooks:
     def limiter(self) -> RateLimiter:
         """The limiter of ``webhook_rate_limiter``, shared by deliveries and inbound hooks of this process."""
         if self._limiter is None:
-            s = self.settings
-            self._limiter = make_limiter(s.webhook_rate_limiter, s.webhook_redis_url)
+            self._limiter = self._open_limiter()
         return self._limiter
 
     def on_due(self, callback: Callable[[], None]) -> None:

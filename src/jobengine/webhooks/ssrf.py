@@ -16,91 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import re
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
 from urllib.parse import urlsplit
 
-from jobengine.webhooks.model import InvalidWebhook, check_url_syntax
+from jobengine.core.webhooks.addresses import IP, AddressPolicy, literal_ip, refused
+from jobengine.core.webhooks.model import InvalidWebhook, check_url_syntax
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: ``(host, port) -> addresses`` (text); the default asks the system resolver.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-_IPV4_FORMS: Final = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}$", re.IGNORECASE)
-METADATA: Final = ipaddress.ip_address("169.254.169.254")
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
-
-
-def literal_ip(host: str) -> IP | None:
-    """The address ``host`` names literally in any accepted form, else None (a name to resolve).
-    Raises InvalidWebhook for a numeric host that is no address (``999999999999``)."""
-    text = host.strip("[]")
-    try:
-        return ipaddress.ip_address(text.split("%")[0])
-    except ValueError:
-        pass
-    if _IPV4_FORMS.match(text):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(text))
-        except OSError:
-            raise InvalidWebhook("url", f"host {host!r} looks numeric but is not an IPv4 address") from None
-    return None
-
-
-def refused(ip: IP) -> str | None:
-    """Why ``ip`` may not be reached, or None for a public address."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        for inner in (ip.ipv4_mapped, ip.sixtofour, ip.teredo[1] if ip.teredo else None):
-            if inner is not None:
-                reason = refused(inner)
-                if reason:
-                    return f"{reason} (inside IPv6 {ip})"
-    if ip == METADATA:
-        return "the cloud metadata address"
-    for name in ("loopback", "private", "link_local", "multicast", "unspecified", "reserved"):
-        if getattr(ip, f"is_{name}"):
-            return name.replace("_", "-")
-    if not ip.is_global:
-        return "not a public address"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class AddressPolicy:
-    hosts: frozenset[str] = frozenset()
-    networks: tuple[Network, ...] = ()
-
-    @classmethod
-    def from_entries(cls, entries: Sequence[str]) -> AddressPolicy:
-        """Raises ValueError naming a bad entry (Settings turns it into a ConfigError)."""
-        hosts: set[str] = set()
-        nets: list[Network] = []
-        for raw in entries:
-            entry = raw.strip()
-            if not entry:
-                continue
-            if "/" in entry or literal_ip(entry) is not None:
-                try:
-                    nets.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-                except ValueError:
-                    raise ValueError(f"{entry!r} is neither a host name nor a network (CIDR)") from None
-            else:
-                hosts.add(entry.lower().rstrip("."))
-        return cls(frozenset(hosts), tuple(nets))
-
-    def address_allowed(self, ip: IP) -> bool:
-        for net in self.networks:
-            if ip.version == net.version and ip in net:
-                return True
-        return refused(ip) is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,10 +32,10 @@ class _Flag:
         return self._set
 
 
-class _Shared:
+class SharedState:
     """State shared by a job's context and the runtime that drives it."""
 
-    def __init__(self, job: Job, persist: Callable[[_Shared, str | None], Awaitable[None]]) -> None:
+    def __init__(self, job: Job, persist: Callable[[SharedState, str | None], Awaitable[None]]) -> None:
         self.job = job
         self.phases: list[Phase] = list(job.phases)
         self.index = 0
@@ -46,7 +46,7 @@ class _Shared:
 
 
 class JobContext:
-    def __init__(self, shared: _Shared) -> None:
+    def __init__(self, shared: SharedState) -> None:
         self._s = shared
 
     @property
@@ -112,7 +112,7 @@ class JobContext:
 
 
 class SyncJobContext(JobContext):
-    def __init__(self, shared: _Shared, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, shared: SharedState, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(shared)
         self._loop = loop
 

@@ -42,7 +42,7 @@ from jobengine.core.models import (
 from jobengine.errors import Cancelled, NonRetryable, TaskTimeout, UnknownTask
 from jobengine.fleet import local_worker
 from jobengine.tasks import PhaseSpec, TaskSpec
-from jobengine.worker.context import JobContext, SyncJobContext, _Shared
+from jobengine.worker.context import JobContext, SharedState, SyncJobContext
 from jobengine.worker.source import WorkerSource
 
 log = logging.getLogger("jobengine.worker")
@@ -119,7 +119,7 @@ def _tune_gc() -> None:
 class _Running:
     __slots__ = ("in_thread", "lease", "shared", "stop_reason", "task")
 
-    def __init__(self, job: Job, shared: _Shared) -> None:
+    def __init__(self, job: Job, shared: SharedState) -> None:
         assert job.lease_token is not None
         self.lease = Lease(job.id, job.lease_token)
         self.shared = shared
@@ -332,7 +332,7 @@ class Worker:
             raise
 
     def _start(self, job: Job) -> None:
-        shared = _Shared(job, self._persist)
+        shared = SharedState(job, self._persist)
         run = _Running(job, shared)
         self._inflight[job.id] = run
         run.task = asyncio.create_task(self._execute(run), name=f"jobengine-job-{job.id}")
@@ -445,7 +445,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, ps.fn, SyncJobContext(run.shared, loop))
 
-    async def _persist(self, s: _Shared, event: str | None) -> None:
+    async def _persist(self, s: SharedState, event: str | None) -> None:
         """Store the phase records now (fenced); raise _LeaseLost if the job is no longer ours."""
         job = s.job
         assert job.lease_token is not None

@@ -22,7 +22,7 @@ import pytest
 
 from jobengine.core.ids import new_job_id
 from jobengine.core.models import NewJob
-from jobengine.delivery.config import NatsQueue, RedisQueue
+from jobengine.core.queue_config import NatsQueue, RedisQueue
 from jobengine.delivery.database import DatabaseTransport
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Message, Transport, TransportOptions

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from jobengine.core import codec
+from jobengine.core.queue_config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
-from jobengine.delivery.config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue
 from jobengine.delivery.relay import OutboxRelay, message_of
 from jobengine.delivery.transports import outbox_headers
 from jobengine.engine import Engine

@@ -256,7 +256,7 @@ async def test_capabilities_are_declared(make_env: EnvFactory) -> None:
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "nats://127.0.0.1:1"])
 async def test_health_of_an_unreachable_broker_is_down_not_an_error(url: str) -> None:
-    from jobengine.delivery.config import NatsQueue, RedisQueue
+    from jobengine.core.queue_config import NatsQueue, RedisQueue
     from jobengine.ports.transport import Transport, TransportOptions
 
     transport: Transport

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 from standardwebhooks.webhooks import Webhook
 
+from jobengine.core.webhooks.model import Endpoint
 from jobengine.engine import Engine
 from jobengine.http import create_app
 from jobengine.webhooks.dispatcher import WebhookDispatcher
-from jobengine.webhooks.model import Endpoint
 from tests.integration.webhooks.conftest import dispatching, webhook_settings
 from tests.support.webhook_receiver import Answer, Receiver
 

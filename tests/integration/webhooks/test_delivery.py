@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from standardwebhooks.webhooks import Webhook
 
+from jobengine.core.webhooks.model import ENDPOINT_DISABLED, FAILED, SUCCEEDED
 from jobengine.engine import Engine
 from jobengine.secretbox import new_key
-from jobengine.webhooks.model import ENDPOINT_DISABLED, FAILED, SUCCEEDED
 from tests.integration.webhooks.conftest import MakeEngine, dispatching
 from tests.support.webhook_receiver import Answer, Receiver
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from jobengine.core.flow.aimd import Aimd
+from jobengine.core.flow.bucket import Bucket
+from jobengine.core.flow.config import parse_flow_limits
+from jobengine.core.flow.limits import FlowLimits, bucket_key
+from jobengine.core.flow.pressure import Load, Pressure, ShedPolicy, admits, load_state, pressure
+from jobengine.core.flow.scale import Window, percentile, recommended_workers, report
+from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.errors import ConfigError, InvalidJob
-from jobengine.flow.aimd import Aimd
-from jobengine.flow.bucket import Bucket
-from jobengine.flow.config import parse_flow_limits
-from jobengine.flow.limits import FlowLimits, bucket_key
-from jobengine.flow.pressure import Load, Pressure, ShedPolicy, admits, load_state, pressure
-from jobengine.flow.scale import Window, percentile, recommended_workers, report
-from jobengine.flow.select import Candidate, ClaimRule, select
 
 
 def test_bucket_refills_at_rate_up_to_burst() -> None:

@@ -1,7 +1,7 @@
 """Blob stores for pack content (:class:`~jobengine.ports.blobs.BlobStore`) and the choice among them.
 
 :func:`blob_store_for` is called by ``Engine.packs`` (the composition root); the rules for the default are
-in :mod:`jobengine.packs.storage`. The ``database`` backends live beside their store
+in :func:`jobengine.settings.blob_store_kind`. The ``database`` backends live beside their store
 (``backends/{sqlite,postgres}/blobs.py``); ``filesystem`` and ``s3`` here.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobengine.errors import ConfigError
-from jobengine.packs.storage import blob_store_kind
 from jobengine.ports.blobs import BlobStore
+from jobengine.settings import blob_store_kind
 
 if TYPE_CHECKING:
     from jobengine.settings import Settings

@@ -51,7 +51,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from jobengine.backends.broker import settle_exhausted
-from jobengine.delivery.config import NatsQueue
+from jobengine.core.queue_config import NatsQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
     DeadLetter,

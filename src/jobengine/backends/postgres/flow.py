@@ -21,11 +21,11 @@ from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
 from jobengine.backends.postgres.outbox import CLAIM_IDS
 from jobengine.backends.postgres.sql import RUNNABLE
 from jobengine.core import codec
+from jobengine.core.flow.bucket import Bucket
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
-from jobengine.flow.bucket import Bucket
-from jobengine.flow.limits import FlowLimits
-from jobengine.flow.select import Candidate, ClaimRule, select
 from jobengine.ports.flow import FlowCounts
 
 Conn = Any
@@ -38,7 +38,7 @@ ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.
 _CLAIM_AND_BUCKETS: Final = "WITH bk AS (" + _UPSERT_BUCKETS + " RETURNING 1), " + CLAIM_IDS.removeprefix("WITH ")
 assert CLAIM_IDS.startswith("WITH ")
 
-#: A bucket's key in SQL, as jobengine.flow.limits.bucket_key writes it (the contract suite holds them equal).
+#: A bucket's key in SQL, as jobengine.core.flow.limits.bucket_key writes it (the contract suite holds them equal).
 _BUCKET_SQL: Final = {
     "queue": "'q' || chr(31) || queue",
     "tenant": "'tq' || chr(31) || tenant || chr(31) || queue",

@@ -42,7 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from jobengine.backends.broker import settle_exhausted
-from jobengine.delivery.config import RedisQueue
+from jobengine.core.queue_config import RedisQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
     DeadLetter,

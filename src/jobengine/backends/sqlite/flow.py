@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
 from jobengine.core import codec
+from jobengine.core.flow.bucket import Bucket
+from jobengine.core.flow.limits import FlowLimits, bucket_key
+from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed
-from jobengine.flow.bucket import Bucket
-from jobengine.flow.limits import FlowLimits, bucket_key
-from jobengine.flow.select import Candidate, ClaimRule, select
 from jobengine.ports.flow import FlowCounts
 
 from . import fenced
@@ -61,7 +61,7 @@ def _key_sql(rule: ClaimRule) -> tuple[str, list[object]]:
 def claim_limited(
     conn: sqlite3.Connection, rule: ClaimRule, limit: int, worker: WorkerId, lease: float, now: float
 ) -> fenced.Applied:
-    """In the transaction: choose (jobengine.flow.select), start the chosen, write the buckets taken from."""
+    """In the transaction: choose (jobengine.core.flow.select), start the chosen, write the buckets taken from."""
     q = rule.queue
     key_sql, key_params = _key_sql(rule)
     queue_running = conn.execute("SELECT count(*) FROM jobs WHERE state = 'running' AND queue = ?", [q]).fetchone()[0]

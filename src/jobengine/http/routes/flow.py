@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from jobengine.flow.limits import FlowLimits
+from jobengine.core.flow.limits import FlowLimits
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.flow_schemas import FlowLimitsIn, FlowLimitsOut, LoadOut, ScaleOut

@@ -11,14 +11,14 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.responses import Response
 
+from jobengine.core.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json, inbound_to_json
+from jobengine.core.webhooks.model import InboundLimited, InboundRefused, InboundReplay
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.problems import ProblemError, problem_response, problem_responses
 from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
 from jobengine.http.schemas import INTEGRAL, Strict
 from jobengine.serialize import run_to_json
-from jobengine.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json, inbound_to_json
-from jobengine.webhooks.model import InboundLimited, InboundRefused, InboundReplay
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 hooks = APIRouter(prefix="/api/v1/hooks", tags=["webhooks"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobengine.flow.scale import percentile
+from jobengine.core.flow.scale import percentile
 
 
 @dataclass(slots=True)

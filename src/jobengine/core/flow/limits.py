@@ -8,7 +8,7 @@
   no such field is not limited by it). The queue-wide limit is the queue's own ``concurrency`` setting.
 - ``soft_limit`` / ``hard_limit``: queue depth (runnable jobs, every tenant) past which an enqueue is
   flagged (``soft``) or refused (``hard``: HTTP 429, :class:`jobengine.errors.QueueFull`).
-- ``adaptive``: the rate is steered by :class:`jobengine.flow.aimd.Aimd` between ``rate_floor`` and
+- ``adaptive``: the rate is steered by :class:`jobengine.core.flow.aimd.Aimd` between ``rate_floor`` and
   ``rate_ceiling`` (``rate`` is where it starts), aiming at ``target_error_rate`` and ``target_latency``
   (seconds a job runs, p95 over each adjustment interval; 0: no latency target).
 """

@@ -62,11 +62,11 @@ class NatsQueue:
     def __post_init__(self) -> None:
         for name in ("stream", "durable_consumer", "dead_letter_stream"):
             if not _NATS_NAME.match(getattr(self, name)):
-                raise ConfigError(f"{_camel(name)}: letters, digits, - and _ only (got {getattr(self, name)!r})")
+                raise ConfigError(f"{camel_key(name)}: letters, digits, - and _ only (got {getattr(self, name)!r})")
         for name in ("subject", "dead_letter_subject"):
             if not _NATS_SUBJECT.match(getattr(self, name)):
                 raise ConfigError(
-                    f"{_camel(name)}: a literal subject like scheduler.runner (got {getattr(self, name)!r})"
+                    f"{camel_key(name)}: a literal subject like scheduler.runner (got {getattr(self, name)!r})"
                 )
         if self.subject == self.dead_letter_subject or self.stream == self.dead_letter_stream:
             raise ConfigError("deadLetterStream: the dead-letter stream and subject must differ from the queue's")
@@ -83,7 +83,7 @@ class RedisQueue:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, str) or not value or len(value) > 200:
-                raise ConfigError(f"{_camel(f.name)}: a non-empty key name of at most 200 characters")
+                raise ConfigError(f"{camel_key(f.name)}: a non-empty key name of at most 200 characters")
         if self.stream == self.dead_letter_stream:
             raise ConfigError("deadLetterStream: must differ from the queue's stream")
 
@@ -154,7 +154,7 @@ class QueueConfig:
 # -- parsing -------------------------------------------------------------------------------------------
 
 
-def _camel(name: str) -> str:
+def camel_key(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p.title() for p in rest)
 
@@ -190,7 +190,7 @@ def _coerce(path: str, default: object, value: object) -> object:
 
 def _section(cls: type[C], base: C, values: Mapping[str, Any], path: str, nested: Mapping[str, Any]) -> C:
     """``base`` with ``values`` (camelCase keys) applied; keys in ``nested`` are parsed by their own function."""
-    known = {_camel(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
+    known = {camel_key(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from jobengine.webhooks.model import InvalidWebhook
+from jobengine.core.webhooks.model import InvalidWebhook
 
 PREFIX: Final = "whsec_"
 

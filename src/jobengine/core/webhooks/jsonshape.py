@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobengine.core.clock import iso
-from jobengine.webhooks.model import Attempt, Delivery, Endpoint, InboundHook
+from jobengine.core.webhooks.model import Attempt, Delivery, Endpoint, InboundHook
 
 
 def _t(value: float | None) -> str | None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jobengine.flow.bucket import Bucket
-from jobengine.flow.limits import FlowLimits, bucket_key
+from jobengine.core.flow.bucket import Bucket
+from jobengine.core.flow.limits import FlowLimits, bucket_key
 
 #: How many candidates a limited claim reads per job asked for (at least CANDIDATES_MIN): jobs skipped
 #: for a full key are read too, so this bounds how far past them a claim looks.
