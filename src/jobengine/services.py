@@ -42,7 +42,7 @@ class Service(Protocol):
 
 
 class RetentionService:
-    """Calls ``engine.prune()`` and ``engine.prune_runs()`` every ``interval`` seconds (default:
+    """Calls ``engine.prune()`` and ``engine.runs.prune()`` every ``interval`` seconds (default:
     ``settings.retention_interval``).
 
     Terminal jobs older than ``stale_after`` become ``stale``, stale jobs older than ``delete_after`` are
@@ -75,7 +75,7 @@ class RetentionService:
             if pruned.staled + pruned.deleted < self.batch:
                 break
         runs = 0
-        while (n := await self.engine.prune_runs(self.batch)) > 0:
+        while (n := await self.engine.runs.prune(self.batch)) > 0:
             runs += n
             if n < self.batch:
                 break
@@ -147,7 +147,7 @@ class WorkerService:
 
 
 class SchedulerService:
-    """The scheduler as a service: a :class:`SchedulerLoop` on ``engine.leader("scheduler")``.
+    """The scheduler as a service: a :class:`SchedulerLoop` on ``engine.scheduler.leader("scheduler")``.
 
     Run it in as many processes as you like: only the leader fires, and firing is exactly once whatever
     happens to leadership (see ``jobengine.scheduler``). It wakes at once when a schedule changes in this
@@ -166,11 +166,12 @@ class SchedulerService:
             instance=instance,
         )
         self.loop = self._new_loop()
-        engine.on_schedules_changed(lambda: self.loop.wake())
+        engine.schedules.on_changed(lambda: self.loop.wake())
         self._task: asyncio.Task[None] | None = None
 
     def _new_loop(self) -> SchedulerLoop:
-        return SchedulerLoop(self.engine, self.engine.leader("scheduler"), self.options)
+        passes = self.engine.scheduler
+        return SchedulerLoop(passes, passes.leader("scheduler"), self.options)
 
     async def start(self) -> None:
         if self._task is None or self._task.done():

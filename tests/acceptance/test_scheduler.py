@@ -75,7 +75,7 @@ async def kill_the_leader_every_10s_for_60s(engine: Engine, schedulers: Schedule
         schedulers.start()
     for p in list(schedulers.alive):
         schedulers.wait_ready(p)
-    schedule = await engine.create_schedule(
+    schedule = await engine.schedules.create(
         ScheduleSpec(name="every-second", every=1, template=JobTemplate(task="work")), actor="acceptance"
     )
     assert schedule.next_fire_at is not None
@@ -84,19 +84,19 @@ async def kill_the_leader_every_10s_for_60s(engine: Engine, schedulers: Schedule
     killed: list[int] = []
     for k in range(1, 6):
         await asyncio.sleep(max(0.0, first + 10 * k - 0.5 - time.time()))
-        runs = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=1))
+        runs = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=1))
         leader = next((p for p in schedulers.alive if runs and p.pid == pid_of(runs[0])), schedulers.alive[0])
         schedulers.kill(leader)
         killed.append(leader.pid)
         schedulers.start()  # restarted at once; it joins as a follower
 
     async def last_fired() -> bool:
-        runs = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=1))
+        runs = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=1))
         return bool(runs) and (runs[0].tick or 0) >= last
 
     await wait_for(last_fired, timeout=max(0.0, last - time.time()) + 120, what="the 60th tick")
-    await engine.pause_schedule(schedule.id, actor="acceptance")
-    runs = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=10_000))
+    await engine.schedules.pause(schedule.id, actor="acceptance")
+    runs = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=10_000))
     ticks = sorted(r.tick for r in runs if r.tick is not None and first <= r.tick <= last)
     assert len(ticks) == 60, f"{len(ticks)} runs for the 60 ticks"
     assert len(set(ticks)) == 60, "a tick fired twice"
@@ -147,16 +147,16 @@ async def test_overlap_skip_with_a_job_longer_than_the_interval(procs: Procs) ->
             name="slow", every=1, overlap=OverlapPolicy.SKIP,
             template=JobTemplate(task="work", payload={"sleep": 1.5}),
         )  # fmt: skip
-        schedule = await engine.create_schedule(spec)
+        schedule = await engine.schedules.create(spec)
 
         async def three_done() -> bool:
-            runs = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=100))
+            runs = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=100))
             return sum(1 for r in runs if r.ended) >= 3
 
         await wait_for(three_done, timeout=120, what="three runs to end")
-        await engine.pause_schedule(schedule.id)
+        await engine.schedules.pause(schedule.id)
         runs = sorted(
-            (r for r in await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=100)) if r.ended),
+            (r for r in await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=100)) if r.ended),
             key=lambda r: r.created_at,
         )
         gaps = []

@@ -128,7 +128,7 @@ def test_cancel_a_job_from_its_page(page: Any, server: Server) -> None:
 
 def test_pause_a_schedule(page: Any, server: Server) -> None:
     spec = ScheduleSpec(name="nightly-report", template=JobTemplate(task="later", queue="parked"), cron="0 3 * * *")
-    schedule = server.call(server.engine.create_schedule(spec, actor="test"))
+    schedule = server.call(server.engine.schedules.create(spec, actor="test"))
     login(page, server, target="/schedules")
     row = page.locator("#schedule-nightly-report")
     assert row.locator(".sched-status").inner_text() == "active"

@@ -158,15 +158,15 @@ async def test_schedules_naming_a_pack_need_an_approved_version(engine: Engine, 
     spec = ScheduleSpec(name="nightly", every=3600.0, template=JobTemplate(task="hello@1.0.0:greet",
                                                                         payload={"who": "x"}))  # fmt: skip
     with pytest.raises(InvalidSchedule) as info:
-        await engine.create_schedule(spec)
+        await engine.schedules.create(spec)
     assert info.value.field == "template.task"
     await engine.packs.approve("hello", "1.0.0", "key:reviewer")
-    created = await engine.create_schedule(spec)
+    created = await engine.schedules.create(spec)
     version = await engine.packs.get("hello", "1.0.0")
     assert created.spec.template.task == f"hello@{version.sha256}:greet"
     assert created.spec.template.queue == "packs"
     with pytest.raises(InvalidSchedule):
-        await engine.update_schedule("nightly", template={"task": "hello@9.9.9:greet"})
+        await engine.schedules.update("nightly", template={"task": "hello@9.9.9:greet"})
 
 
 async def test_the_worker_checks_the_bytes_it_receives(engine: Engine, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from jobengine.core.signatures import (
     own_frames,
     record,
 )
-from jobengine.engine.signatures import EXCLUDED_FRAMES
+from jobengine.scheduler.signatures import EXCLUDED_FRAMES
 
 
 def test_masking() -> None:

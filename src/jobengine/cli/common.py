@@ -106,7 +106,7 @@ def rebind(engine: Engine, settings: Settings) -> Engine:
     bound = Engine.from_settings(settings, engine.clock)
     bound.tasks = engine.tasks
     bound.bus = engine.bus
-    bound._sched().planners = engine.planners
+    bound._planners = engine._planners  # the app's planners (None: it registered none)
     return bound
 
 

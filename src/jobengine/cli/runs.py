@@ -121,9 +121,9 @@ def list_runs(
         async with open_engine(settings, must_exist=True) as engine:
             f = base
             if schedule is not None:
-                found = await engine.get_schedule(schedule, tenant)
+                found = await engine.schedules.get(schedule, tenant)
                 f = RunFilter(**{**_fields(base), "schedule_id": found.id})
-            return await engine.list_runs(f)
+            return await engine.runs.list(f)
 
     runs = run(go())
     if as_json:
@@ -150,8 +150,8 @@ def show_run(
 
     async def go() -> tuple[Run, list[Segment], list[Job]]:
         async with open_engine(settings, must_exist=True) as engine:
-            found = await engine.get_run(run_id)
-            return found, await engine.run_segments(found.id), await engine.run_jobs(found.id)
+            found = await engine.runs.get(run_id)
+            return found, await engine.runs.segments(found.id), await engine.runs.jobs(found.id)
 
     found, segments, jobs = run(go())
     if as_json:
@@ -186,7 +186,7 @@ def cancel_run(
 
     async def go() -> Run:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.cancel_run(run_id, reason=reason, actor=actor_of(actor))
+            return await engine.runs.cancel(run_id, reason=reason, actor=actor_of(actor))
 
     done = run(go())
     if as_json:
@@ -208,7 +208,7 @@ def retry_run(
 
     async def go() -> Run:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.retry_run(run_id, actor=actor_of(actor))
+            return await engine.runs.retry(run_id, actor=actor_of(actor))
 
     new = run(go())
     if as_json:
@@ -232,7 +232,7 @@ def list_signatures(
 
     async def go() -> list[Signature]:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.list_signatures(f)
+            return await engine.signatures.list(f)
 
     found = run(go())
     if as_json:
@@ -268,7 +268,7 @@ def update_signature(
 
     async def go() -> Signature:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.update_signature(
+            return await engine.signatures.update(
                 key, tenant=tenant, status=status, non_retryable=non_retryable, actor=actor_of(actor)
             )
 

@@ -27,7 +27,7 @@ async def _scheduler(engine: Engine) -> None:
         service = SchedulerService(engine)
 
         async def ready() -> None:
-            count = len(await engine.list_schedules(ScheduleFilter(limit=100_000)))
+            count = len(await engine.schedules.list(ScheduleFilter(limit=100_000)))
             console.print(
                 f"[bold]jobengine scheduler[/bold] started · database [cyan]{escape(engine.settings.database)}[/cyan]"
                 f" · {count} schedule(s) · instance {escape(service.loop.instance)}"

@@ -209,7 +209,7 @@ def create(
     async def go() -> tuple[Schedule, str | None]:
         async with open_engine(settings) as engine:
             warning = await _check_task(engine, task)
-            return await engine.create_schedule(spec, actor=actor_of(actor)), warning
+            return await engine.schedules.create(spec, actor=actor_of(actor)), warning
 
     schedule, warning = run(go())
     _warn(warning)
@@ -229,7 +229,7 @@ def list_schedules(
 
     async def go() -> list[Schedule]:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.list_schedules(ScheduleFilter(tenant=tenant, limit=10_000))
+            return await engine.schedules.list(ScheduleFilter(tenant=tenant, limit=10_000))
 
     schedules = run(go())
     if as_json:
@@ -256,9 +256,9 @@ def show(
         from jobengine.core.runs import RunFilter
 
         async with open_engine(settings, must_exist=True) as engine:
-            schedule = await engine.get_schedule(ref, tenant)
-            preview = await engine.simulate_schedule(schedule.id, count=5) if schedule.enabled else None
-            history = await engine.list_runs(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
+            schedule = await engine.schedules.get(ref, tenant)
+            preview = await engine.schedules.simulate(schedule.id, count=5) if schedule.enabled else None
+            history = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
             return schedule, preview, history
 
     schedule, preview, history = run(go())
@@ -313,9 +313,9 @@ def update(
         async with open_engine(settings, must_exist=True) as engine:
             warning = await _check_task(engine, task) if task is not None else None
             if template_changes:
-                current = await engine.get_schedule(ref, tenant)
+                current = await engine.schedules.get(ref, tenant)
                 changes["template"] = {**current.spec.template.to_json(), **template_changes}
-            return await engine.update_schedule(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
+            return await engine.schedules.update(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
 
     schedule, warning = run(go())
     _warn(warning)
@@ -335,7 +335,7 @@ def _simple(action: str, verb: str) -> Any:
 
         async def go() -> Schedule:
             async with open_engine(settings, must_exist=True) as engine:
-                method = getattr(engine, f"{action}_schedule")
+                method = getattr(engine.schedules, action)
                 result: Schedule = await method(ref, tenant=tenant, actor=actor_of(actor))
                 return result
 
@@ -358,7 +358,7 @@ def delete(
 
     async def go() -> None:
         async with open_engine(settings, must_exist=True) as engine:
-            await engine.delete_schedule(ref, tenant=tenant, actor=actor_of(actor))
+            await engine.schedules.delete(ref, tenant=tenant, actor=actor_of(actor))
 
     run(go())
     output.stdout().print(f"deleted {escape(ref)}")
@@ -379,7 +379,7 @@ def trigger(
 
     async def go() -> Any:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.trigger_schedule(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
+            return await engine.schedules.trigger(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
 
     fired = run(go())
     if as_json:
@@ -432,7 +432,7 @@ def simulate(
     async def go() -> Simulation:
         async with open_engine(settings, must_exist=True) as engine:
             target: ScheduleSpec | str = proposed if proposed is not None else ref or ""
-            return await engine.simulate_schedule(target, count=count, tenant=tenant)
+            return await engine.schedules.simulate(target, count=count, tenant=tenant)
 
     simulation = run(go())
     if as_json:

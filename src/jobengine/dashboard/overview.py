@@ -43,7 +43,7 @@ async def visible_workers(engine: Engine, tenant: str) -> list[WorkerInfo]:
 
 async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
     try:
-        runs = await engine.list_runs(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
+        runs = await engine.runs.list(RunFilter(tenant=tenant, trigger=RunTrigger.SCHEDULE, limit=1))
     except JobEngineError:
         return None  # a store without the scheduler's tables
     return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None

@@ -68,7 +68,7 @@ async def workers_page(request: Request) -> Response:
 @router.get("/schedules")
 async def schedules_page(request: Request) -> Response:
     session = await sess.require(request, "schedules:read")
-    schedules = await engine(request).list_schedules(ScheduleFilter(tenant=session.tenant, limit=500))
+    schedules = await engine(request).schedules.list(ScheduleFilter(tenant=session.tenant, limit=500))
     return render(request, "schedules.html", session, {"schedules": schedules, "now": time.time()})
 
 
@@ -76,7 +76,7 @@ async def schedules_page(request: Request) -> Response:
 async def schedule_page(request: Request, ref: str) -> Response:
     session = await sess.require(request, "schedules:read")
     eng = engine(request)
-    schedule = await eng.get_schedule(_ref(ref, "schedule"), session.tenant)
+    schedule = await eng.schedules.get(_ref(ref, "schedule"), session.tenant)
     cron = request.query_params.get("cron", "").strip()
     timezone = request.query_params.get("timezone", "").strip() or schedule.spec.timezone
     if cron:
@@ -84,10 +84,10 @@ async def schedule_page(request: Request, ref: str) -> Response:
         if len(cron) > 200 or len(timezone) > 100:
             raise DashboardError(422, "too long", "cron" if len(cron) > 200 else "timezone")
         proposed = replace(schedule.spec, cron=cron, every=None, timezone=timezone)
-        simulation = await eng.simulate_schedule(proposed, count=SIMULATED, tenant=session.tenant)
+        simulation = await eng.schedules.simulate(proposed, count=SIMULATED, tenant=session.tenant)
     else:
-        simulation = await eng.simulate_schedule(schedule.id, count=SIMULATED, tenant=session.tenant)
-    runs = await eng.list_runs(RunFilter(tenant=session.tenant, schedule_id=schedule.id, limit=20))
+        simulation = await eng.schedules.simulate(schedule.id, count=SIMULATED, tenant=session.tenant)
+    runs = await eng.runs.list(RunFilter(tenant=session.tenant, schedule_id=schedule.id, limit=20))
     values = {
         "schedule": schedule, "simulation": simulation, "runs": runs, "now": time.time(), "proposed": cron,
         "timezone": timezone,
@@ -102,16 +102,16 @@ async def schedule_action(request: Request, ref: str, verb: str) -> Response:
     ref = _ref(ref, "schedule")
     actor = _actor(session)
     if verb == "pause":
-        schedule = await eng.pause_schedule(ref, tenant=session.tenant, actor=actor)
+        schedule = await eng.schedules.pause(ref, tenant=session.tenant, actor=actor)
         done = f"schedule {schedule.name} paused"
     elif verb == "resume":
-        schedule = await eng.resume_schedule(ref, tenant=session.tenant, actor=actor)
+        schedule = await eng.schedules.resume(ref, tenant=session.tenant, actor=actor)
         done = f"schedule {schedule.name} resumed"
     elif verb == "trigger":
         reason = form.get("reason", "").strip()
         if not 1 <= len(reason) <= 1000:
             raise DashboardError(422, "say why you trigger it now, in 1-1000 characters", "reason")
-        run = await eng.trigger_schedule(ref, reason=reason, tenant=session.tenant, actor=actor)
+        run = await eng.schedules.trigger(ref, reason=reason, tenant=session.tenant, actor=actor)
         return see_other(f"/runs/{run.id}", "run triggered")
     else:
         raise DashboardError(404, f"no action {verb!r} (pause, resume, trigger)", "action")
@@ -129,7 +129,7 @@ async def runs_page(request: Request) -> Response:
         tenant=session.tenant, schedule_id=ScheduleId(_ref(schedule, "schedule")) if schedule else None,
         limit=PAGE, before_id=RunId(cursor) if cursor else None,
     )  # fmt: skip
-    runs = await engine(request).list_runs(filt)
+    runs = await engine(request).runs.list(filt)
     values = {"runs": runs, "schedule": schedule or "", "next_cursor": runs[-1].id if len(runs) >= PAGE else None}
     return render(request, "runs.html", session, values)
 
@@ -138,8 +138,8 @@ async def runs_page(request: Request) -> Response:
 async def run_page(request: Request, run_id: str) -> Response:
     session = await sess.require(request, "schedules:read")
     eng = engine(request)
-    run = await eng.get_run(_ref(run_id, "run"), session.tenant)
-    segments = await eng.run_segments(run.id, session.tenant)
+    run = await eng.runs.get(_ref(run_id, "run"), session.tenant)
+    segments = await eng.runs.segments(run.id, session.tenant)
     jobs = {j.id: j for j in await eng.get_jobs([s.job_id for s in segments[:500]], session.tenant)}
     values = {"run": run, "segments": segments[:500], "jobs": jobs, "more": max(0, len(segments) - 500)}
     return render(request, "run.html", session, values)
@@ -151,11 +151,11 @@ async def run_action(request: Request, run_id: str, verb: str) -> Response:
     eng = engine(request)
     run_id = _ref(run_id, "run")
     if verb == "cancel":
-        run = await eng.cancel_run(run_id, reason="cancelled from the dashboard", tenant=session.tenant,
+        run = await eng.runs.cancel(run_id, reason="cancelled from the dashboard", tenant=session.tenant,
                                    actor=_actor(session))  # fmt: skip
         return see_other(f"/runs/{run.id}", "run cancelled")
     if verb == "retry":
-        run = await eng.retry_run(run_id, tenant=session.tenant, actor=_actor(session))
+        run = await eng.runs.retry(run_id, tenant=session.tenant, actor=_actor(session))
         return see_other(f"/runs/{run.id}", "retry run created")
     raise DashboardError(404, f"no action {verb!r} (cancel, retry)", "action")
 
@@ -177,7 +177,7 @@ def _spark(samples: list[Job], error_type: str, first: float, now: float) -> lis
 async def failures_page(request: Request) -> Response:
     session = await sess.require(request, "schedules:read")
     eng = engine(request)
-    signatures = await eng.list_signatures(SignatureFilter(tenant=session.tenant, limit=PAGE))
+    signatures = await eng.signatures.list(SignatureFilter(tenant=session.tenant, limit=PAGE))
     ids = list(dict.fromkeys(i for s in signatures for i in s.sample_job_ids))
     jobs = {j.id: j for j in await eng.get_jobs(ids, session.tenant)}
     now = time.time()
@@ -204,7 +204,7 @@ async def failure_action(request: Request, key: str, verb: str) -> Response:
     changes = table.get(verb)
     if changes is None:
         raise DashboardError(404, f"no action {verb!r} (resolve, suppress, reopen, non-retryable, retryable)", "action")
-    await eng.update_signature(key, tenant=session.tenant, actor=actor, **changes)
+    await eng.signatures.update(key, tenant=session.tenant, actor=actor, **changes)
     return see_other("/failures", f"signature {key}: {verb} done")
 
 

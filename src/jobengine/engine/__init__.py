@@ -50,9 +50,6 @@ from jobengine.core.states import JobState
 from jobengine.engine.api import ApiFacade
 from jobengine.engine.compose import open_rate_limiter, open_store
 from jobengine.engine.flow import FlowFacade
-from jobengine.engine.runs import RunFacade
-from jobengine.engine.schedules import ScheduleFacade
-from jobengine.engine.signatures import SignatureFacade
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
 from jobengine.ports.notifier import Notifier
@@ -64,10 +61,19 @@ from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.runtime import Worker, WorkerOptions
 
+# The scheduler's modules are imported where first used, not here: a worker process never loads them
+# (tests/unit/test_worker_process.py).
 if TYPE_CHECKING:
+    from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
     from jobengine.packs.registry import PackRegistry
+    from jobengine.ports.schedules import SchedulingStore
     from jobengine.ports.webhooks import WebhookStore
+    from jobengine.scheduler.passes import SchedulerPasses
+    from jobengine.scheduler.planning import PlannerRegistry
+    from jobengine.scheduler.runs import Runs
+    from jobengine.scheduler.schedules import Schedules
+    from jobengine.scheduler.signatures import Signatures
     from jobengine.webhooks.manager import Webhooks
 
 T = TypeVar("T")
@@ -92,7 +98,7 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
     raise InvalidJob(field, f"expected seconds, a datetime or a timedelta, got {value!r}")
 
 
-class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
+class Engine(ApiFacade, FlowFacade):
     def __init__(self, store: Store, settings: Settings | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.settings = settings or Settings()
@@ -107,6 +113,11 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._webhook_store: WebhookStore | None = None
         self._webhooks: Webhooks | None = None
         self._fleet: Fleet | None = None
+        self._planners: PlannerRegistry | None = None
+        self._schedules: Schedules | None = None
+        self._runs: Runs | None = None
+        self._signatures: Signatures | None = None
+        self._scheduler: SchedulerPasses | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -192,6 +203,91 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         if self._notifier is None:
             self._notifier = self.store.notifier()
         return self._notifier
+
+    # -- the scheduler's services (built when first used: a worker running plain jobs never needs them) --
+    @property
+    def schedules(self) -> Schedules:
+        """Schedules and the planners their templates name (:class:`jobengine.scheduler.schedules.Schedules`)."""
+        if self._schedules is None:
+            from jobengine.scheduler.schedules import Schedules
+
+            self._schedules = Schedules(
+                self._scheduling_store(), clock=self.clock, tasks=self.tasks, planners=self._planner_registry(),
+                published=self._published, jobs_created=self._jobs_created, pack_template=self._pack_template,
+            )  # fmt: skip
+        return self._schedules
+
+    @property
+    def runs(self) -> Runs:
+        """Runs of schedules: history, cancel, retry (:class:`jobengine.scheduler.runs.Runs`)."""
+        if self._runs is None:
+            from jobengine.scheduler.runs import Runs
+
+            self._runs = Runs(
+                self._scheduling_store(), jobs=self.store, clock=self.clock, tasks=self.tasks,
+                published=self._published, jobs_created=self._jobs_created,
+                run_retention=self.settings.run_retention,
+            )  # fmt: skip
+        return self._runs
+
+    @property
+    def signatures(self) -> Signatures:
+        """Failure signatures (:class:`jobengine.scheduler.signatures.Signatures`)."""
+        if self._signatures is None:
+            from jobengine.scheduler.signatures import Signatures
+
+            self._signatures = Signatures(
+                self._scheduling_store(), jobs=self.store, clock=self.clock, published=self._published,
+                cache_seconds=self.settings.signature_cache_seconds,
+            )  # fmt: skip
+        return self._signatures
+
+    @property
+    def scheduler(self) -> SchedulerPasses:
+        """The scheduler's passes and leaders (:class:`jobengine.scheduler.passes.SchedulerPasses`), which
+        a :class:`~jobengine.scheduler.loop.SchedulerLoop` drives."""
+        if self._scheduler is None:
+            from jobengine.ports.schedules import SchedulingBackend
+            from jobengine.scheduler.passes import SchedulerPasses
+
+            store = self.store
+            self._scheduler = SchedulerPasses(
+                self._scheduling_store(), jobs=store, clock=self.clock, tasks=self.tasks,
+                planners=self._planner_registry(), runs=self.runs, published=self._published,
+                jobs_created=self._jobs_created,
+                leaders=store.leader if isinstance(store, SchedulingBackend) else None,
+                misfire_grace=self.settings.scheduler_misfire_grace,
+            )  # fmt: skip
+        return self._scheduler
+
+    def _planner_registry(self) -> PlannerRegistry:
+        if self._planners is None:
+            from jobengine.scheduler.planning import PlannerRegistry
+
+            self._planners = PlannerRegistry()
+        return self._planners
+
+    def _scheduling_store(self) -> SchedulingStore | None:
+        """The scheduling ports of the store; None for a store without them."""
+        from jobengine.ports.schedules import SchedulingBackend
+
+        return self.store.scheduling() if isinstance(self.store, SchedulingBackend) else None
+
+    async def _pack_template(self, spec: ScheduleSpec) -> ScheduleSpec:
+        from jobengine.packs.jobs import resolve_schedule
+
+        return await resolve_schedule(self.packs, spec)
+
+    async def _jobs_created(self, jobs: Sequence[Job]) -> None:
+        """A run's jobs were written (with the run, not through ``enqueue_many``): wake this process's
+        workers, and with a broker transport publish their messages. They have no outbox row (the tick's
+        transaction writes the jobs itself), so a message lost here is published again by the relay's
+        sweep of overdue jobs."""
+        if not jobs:
+            return
+        self.notifier().notify()
+        if self.settings.queue.broker:
+            await self.transports.publish_jobs(jobs, "scheduled")
 
     # -- tasks --------------------------------------------------------------------------------------
     def task(
@@ -431,7 +527,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")
         changed = await self.store.cancel_jobs([job.id], reason, self.clock.now(), tenant)
         self._published(changed.events)
-        await self._runs_ended(changed.jobs)
+        if any(j.run_id is not None for j in changed.jobs):
+            await self.runs.ended(changed.jobs)
         return await self.get_job(job_id, tenant)
 
     async def retry(self, job_id: str, tenant: str | None = None) -> Job:
@@ -443,7 +540,8 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._published(changed.events)
         if self.settings.queue.broker:
             await self.transports.publish_jobs(changed.jobs, "retried")
-        await self._runs_reopened(changed.jobs)
+        if any(j.run_id is not None for j in changed.jobs):
+            await self.runs.reopened(changed.jobs)
         self.notifier().notify()
         return await self.get_job(job_id, tenant)
 
@@ -528,7 +626,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             self._published(changed.events)
             jobs.extend(changed.jobs)
         if any(j.run_id is not None for j in jobs):
-            await self._runs_started(jobs)
+            await self.runs.started(jobs)
         return jobs
 
     async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
@@ -562,20 +660,21 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self.flow_observe(changed.jobs)
         if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
             self.notifier().notify()  # dependents became runnable
-        await self._runs_ended(changed.jobs)
+        if any(j.run_id is not None for j in changed.jobs):  # else the scheduler's modules stay unloaded
+            await self.runs.ended(changed.jobs)
         return changed
 
     async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
         """Every failed attempt passes here (the worker's, the rescuer's): it is fingerprinted, a failure
         with a non-retryable signature goes to dead instead of retrying, and after the store recorded the
         failures their signatures and the summaries of their runs are updated (best effort)."""
-        prints = self._fingerprints(failures)
-        failures = await self._apply_signature_policy(failures, prints)
+        failures, prints = await self.signatures.prepare(failures)
         changed = await self.store.fail_jobs(failures, self.clock.now())
         self._published(changed.events)
         self.flow_observe(changed.jobs)
-        await self._record_signatures(prints, changed)
-        await self._runs_ended(changed.jobs)
+        await self.signatures.record(prints, changed)
+        if any(j.run_id is not None for j in changed.jobs):
+            await self.runs.ended(changed.jobs)
         return changed
 
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed:

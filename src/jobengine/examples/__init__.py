@@ -91,6 +91,6 @@ async def ensure_demo_schedule(engine: Engine) -> Schedule | None:
         template=JobTemplate(task="hello", items=("Ada", "Grace", "Linus"), segment_size=1),
     )
     try:
-        return await engine.create_schedule(spec, actor="jobengine up")
+        return await engine.schedules.create(spec, actor="jobengine up")
     except AlreadyExists:
         return None

@@ -1,5 +1,5 @@
-"""Request and response models of schedules, runs and failure signatures (the facade of the scheduler:
-``engine/schedules.py``, ``engine/runs.py``, ``engine/signatures.py``; JSON shapes of ``serialize.py``).
+"""Request and response models of schedules, runs and failure signatures (the scheduler's
+services ``engine.schedules``, ``engine.runs``, ``engine.signatures``; JSON shapes of ``serialize.py``).
 
 What the schema cannot say (a CRON expression's syntax, a time zone's name, a duration string, policy
 combinations such as ``misfire: catch_up`` needing ``catch_up >= 1``) is checked by the engine and

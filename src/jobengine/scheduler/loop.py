@@ -27,7 +27,8 @@ log = logging.getLogger("jobengine.scheduler")
 
 
 class SchedulerSource(Protocol):
-    """What the loop needs from the engine (which implements it)."""
+    """What the loop needs: the scheduler's passes (``engine.scheduler``, a
+    :class:`~jobengine.scheduler.passes.SchedulerPasses`)."""
 
     clock: Clock
 

@@ -1,7 +1,8 @@
-"""The planner: what one run of a schedule creates. Planner functions, registered on the engine by name,
-compute a run's items at fire time; the template splits them into segments (``core.firing.plan_jobs``).
+"""The planner: what one run of a schedule creates. Planner functions, registered by name on
+``engine.schedules``, compute a run's items at fire time; the template splits them into segments
+(``core.firing.plan_jobs``).
 
-    @engine.planner("changed-files")
+    @engine.schedules.planner("changed-files")
     async def changed_files(ctx: PlanContext) -> list[str]:
         return await list_files(since=ctx.tick)     # [] -> the run completes at once as no_work
 
@@ -164,3 +165,28 @@ def new_run(
         created_at=now, updated_at=now, tick=tick, reason=reason, actor=actor, parent_id=parent_id,
         fired_by=fired_by, trigger_data=trigger_data,
     )  # fmt: skip
+
+
+async def plan(
+    planners: PlannerRegistry,
+    tasks: TaskRegistry,
+    schedule_id: ScheduleId,
+    spec: ScheduleSpec,
+    run_id: RunId,
+    trigger: RunTrigger,
+    now: float,
+    *,
+    tick: float | None = None,
+    reason: str | None = None,
+    actor: str | None = None,
+    parent_id: RunId | None = None,
+    fired_by: str | None = None,
+    dry_run: bool = False,
+    trigger_data: Json = None,
+) -> PlannedRun:
+    """A new run of ``spec`` (:func:`new_run`) planned into its jobs (:func:`plan_run`)."""
+    run = new_run(
+        run_id, schedule_id, spec.tenant, trigger, now, tick=tick, reason=reason, actor=actor,
+        parent_id=parent_id, fired_by=fired_by, trigger_data=trigger_data,
+    )  # fmt: skip
+    return await plan_run(planners, tasks, run, spec, dry_run=dry_run)

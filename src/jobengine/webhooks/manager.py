@@ -237,7 +237,7 @@ class Webhooks:
             raise InvalidWebhook("secret", "must be 16 to 200 characters")
         mapping = TriggerMapping.from_json(template)
         try:
-            found = await self.engine.get_schedule(schedule, tenant)
+            found = await self.engine.schedules.get(schedule, tenant)
         except NotFound:
             raise InvalidWebhook("schedule", f"no schedule {schedule!r} in this tenant") from None
         mapping.check(found.spec.template)
@@ -265,7 +265,7 @@ class Webhooks:
         3. the body: JSON (empty: null), else InvalidWebhook naming ``body``;
         4. the hook's rate limit (the webhook limiter): InboundLimited;
         5. the event's id not received within ``inbound_replay_window``: InboundReplay;
-        6. the run: ``trigger_schedule`` with the data and the hook's template (InvalidSchedule naming the
+        6. the run: ``engine.schedules.trigger`` with the data and the hook's template (InvalidSchedule naming the
            place in the body the template needs; the id is forgotten then, so a corrected event is no replay).
         """
         s = self.settings
@@ -298,7 +298,7 @@ class Webhooks:
         if not await store.claim_inbound_event(hook.tenant, hook.name, proof.event_id, now, s.inbound_replay_window):
             raise InboundReplay(proof.event_id)
         try:
-            return await self.engine.trigger_schedule(
+            return await self.engine.schedules.trigger(
                 hook.schedule, reason=f"inbound hook {hook.name}, event {proof.event_id}", tenant=hook.tenant,
                 actor=f"hook:{hook.name}", data=data, mapping=hook.template,
             )  # fmt: skip

@@ -192,7 +192,7 @@ async def test_a_simulation_after_a_time_out_of_the_bounds_is_refused(any_api: A
         r = await acme.post("/api/v1/schedules/s/simulate", json={"after": FAR})
         assert_refused(r, "after")
     with pytest.raises(InvalidJob) as err:
-        await any_api.engine.simulate_schedule("s", after=YEAR_10000, tenant="acme")
+        await any_api.engine.schedules.simulate("s", after=YEAR_10000, tenant="acme")
     assert err.value.field == "after"
 
 
@@ -205,15 +205,15 @@ async def test_reasons_and_trigger_data_no_backend_can_store_are_refused(any_api
         r = await ui.post(f"/schedules/{schedule['id']}/trigger", data=form(ui, reason="month\x00end"))
         assert r.status_code == 422 and "reason" in r.text
     for call, field in (
-        (engine.trigger_schedule("s", reason="why \ud800", tenant="acme"), "reason"),
-        (engine.trigger_schedule("s", reason="why", tenant="acme", data={"k": "\x00"}), "data"),
+        (engine.schedules.trigger("s", reason="why \ud800", tenant="acme"), "reason"),
+        (engine.schedules.trigger("s", reason="why", tenant="acme", data={"k": "\x00"}), "data"),
     ):
         with pytest.raises(InvalidJob) as err:
             await call
         assert err.value.field == field
-    run = await engine.trigger_schedule("s", reason="fine", tenant="acme")
+    run = await engine.schedules.trigger("s", reason="fine", tenant="acme")
     with pytest.raises(InvalidJob) as err:
-        await engine.cancel_run(run.id, reason="\udc00", tenant="acme")
+        await engine.runs.cancel(run.id, reason="\udc00", tenant="acme")
     assert err.value.field == "reason"
     async with any_api.client() as acme:
         runs = (await acme.get("/api/v1/runs")).json()["items"]

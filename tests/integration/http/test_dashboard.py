@@ -67,8 +67,8 @@ async def test_every_page_renders_for_a_session(api: Api, acme_ui: httpx.AsyncCl
     e = api.engine
     job = await e.enqueue("invoice", {"n": 1}, tenant="acme", queue="billing")
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
-    schedule = await e.create_schedule(spec)
-    run = await e.trigger_schedule(schedule.id, reason="test", tenant="acme")
+    schedule = await e.schedules.create(spec)
+    run = await e.schedules.trigger(schedule.id, reason="test", tenant="acme")
     pages = {
         "/": ["Jobs by state", "billing"],
         "/jobs": [job.id],
@@ -137,10 +137,10 @@ async def test_bad_input_names_the_field_and_writes_nothing(api: Api, acme_ui: h
     assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
     assert "billing" not in await e.queue_settings(fresh=True)
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
-    schedule = await e.create_schedule(spec)
+    schedule = await e.schedules.create(spec)
     r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(acme_ui, reason=" "))
     assert r.status_code == 422 and "<strong>reason</strong>" in r.text
-    assert await e.list_runs() == []
+    assert await e.runs.list() == []
     dead = await e.enqueue("invoice", tenant="acme")
     r = await acme_ui.post(f"/jobs/{dead.id}/replay", data=form(acme_ui))
     assert r.status_code == 409 and "only a dead job can be replayed" in r.text
@@ -161,21 +161,21 @@ async def test_queue_schedule_and_run_actions(api: Api, acme_ui: httpx.AsyncClie
     await acme_ui.post("/queues/billing/resume", data=form(acme_ui))
     assert not (await e.queue_settings(fresh=True))["billing"].paused
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
-    schedule = await e.create_schedule(spec)
+    schedule = await e.schedules.create(spec)
     r = await acme_ui.post(f"/schedules/{schedule.id}/pause", data=form(acme_ui))
-    assert r.status_code == 303 and not (await e.get_schedule(schedule.id)).spec.enabled
+    assert r.status_code == 303 and not (await e.schedules.get(schedule.id)).spec.enabled
     r = await acme_ui.post(f"/schedules/{schedule.id}/resume", data=form(acme_ui, back=f"/schedules/{schedule.id}"))
     assert r.headers["location"].startswith(f"/schedules/{schedule.id}?")
-    assert (await e.get_schedule(schedule.id)).spec.enabled
+    assert (await e.schedules.get(schedule.id)).spec.enabled
     r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(acme_ui, reason="month end"))
-    (run,) = await e.list_runs()
+    (run,) = await e.runs.list()
     assert r.headers["location"].startswith(f"/runs/{run.id}") and run.reason == "month end"
     assert run.actor is not None and run.actor.startswith("dashboard:")
     r = await acme_ui.post(f"/runs/{run.id}/cancel", data=form(acme_ui))
-    assert r.status_code == 303 and (await e.get_run(run.id)).state.value == "cancelled"
+    assert r.status_code == 303 and (await e.runs.get(run.id)).state.value == "cancelled"
     r = await acme_ui.post(f"/runs/{run.id}/retry", data=form(acme_ui))
     assert r.status_code == 303
-    assert len(await e.list_runs()) == 2
+    assert len(await e.runs.list()) == 2
 
 
 async def test_dead_letter_replay_purge_and_failure_signatures(api: Api, acme_ui: httpx.AsyncClient) -> None:
@@ -199,9 +199,9 @@ async def test_dead_letter_replay_purge_and_failure_signatures(api: Api, acme_ui
     (key,) = re.findall(r'id="sig-([0-9a-f]+)"', r.text)
     r = await acme_ui.post(f"/failures/{key}/non-retryable", data=form(acme_ui))
     assert r.status_code == 303
-    assert (await e.get_signature(key, tenant="acme")).non_retryable
+    assert (await e.signatures.get(key, tenant="acme")).non_retryable
     await acme_ui.post(f"/failures/{key}/resolve", data=form(acme_ui))
-    assert (await e.get_signature(key, tenant="acme")).status.value == "resolved"
+    assert (await e.signatures.get(key, tenant="acme")).status.value == "resolved"
     r = await acme_ui.get("/dead")
     assert all(j.id in r.text for j in jobs) and "ValueError" in r.text
     await acme_ui.post(f"/jobs/{jobs[0].id}/replay", data=form(acme_ui, back="/dead"))
@@ -310,12 +310,12 @@ async def test_simulate_another_cadence_writes_nothing_and_names_a_bad_field(
     api: Api, acme_ui: httpx.AsyncClient
 ) -> None:
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
-    schedule = await api.engine.create_schedule(spec)
+    schedule = await api.engine.schedules.create(spec)
     r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "30 14 * * *", "timezone": "Europe/Paris"})
     assert r.status_code == 200 and "with <code>30 14 * * *</code> Europe/Paris" in r.text
     times = re.findall(r"<li><time>([^<]+)</time>", r.text)
     assert len(times) == 10 and all(t.endswith(("12:30:00Z", "13:30:00Z")) for t in times)  # 14:30 in Paris
-    assert (await api.engine.get_schedule(schedule.id)).spec.cron == "0 3 * * *"
+    assert (await api.engine.schedules.get(schedule.id)).spec.cron == "0 3 * * *"
     r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "99 * * * *"})
     assert r.status_code == 422 and "<strong>cron</strong>" in r.text
     r = await acme_ui.get(f"/schedules/{schedule.id}", params={"cron": "0 3 * * *", "timezone": "Mars/Base"})

@@ -1,7 +1,7 @@
 """An engine with a manual clock on every backend (SQLite, PostgreSQL), for the scheduler's tests.
 
 Tests drive time by hand (``clock.set`` / ``clock.advance``) and call the scheduler's passes themselves
-(``engine.fire_due_schedules()``), so each case is exact and takes milliseconds.
+(``engine.scheduler.fire_due_schedules()``), so each case is exact and takes milliseconds.
 """
 
 from __future__ import annotations

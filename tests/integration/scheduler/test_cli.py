@@ -119,7 +119,7 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
 
     async def audit() -> list[tuple[str, str]]:
         async with Engine.from_settings(Settings(database=str(tmp_path / "jobengine.db"))) as engine:
-            assert len(await engine.list_runs(RunFilter())) == 2  # runs stay after their schedule is deleted
+            assert len(await engine.runs.list(RunFilter())) == 2  # runs stay after their schedule is deleted
             events = await engine.events(limit=10_000)
             return [(e.type, str(e.data.get("actor"))) for e in events if not e.type.startswith("job.")]
 

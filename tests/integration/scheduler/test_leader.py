@@ -56,10 +56,10 @@ async def test_services_in_two_processes_worth_of_engines_fire_each_tick_once(tm
         first, second = SchedulerService(a, instance="a"), SchedulerService(b, instance="b")
         await first.start()
         await second.start()
-        await a.create_schedule(ScheduleSpec(name="tick", every=1, template=JobTemplate(task="t")))
+        await a.schedules.create(ScheduleSpec(name="tick", every=1, template=JobTemplate(task="t")))
 
         async def runs() -> int:
-            return len(await a.list_runs(RunFilter(limit=1000)))
+            return len(await a.runs.list(RunFilter(limit=1000)))
 
         await _wait(lambda: _at_least(runs, 3))
         assert {first.loop.leading, second.loop.leading} == {True, False}
@@ -69,11 +69,11 @@ async def test_services_in_two_processes_worth_of_engines_fire_each_tick_once(tm
         await _wait(lambda: _at_least(runs, before + 3))
         assert follower.loop.leading
         await follower.stop()
-        ticks = [r.tick for r in await a.list_runs(RunFilter(limit=1000))]
+        ticks = [r.tick for r in await a.runs.list(RunFilter(limit=1000))]
         assert len(ticks) == len(set(ticks))
         ordered = sorted(t for t in ticks if t is not None)
         assert ordered == [ordered[0] + i for i in range(len(ordered))]  # no gap
-        assert {r.fired_by for r in await a.list_runs(RunFilter(limit=1000))} == {"a", "b"}
+        assert {r.fired_by for r in await a.runs.list(RunFilter(limit=1000))} == {"a", "b"}
 
 
 async def _at_least(count, n: int) -> bool:  # type: ignore[no-untyped-def]
@@ -86,10 +86,10 @@ async def test_the_service_wakes_when_a_schedule_changes_in_its_process() -> Non
         service = SchedulerService(engine)
         await service.start()
         await asyncio.sleep(0.05)  # the loop sleeps up to 30 s: only a wake-up lets it see the schedule
-        await engine.create_schedule(ScheduleSpec(name="s", every=1, template=JobTemplate(task="t")))
+        await engine.schedules.create(ScheduleSpec(name="s", every=1, template=JobTemplate(task="t")))
 
         async def fired() -> bool:
-            return bool(await engine.list_runs())
+            return bool(await engine.runs.list())
 
         await _wait(fired, timeout=5)
         await service.stop()

@@ -1,5 +1,5 @@
 """Retention of runs through the engine: a retention pass (``RetentionService``, which calls
-``Engine.prune_runs``) deletes runs that ended more than ``run_retention`` ago, with their segments, and
+``Engine.runs.prune``) deletes runs that ended more than ``run_retention`` ago, with their segments, and
 keeps younger ended runs and runs that have not ended, however old. The jobs of a deleted run stay."""
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ async def engine(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Engine]:
 
 async def start_run(engine: Engine, name: str) -> tuple[str, Job]:
     """Trigger a one-job run of a schedule of its own and claim its job: (run id, the running job)."""
-    await engine.create_schedule(ScheduleSpec(name=name, every=86_400, template=JobTemplate(task="work", queue=name)))
-    run = await engine.trigger_schedule(name, reason="test")
+    await engine.schedules.create(ScheduleSpec(name=name, every=86_400, template=JobTemplate(task="work", queue=name)))
+    run = await engine.schedules.trigger(name, reason="test")
     (job,) = await engine.fetch_jobs([name], 10, WorkerId("w"), 86_400)
     assert job.run_id == run.id and job.lease_token is not None
     return run.id, job
@@ -57,13 +57,13 @@ async def test_a_retention_pass_deletes_only_runs_that_ended_before_the_retentio
     clock.set(T0 + 500)
     young_run, young_job = await start_run(engine, "young")
     await engine.complete_jobs([done(young_job)])  # ends at T0 + 500
-    assert (await engine.get_run(old_run)).finished_at == T0
-    assert (await engine.get_run(young_run)).state is RunState.COMPLETED
+    assert (await engine.runs.get(old_run)).finished_at == T0
+    assert (await engine.runs.get(young_run)).state is RunState.COMPLETED
 
     service = RetentionService(engine)
     clock.set(T0 + RUN_RETENTION)  # the old run ended exactly run_retention ago: not more, so it stays
     await service.run_once()
-    assert (await engine.get_run(old_run)).state is RunState.COMPLETED
+    assert (await engine.runs.get(old_run)).state is RunState.COMPLETED
 
     clock.set(T0 + RUN_RETENTION + 1)
     await service.start()  # the service's own loop, as `jobengine up` runs it
@@ -74,13 +74,13 @@ async def test_a_retention_pass_deletes_only_runs_that_ended_before_the_retentio
     finally:
         await service.stop()
     with pytest.raises(NotFound):
-        await engine.get_run(old_run)
-    kept = {r.id: r.state for r in await engine.list_runs()}
+        await engine.runs.get(old_run)
+    kept = {r.id: r.state for r in await engine.runs.list()}
     assert kept == {young_run: RunState.COMPLETED, running_run: RunState.RUNNING}
-    assert len(await engine.run_segments(young_run)) == 1
+    assert len(await engine.runs.segments(young_run)) == 1
     assert (await engine.get_job(old_job.id)).run_id == old_run  # job retention has its own clock
 
     clock.set(T0 + 500 + RUN_RETENTION + 1)  # now the young one is old enough too; the running one stays
     await service.run_once()
-    assert {r.id for r in await engine.list_runs()} == {running_run}
-    assert await engine.prune_runs() == 0  # nothing left to delete
+    assert {r.id for r in await engine.runs.list()} == {running_run}
+    assert await engine.runs.prune() == 0  # nothing left to delete

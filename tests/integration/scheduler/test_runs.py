@@ -35,123 +35,123 @@ def failed(job: Job, engine: Engine, message: str = "boom", outcome: FailOutcome
 
 
 async def test_a_summary_follows_its_jobs(engine: Engine, clock: ManualClock) -> None:
-    await engine.create_schedule(fan_out(3))
+    await engine.schedules.create(fan_out(3))
     clock.set(T0 + 100)
-    (run,) = await engine.fire_due_schedules()
+    (run,) = await engine.scheduler.fire_due_schedules()
     assert (run.state, run.items, run.summary.total) == (RunState.QUEUED, 3, 3)
     jobs = await claim_all(engine)
-    assert (await engine.get_run(run.id)).state is RunState.RUNNING
+    assert (await engine.runs.get(run.id)).state is RunState.RUNNING
     clock.advance(4)
     await engine.complete_jobs([Completion(jobs[0].id, jobs[0].lease_token or "")])
     await engine.fail_jobs([failed(jobs[1], engine, outcome=FailOutcome.RETRY)])  # will retry: not an outcome
-    mid = await engine.get_run(run.id)
+    mid = await engine.runs.get(run.id)
     assert (mid.summary.succeeded, mid.summary.dead, mid.summary.pending) == (1, 0, 2)
     await engine.fail_jobs([failed(jobs[2], engine)])
     clock.advance(10)
     (again,) = await claim_all(engine)
     clock.advance(2)
     await engine.complete_jobs([Completion(again.id, again.lease_token or "")])
-    done = await engine.get_run(run.id)
+    done = await engine.runs.get(run.id)
     assert done.state is RunState.ERROR  # one job ended dead
     assert (done.summary.succeeded, done.summary.dead, done.summary.duration_max) == (2, 1, 4.0)
-    assert [j.id for j in await engine.run_jobs(run.id)] == [j.id for j in jobs]
-    segments = await engine.run_segments(run.id)
+    assert [j.id for j in await engine.runs.jobs(run.id)] == [j.id for j in jobs]
+    segments = await engine.runs.segments(run.id)
     assert [s.outcome for s in segments] == [JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.DEAD]
     kinds = [e.type for e in await engine.events(limit=1000) if e.type.startswith("run.")]
     assert kinds == ["run.created", "run.started", "run.error"]
 
 
 async def test_trigger_cancel_and_retry_by_hand(engine: Engine, clock: ManualClock) -> None:
-    await engine.create_schedule(fan_out(4, segment_size=2), actor="alice")
+    await engine.schedules.create(fan_out(4, segment_size=2), actor="alice")
     with pytest.raises(InvalidSchedule, match="reason"):
-        await engine.trigger_schedule("fan", reason="", actor="bob")
-    run = await engine.trigger_schedule("fan", reason="backfill after the outage", actor="bob")
+        await engine.schedules.trigger("fan", reason="", actor="bob")
+    run = await engine.schedules.trigger("fan", reason="backfill after the outage", actor="bob")
     assert (run.trigger, run.actor, run.reason, run.tick, run.summary.total) == (
         RunTrigger.MANUAL, "bob", "backfill after the outage", None, 2)  # fmt: skip
     first, second = await claim_all(engine)
     await engine.complete_jobs([Completion(first.id, first.lease_token or "")])
-    cancelled = await engine.cancel_run(run.id, reason="wrong data", actor="carol")
+    cancelled = await engine.runs.cancel(run.id, reason="wrong data", actor="carol")
     assert cancelled.state is RunState.CANCELLED
     assert (await engine.get_job(second.id)).cancel_requested  # running: asked to stop
     with pytest.raises(IllegalState, match="already cancelled"):
-        await engine.cancel_run(run.id, actor="carol")
+        await engine.runs.cancel(run.id, actor="carol")
     await engine.fail_jobs([failed(second, engine, outcome=FailOutcome.CANCELLED)])
-    ended = await engine.get_run(run.id)
+    ended = await engine.runs.get(run.id)
     assert (ended.state, ended.summary.succeeded, ended.summary.cancelled) == (RunState.CANCELLED, 1, 1)
-    retry = await engine.retry_run(run.id, actor="dave")
+    retry = await engine.runs.retry(run.id, actor="dave")
     assert (retry.trigger, retry.parent_id, retry.summary.total, retry.items) == (RunTrigger.RETRY, run.id, 1, 2)
-    (copy,) = await engine.run_jobs(retry.id)
+    (copy,) = await engine.runs.jobs(retry.id)
     assert copy.payload == second.payload and copy.run_id == retry.id
     with pytest.raises(IllegalState, match="only an ended run"):
-        await engine.retry_run(retry.id)
+        await engine.runs.retry(retry.id)
     with pytest.raises(NotFound):
-        await engine.get_run("nope")
+        await engine.runs.get("nope")
     audit = [(e.type, e.data.get("actor")) for e in await engine.events(limit=1000) if not e.type.startswith("job.")]
     assert ("schedule.created", "alice") in audit
     assert ("run.created", "bob") in audit
     assert ("run.cancelled", "carol") in audit
     assert ("run.created", "dave") in audit
-    manual = await engine.list_runs(RunFilter(trigger=RunTrigger.MANUAL))
+    manual = await engine.runs.list(RunFilter(trigger=RunTrigger.MANUAL))
     assert [r.id for r in manual] == [run.id]
 
 
 async def test_cancel_a_run_that_has_not_started(engine: Engine, clock: ManualClock) -> None:
-    await engine.create_schedule(fan_out(2))
-    run = await engine.trigger_schedule("fan", reason="now", actor="bob")
-    cancelled = await engine.cancel_run(run.id, actor="carol")
+    await engine.schedules.create(fan_out(2))
+    run = await engine.schedules.trigger("fan", reason="now", actor="bob")
+    cancelled = await engine.runs.cancel(run.id, actor="carol")
     assert (cancelled.state, cancelled.summary.cancelled) == (RunState.CANCELLED, 2)
-    assert {j.state for j in await engine.run_jobs(run.id)} == {JobState.CANCELLED}
+    assert {j.state for j in await engine.runs.jobs(run.id)} == {JobState.CANCELLED}
 
 
 async def test_a_retried_job_reopens_its_run(engine: Engine, clock: ManualClock) -> None:
-    await engine.create_schedule(fan_out(1))
-    run = await engine.trigger_schedule("fan", reason="now", actor="bob")
+    await engine.schedules.create(fan_out(1))
+    run = await engine.schedules.trigger("fan", reason="now", actor="bob")
     (job,) = await claim_all(engine)
     await engine.fail_jobs([failed(job, engine)])
-    assert (await engine.get_run(run.id)).state is RunState.ERROR
+    assert (await engine.runs.get(run.id)).state is RunState.ERROR
     await engine.retry(job.id)
-    assert (await engine.get_run(run.id)).state is RunState.RUNNING
+    assert (await engine.runs.get(run.id)).state is RunState.RUNNING
     (job,) = await claim_all(engine)
     await engine.complete_jobs([Completion(job.id, job.lease_token or "")])
-    assert (await engine.get_run(run.id)).state is RunState.COMPLETED
+    assert (await engine.runs.get(run.id)).state is RunState.COMPLETED
 
 
 async def test_planners_make_the_items(engine: Engine, clock: ManualClock) -> None:
     calls: list[PlanContext] = []
 
-    @engine.planner("files")
+    @engine.schedules.planner("files")
     async def files(ctx: PlanContext) -> list[str]:
         calls.append(ctx)
         return [] if ctx.tick and ctx.tick >= T0 + 200 else ["a.csv", "b.csv"]
 
-    engine.add_planner("broken", lambda ctx: 1 / 0)
+    engine.schedules.add_planner("broken", lambda ctx: 1 / 0)
     for name, planner in (("f", "files"), ("b", "broken"), ("u", "unknown")):
         template = JobTemplate(task="load", planner=planner)
-        await engine.create_schedule(ScheduleSpec(name=name, every=100, template=template))
+        await engine.schedules.create(ScheduleSpec(name=name, every=100, template=template))
     clock.set(T0 + 100)
-    runs = {r.schedule_id: r for r in await engine.fire_due_schedules()}
-    by_name = {s.name: s.id for s in await engine.list_schedules()}
+    runs = {r.schedule_id: r for r in await engine.scheduler.fire_due_schedules()}
+    by_name = {s.name: s.id for s in await engine.schedules.list()}
     assert runs[by_name["f"]].summary.total == 2 and calls[-1].tick == T0 + 100 and not calls[-1].dry_run
     broken, unknown = runs[by_name["b"]], runs[by_name["u"]]
     assert broken.state is RunState.ERROR and "ZeroDivisionError" in (broken.reason or "")
     assert unknown.state is RunState.ERROR and "not registered in this process" in (unknown.reason or "")
     clock.set(T0 + 200)
-    runs = {r.schedule_id: r for r in await engine.fire_due_schedules()}
+    runs = {r.schedule_id: r for r in await engine.scheduler.fire_due_schedules()}
     nothing = runs[by_name["f"]]
     assert (nothing.state, nothing.no_work, nothing.summary.total) == (RunState.COMPLETED, True, 0)
-    assert [j.payload["items"] for j in await engine.run_jobs(runs[by_name["f"]].id)] == []
+    assert [j.payload["items"] for j in await engine.runs.jobs(runs[by_name["f"]].id)] == []
 
 
 async def test_reconcile_catches_up_after_a_crash(engine: Engine, clock: ManualClock) -> None:
-    await engine.create_schedule(fan_out(2))
-    run = await engine.trigger_schedule("fan", reason="now", actor="bob")
+    await engine.schedules.create(fan_out(2))
+    run = await engine.schedules.trigger("fan", reason="now", actor="bob")
     # A worker that claims and completes through the store directly: as if its process had died between
     # the commit of its jobs and the run's bookkeeping.
     now = clock.now()
     jobs = (await engine.store.fetch_jobs(["default"], 10, WorkerId("w"), 30, now)).jobs
     await engine.store.complete_jobs([Completion(j.id, j.lease_token or "") for j in jobs], now)
-    assert (await engine.get_run(run.id)).state is RunState.QUEUED
-    assert await engine.reconcile_runs() == 3  # started, and two outcomes
-    done = await engine.get_run(run.id)
+    assert (await engine.runs.get(run.id)).state is RunState.QUEUED
+    assert await engine.scheduler.reconcile_runs() == 3  # started, and two outcomes
+    done = await engine.runs.get(run.id)
     assert (done.state, done.summary.succeeded) == (RunState.COMPLETED, 2)
-    assert await engine.reconcile_runs() == 0
+    assert await engine.scheduler.reconcile_runs() == 0

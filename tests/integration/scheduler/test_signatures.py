@@ -63,7 +63,7 @@ async def test_a_hundred_failures_of_one_bug_are_one_signature_two_bugs_two(live
     jobs += [live.new_job("import_date", {"date": f"2024-13-{d:02}"}) for d in range(1, 8)]
     stored = await live.enqueue_many(jobs)
     await run_until_done(live, [j.id for j in stored])
-    signatures = await live.list_signatures(SignatureFilter(tenant="default"))
+    signatures = await live.signatures.list(SignatureFilter(tenant="default"))
     assert sorted((s.error_type, s.occurrences) for s in signatures) == [("KeyError", 100), ("ValueError", 7)]
     bug = next(s for s in signatures if s.error_type == "KeyError")
     assert bug.message == "'order <uuid> not found in shard <hex>'"
@@ -79,18 +79,18 @@ async def test_a_non_retryable_signature_sends_new_failures_to_dead(live: Engine
 
     first = await live.enqueue("flaky_import", {"order": str(uuid.uuid4())}, max_attempts=1)
     await run_until_done(live, [first.id])
-    (signature,) = await live.list_signatures()
-    marked = await live.update_signature(signature.key, non_retryable=True, actor="alice")
+    (signature,) = await live.signatures.list()
+    marked = await live.signatures.update(signature.key, non_retryable=True, actor="alice")
     assert marked.non_retryable
     job = await live.enqueue("flaky_import", {"order": str(uuid.uuid4())})
     await run_until_done(live, [job.id])
     done = await live.get_job(job.id)
     assert (done.state, done.attempt) == (JobState.DEAD, 1)  # 4 attempts were left: none was used
-    assert (await live.get_signature(signature.key)).occurrences == 2
+    assert (await live.signatures.get(signature.key)).occurrences == 2
     audit = [e for e in await live.events(limit=10_000) if e.type == "signature.updated"]
     assert [(e.data["actor"], e.data["non_retryable"]) for e in audit] == [("alice", True)]
     # Marked retryable again, failures retry as usual.
-    await live.update_signature(signature.key, non_retryable=False, actor="alice")
+    await live.signatures.update(signature.key, non_retryable=False, actor="alice")
     again = await live.enqueue("flaky_import", {"order": str(uuid.uuid4())}, max_attempts=3)
     await run_until_done(live, [again.id])
     assert (await live.get_job(again.id)).attempt == 3

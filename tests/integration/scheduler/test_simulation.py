@@ -46,19 +46,19 @@ async def test_simulation_returns_fire_times_and_jobs_and_writes_nothing(engine:
     """Acceptance: for a stored and for a proposed schedule; row counts are the same before and after."""
     seen: list[PlanContext] = []
 
-    @engine.planner("regions")
+    @engine.schedules.planner("regions")
     def regions(ctx: PlanContext) -> list[str]:
         seen.append(ctx)
         return ["eu", "us", "ap"]
 
     template = JobTemplate(task="sync", payload={"full": True}, planner="regions", segment_size=2)
-    stored = await engine.create_schedule(
+    stored = await engine.schedules.create(
         ScheduleSpec(name="sync", cron="0 */6 * * *", timezone="UTC", template=template, jitter=60)
     )
     before = await row_counts(engine)
     assert before.get("schedules", 1) == 1
 
-    simulation = await engine.simulate_schedule("sync", count=4)
+    simulation = await engine.schedules.simulate("sync", count=4)
     first = stored.next_fire_at
     assert first is not None
     assert simulation.fire_times == tuple(first + 6 * 3600 * i for i in range(4))
@@ -73,10 +73,10 @@ async def test_simulation_returns_fire_times_and_jobs_and_writes_nothing(engine:
     assert seen and all(ctx.dry_run for ctx in seen)
 
     proposed = ScheduleSpec(name="proposed", every="15m", template=JobTemplate(task="ping", items=()))
-    preview = await engine.simulate_schedule(proposed, count=3, after=T0)
+    preview = await engine.schedules.simulate(proposed, count=3, after=T0)
     assert preview.fire_times == (T0 + 100, T0 + 1000, T0 + 1900)  # multiples of 900 s since the epoch
     assert all(r.no_work and not r.jobs for r in preview.runs)
 
     assert await row_counts(engine) == before
     with pytest.raises(InvalidSchedule, match="count"):
-        await engine.simulate_schedule("sync", count=0)
+        await engine.schedules.simulate("sync", count=0)

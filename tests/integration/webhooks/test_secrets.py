@@ -74,7 +74,7 @@ async def _schedule(engine: Engine) -> None:
     from jobengine.core.schedules import JobTemplate, ScheduleSpec
 
     spec = ScheduleSpec(name="deploys", cron="0 0 1 1 *", template=JobTemplate(task="deploy"), tenant="acme")
-    await engine.create_schedule(spec)
+    await engine.schedules.create(spec)
 
 
 async def test_secrets_are_sealed_at_rest(database: str, receiver: Callable[[Answer], Receiver]) -> None:

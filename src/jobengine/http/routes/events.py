@@ -146,7 +146,7 @@ async def stream_events(
     if job_id is not None:  # 404 for an unknown or foreign job or run, as their own resources answer
         await engine.get_job(job_id, principal.tenant)
     if run_id is not None:
-        await engine.get_run(run_id, principal.tenant)
+        await engine.runs.get(run_id, principal.tenant)
     start = last_event_id if last_event_id is not None else after
     if start is None:
         start = await _newest(request)

@@ -54,7 +54,7 @@ async def list_runs(
         tenant=principal.tenant, schedule_id=ScheduleId(schedule_id) if schedule_id else None,
         states=tuple(state or ()), trigger=trigger, limit=limit, before_id=RunId(cursor) if cursor else None,
     )  # fmt: skip
-    runs = await context(request).engine.list_runs(filt)
+    runs = await context(request).engine.runs.list(filt)
     page = {"items": [run_to_json(r) for r in runs], "next_cursor": runs[-1].id if len(runs) >= limit else None}
     return json_response(page)
 
@@ -62,7 +62,7 @@ async def list_runs(
 @router.post("", status_code=201, response_model=RunOut, responses=WRITE_ONE)
 async def trigger_run(body: RunTriggerIn, request: Request, principal: Writer) -> Response:
     """Fire a run of ``schedule`` now, by hand, with a reason."""
-    run = await context(request).engine.trigger_schedule(
+    run = await context(request).engine.schedules.trigger(
         body.schedule, reason=body.reason, tenant=principal.tenant, actor=actor(principal)
     )
     return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
@@ -71,7 +71,7 @@ async def trigger_run(body: RunTriggerIn, request: Request, principal: Writer) -
 @router.get("/{run_id}", response_model=RunOut, responses=READ_ONE)
 async def get_run(run_id: RunIdPath, request: Request, principal: Reader) -> Response:
     """The run, with ``trigger_data``: the JSON that came with its trigger (an inbound hook's event)."""
-    run = await context(request).engine.get_run(run_id, principal.tenant)
+    run = await context(request).engine.runs.get(run_id, principal.tenant)
     return json_response(run_to_json(run, with_trigger_data=True))
 
 
@@ -79,7 +79,7 @@ async def get_run(run_id: RunIdPath, request: Request, principal: Reader) -> Res
 async def run_jobs(run_id: RunIdPath, request: Request, principal: Reader) -> Response:
     """The run's segments (items, outcome, duration) and their jobs (retention may have deleted some)."""
     engine = context(request).engine
-    segments = await engine.run_segments(run_id, principal.tenant)
+    segments = await engine.runs.segments(run_id, principal.tenant)
     jobs = await engine.get_jobs([s.job_id for s in segments], principal.tenant)
     return json_response({"segments": [segment_to_json(s) for s in segments], "jobs": [job_to_json(j) for j in jobs]})
 
@@ -91,7 +91,7 @@ async def cancel_run(
     """Cancel an unfinished run: jobs that have not run are cancelled, running ones asked to stop (409 if
     the run already ended)."""
     reason = body.reason if body is not None and body.reason else "cancelled by user"
-    run = await context(request).engine.cancel_run(run_id, reason=reason, tenant=principal.tenant,
+    run = await context(request).engine.runs.cancel(run_id, reason=reason, tenant=principal.tenant,
                                                    actor=actor(principal))  # fmt: skip
     return json_response(run_to_json(run))
 
@@ -102,7 +102,7 @@ async def retry_run(
 ) -> Response:
     """A new run with a copy of each of this ended run's dead or cancelled jobs (409 if none, or not ended)."""
     reason = body.reason if body is not None else None
-    run = await context(request).engine.retry_run(run_id, reason=reason, tenant=principal.tenant,
+    run = await context(request).engine.runs.retry(run_id, reason=reason, tenant=principal.tenant,
                                                   actor=actor(principal))  # fmt: skip
     return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
 
@@ -118,21 +118,21 @@ async def list_signatures(
 ) -> Response:
     """The tenant's failure signatures, most recently seen first."""
     filt = SignatureFilter(tenant=principal.tenant, statuses=tuple(status or ()), task=task, limit=limit)
-    found = await context(request).engine.list_signatures(filt)
+    found = await context(request).engine.signatures.list(filt)
     return json_response({"items": [signature_to_json(s) for s in found]})
 
 
 @signatures.get("/{key}", response_model=SignatureOut, responses=READ_ONE)
 async def get_signature(key: KeyPath, request: Request, principal: Reader) -> Response:
-    return json_response(signature_to_json(await context(request).engine.get_signature(key, tenant=principal.tenant)))
+    return json_response(signature_to_json(await context(request).engine.signatures.get(key, tenant=principal.tenant)))
 
 
 @signatures.patch("/{key}", response_model=SignatureOut, responses=WRITE_ONE)
 async def update_signature(key: KeyPath, body: SignaturePatch, request: Request, principal: Writer) -> Response:
     """Set the status (active / resolved / suppressed) and whether its failures may still retry."""
     engine = context(request).engine
-    await engine.get_signature(key, tenant=principal.tenant)  # 404 for an unknown or foreign signature
-    signature = await engine.update_signature(
+    await engine.signatures.get(key, tenant=principal.tenant)  # 404 for an unknown or foreign signature
+    signature = await engine.signatures.update(
         key, tenant=principal.tenant, status=body.status, non_retryable=body.non_retryable, actor=actor(principal)
     )
     return json_response(signature_to_json(signature))

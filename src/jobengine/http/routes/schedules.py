@@ -68,7 +68,7 @@ def spec_of(body: ScheduleIn, tenant: str) -> ScheduleSpec:
 async def create_schedule(body: ScheduleIn, request: Request, principal: Writer) -> Response:
     """Store a schedule (409 if the tenant already has one of that name); it first fires at its next tick."""
     engine = context(request).engine
-    schedule = await engine.create_schedule(spec_of(body, principal.tenant), actor=actor(principal))
+    schedule = await engine.schedules.create(spec_of(body, principal.tenant), actor=actor(principal))
     return json_response(schedule_to_json(schedule), 201, {"Location": f"/api/v1/schedules/{schedule.id}"})
 
 
@@ -81,7 +81,7 @@ async def list_schedules(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     filt = ScheduleFilter(tenant=principal.tenant, name=name, enabled=enabled, limit=limit)
-    schedules = await context(request).engine.list_schedules(filt)
+    schedules = await context(request).engine.schedules.list(filt)
     return json_response({"items": [schedule_to_json(s) for s in schedules]})
 
 
@@ -89,13 +89,13 @@ async def list_schedules(
 async def simulate_spec(body: SimulateSpecIn, request: Request, principal: Reader) -> Response:
     """The next ``count`` fire times of a proposed schedule and the jobs each run would have. Writes nothing."""
     spec = spec_of(body.schedule, principal.tenant)
-    sim = await context(request).engine.simulate_schedule(spec, count=body.count, after=body.after)
+    sim = await context(request).engine.schedules.simulate(spec, count=body.count, after=body.after)
     return json_response(simulation_to_json(sim))
 
 
 @router.get("/{ref}", response_model=ScheduleOut, responses=READ_ONE)
 async def get_schedule(ref: Ref, request: Request, principal: Reader) -> Response:
-    schedule = await context(request).engine.get_schedule(ref, principal.tenant)
+    schedule = await context(request).engine.schedules.get(ref, principal.tenant)
     return json_response(schedule_to_json(schedule))
 
 
@@ -105,20 +105,20 @@ async def update_schedule(ref: Ref, body: SchedulePatch, request: Request, princ
     changes: dict[str, Any] = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     engine = context(request).engine
     if not changes:  # nothing to change: the schedule as it is (404 if it is not the tenant's)
-        return json_response(schedule_to_json(await engine.get_schedule(ref, principal.tenant)))
+        return json_response(schedule_to_json(await engine.schedules.get(ref, principal.tenant)))
     if body.template is not None:
         changes["template"] = template_of(body.template)
     for key in ("every", "jitter"):  # durations may come as strings ("30s")
         if changes.get(key) is not None:
             changes[key] = parse_duration(changes[key], key)
-    schedule = await engine.update_schedule(ref, tenant=principal.tenant, actor=actor(principal), **changes)
+    schedule = await engine.schedules.update(ref, tenant=principal.tenant, actor=actor(principal), **changes)
     return json_response(schedule_to_json(schedule))
 
 
 @router.delete("/{ref}", status_code=204, response_class=Response, responses=READ_ONE)
 async def delete_schedule(ref: Ref, request: Request, principal: Writer) -> Response:
     """Delete the schedule; its runs and their jobs stay (and go on if still running)."""
-    await context(request).engine.delete_schedule(ref, tenant=principal.tenant, actor=actor(principal))
+    await context(request).engine.schedules.delete(ref, tenant=principal.tenant, actor=actor(principal))
     return Response(status_code=204)
 
 
@@ -126,7 +126,7 @@ async def delete_schedule(ref: Ref, request: Request, principal: Writer) -> Resp
 async def pause_schedule(ref: Ref, request: Request, principal: Writer) -> Response:
     """Stop firing (runs already going continue); ticks while paused are never fired."""
     engine = context(request).engine
-    return json_response(schedule_to_json(await engine.pause_schedule(ref, tenant=principal.tenant,
+    return json_response(schedule_to_json(await engine.schedules.pause(ref, tenant=principal.tenant,
                                                                       actor=actor(principal))))  # fmt: skip
 
 
@@ -134,14 +134,14 @@ async def pause_schedule(ref: Ref, request: Request, principal: Writer) -> Respo
 async def resume_schedule(ref: Ref, request: Request, principal: Writer) -> Response:
     """Fire again from the next tick after now."""
     engine = context(request).engine
-    return json_response(schedule_to_json(await engine.resume_schedule(ref, tenant=principal.tenant,
+    return json_response(schedule_to_json(await engine.schedules.resume(ref, tenant=principal.tenant,
                                                                        actor=actor(principal))))  # fmt: skip
 
 
 @router.post("/{ref}/trigger", status_code=201, response_model=RunOut, responses=WRITE_ONE)
 async def trigger_schedule(ref: Ref, body: TriggerIn, request: Request, principal: Writer) -> Response:
     """Fire a run now, by hand, with a reason (also when paused)."""
-    run = await context(request).engine.trigger_schedule(
+    run = await context(request).engine.schedules.trigger(
         ref, reason=body.reason, tenant=principal.tenant, actor=actor(principal)
     )
     return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
@@ -151,6 +151,6 @@ async def trigger_schedule(ref: Ref, body: TriggerIn, request: Request, principa
 async def simulate_schedule(ref: Ref, request: Request, principal: Reader, body: SimulateIn | None = None) -> Response:
     """The next ``count`` fire times of the schedule and the jobs each run would have. Writes nothing."""
     body = body or SimulateIn.model_validate({})
-    sim = await context(request).engine.simulate_schedule(ref, count=body.count, after=body.after,
+    sim = await context(request).engine.schedules.simulate(ref, count=body.count, after=body.after,
                                                           tenant=principal.tenant)  # fmt: skip
     return json_response(simulation_to_json(sim))

@@ -1,0 +1,175 @@
+"""The scheduler's passes: fire what is due, plan runs whose turn came, reconcile runs with their jobs.
+
+:class:`SchedulerPasses` is the :class:`~jobengine.scheduler.loop.SchedulerSource` the leader-gated loop
+drives; tests call the passes themselves with a manual clock. Every pass is safe to run in any number of
+processes at once: exactly once comes from the store (the unique tick key and the cursor compare-and-set,
+see ``ports/schedules.py``). Usage::
+
+    passes = engine.scheduler
+    loop = SchedulerLoop(passes, passes.leader("scheduler"))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from jobengine.core import firing
+from jobengine.core.clock import Clock
+from jobengine.core.ids import RunId, new_run_id
+from jobengine.core.runs import JobOutcome, Run, RunState, RunTrigger
+from jobengine.core.schedules import SCHEDULE_MISFIRED, Schedule
+from jobengine.errors import ConfigError, StoreError
+from jobengine.ports.leader import Leader
+from jobengine.ports.schedules import SchedulingStore, TickClaim
+from jobengine.ports.store import Store
+from jobengine.scheduler.planning import PlannerRegistry, plan
+from jobengine.scheduler.runs import ENDED_JOB_STATES, Runs, job_duration
+from jobengine.scheduler.schedules import JobsCreated, Published, scheduling_store
+from jobengine.tasks import TaskRegistry
+
+log = logging.getLogger("jobengine.scheduler")
+
+
+class SchedulerPasses:
+    """The passes over one engine's store. ``planners`` is the registry of ``engine.schedules``; ``runs``
+    cancels a waiting run whose schedule was deleted; ``leaders`` hands out the store's :class:`Leader`
+    (None: the store elects none); ``misfire_grace``: seconds a tick may be late and still fire."""
+
+    def __init__(
+        self,
+        store: SchedulingStore | None,
+        *,
+        jobs: Store,
+        clock: Clock,
+        tasks: TaskRegistry,
+        planners: PlannerRegistry,
+        runs: Runs,
+        published: Published,
+        jobs_created: JobsCreated,
+        leaders: Callable[[str], Leader] | None,
+        misfire_grace: float,
+    ) -> None:
+        self._store = store
+        self._jobs = jobs
+        self.clock = clock
+        self._tasks = tasks
+        self._planners = planners
+        self._runs = runs
+        self._published = published
+        self._jobs_created = jobs_created
+        self._leaders = leaders
+        self._misfire_grace = misfire_grace
+
+    def leader(self, name: str) -> Leader:
+        """A :class:`Leader` for ``name`` among every process of this store (a lease row on SQLite, an
+        advisory lock on PostgreSQL, always this process in memory)."""
+        if self._leaders is None:
+            raise ConfigError("database: this store offers no leader election")
+        return self._leaders(name)
+
+    async def next_schedule_fire_at(self) -> float | None:
+        return await scheduling_store(self._store).next_fire_at()
+
+    async def fire_due_schedules(self, *, fired_by: str | None = None, limit: int = 100) -> list[Run]:
+        """One pass: every due schedule's ticks (``core.firing.plan_ticks``) fire, each exactly once. Safe
+        to call from any number of processes at once. Returns the runs this call created."""
+        now = self.clock.now()
+        out: list[Run] = []
+        for schedule in await scheduling_store(self._store).due_schedules(now, limit):
+            try:
+                out.extend(await self._fire(schedule, now, fired_by))
+            except StoreError:
+                raise
+            except Exception:  # one broken schedule must not stop the others
+                log.exception("schedule %s (%s): firing failed", schedule.name, schedule.id)
+        return out
+
+    async def plan_waiting_runs(self, limit: int = 100) -> list[Run]:
+        """Plan the runs that waited for the previous one (overlap ``queue``) and whose turn came."""
+        store = scheduling_store(self._store)
+        out: list[Run] = []
+        for run in await store.waiting_runs(limit):
+            now = self.clock.now()
+            found = await store.get_schedules([run.schedule_id])
+            if not found:
+                await self._runs.cancel(run.id, reason="its schedule was deleted", actor="scheduler")
+                continue
+            planned = await plan(
+                self._planners, self._tasks, run.schedule_id, found[0].spec, run.id, run.trigger, now,
+                tick=run.tick, reason=run.reason, actor=run.actor, parent_id=run.parent_id, fired_by=run.fired_by,
+            )  # fmt: skip
+            planned = replace(planned, run=replace(planned.run, created_at=run.created_at))
+            fired = await store.plan_waiting_run(planned, now)
+            if fired is not None:
+                self._published(fired.events)
+                await self._jobs_created(fired.jobs)
+                out.extend(fired.runs)
+        return out
+
+    async def reconcile_runs(self, limit: int = 500) -> int:
+        """Bring queued and running runs in line with their jobs (outcomes a crashed process did not
+        record, starts it did not mark). Returns how many corrections were made."""
+        store = scheduling_store(self._store)
+        fixes = 0
+        after: RunId | None = None
+        while True:
+            runs = await store.active_runs(limit, after)
+            for run in runs:
+                fixes += await self._reconcile(store, run)
+            if len(runs) < limit:
+                return fixes
+            after = runs[-1].id
+
+    async def _fire(self, schedule: Schedule, now: float, fired_by: str | None) -> list[Run]:
+        spec = schedule.spec
+        grace = self._misfire_grace
+        ticks = firing.plan_ticks(spec.cadence(), schedule.cursor, now, grace, spec.misfire, spec.catch_up)
+        runs = []
+        for tick in ticks.fire:
+            planned = await plan(
+                self._planners, self._tasks, schedule.id, spec, new_run_id(), RunTrigger.SCHEDULE, now,
+                tick=tick, fired_by=fired_by,
+            )  # fmt: skip
+            runs.append(planned)
+        events = (
+            (firing.misfired_event(schedule.tenant, schedule.id, ticks, spec.misfire),)
+            if ticks.dropped or ticks.dropped_more
+            else ()
+        )
+        claim = TickClaim(
+            schedule_id=schedule.id, version=schedule.version, cursor=schedule.cursor, new_cursor=ticks.cursor,
+            next_fire_at=ticks.next_fire_at, overlap=spec.overlap, runs=tuple(runs), events=events,
+            fired_by=fired_by,
+        )  # fmt: skip
+        fired = await scheduling_store(self._store).fire_ticks(claim, now)
+        if fired is None:
+            return []  # another scheduler fired these ticks, or the schedule changed meanwhile
+        self._published(fired.events)
+        await self._jobs_created(fired.jobs)
+        if any(e.type == SCHEDULE_MISFIRED for e in fired.events):
+            log.warning("schedule %s: %d missed tick(s) dropped (misfire %s)", spec.name, ticks.dropped, spec.misfire)
+        return fired.runs
+
+    async def _reconcile(self, store: SchedulingStore, run: Run) -> int:
+        segments = await store.run_segments(run.id)
+        jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in segments])}
+        outcomes = []
+        started = False
+        for s in segments:
+            job = jobs.get(s.job_id)
+            if job is None:
+                continue  # deleted by retention: nothing left to learn
+            started = started or job.started_at is not None
+            final = job.final_state if job.final_state in ENDED_JOB_STATES else None
+            if final != s.outcome:
+                outcomes.append(JobOutcome(job.id, run.id, final, job_duration(job)))
+        now = self.clock.now()
+        events = []
+        if started and run.state is RunState.QUEUED:
+            events += await store.start_runs([run.id], now)
+        if outcomes:
+            events += await store.record_outcomes(outcomes, now)
+        self._published(events)
+        return len(outcomes) + (1 if started and run.state is RunState.QUEUED else 0)

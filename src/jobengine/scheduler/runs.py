@@ -1,0 +1,211 @@
+"""Runs: history, a run's jobs, cancel, retry, retention; and the bookkeeping the job transitions do for
+runs (:class:`~jobengine.engine.transitions.RunHooks`: ``started``, ``ended``, ``reopened``).
+
+A run's summary moves as its jobs end, in the engine's job paths (``complete_jobs``, ``fail_jobs``,
+``cancel``, ``retry``, the rescuer), right after the store committed the job's change: one more small
+transaction, only for batches that hold jobs of a run. If the process dies in between, the scheduler's
+reconcile pass (every ``scheduler_reconcile_interval``) finds the job ended and applies the outcome; the
+summary is a delta per segment, so applying an outcome twice counts it once. Usage::
+
+    runs = await engine.runs.list(RunFilter(schedule_id=s.id, states=(RunState.ERROR,)))
+    jobs = await engine.runs.jobs(runs[0].id)
+    retry = await engine.runs.retry(runs[0].id, actor="alice")     # the dead / cancelled segments only
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Final
+
+from jobengine.core.bounds import check_text
+from jobengine.core.clock import Clock
+from jobengine.core.ids import RunId, new_run_id
+from jobengine.core.models import Job, NewJob
+from jobengine.core.runs import ENDED_RUN_STATES, JobOutcome, Run, RunFilter, RunSummary, RunTrigger, Segment
+from jobengine.core.schedules import check_actor
+from jobengine.core.states import JobState
+from jobengine.errors import IllegalState, NotFound
+from jobengine.ports.schedules import PlannedRun, SchedulingStore
+from jobengine.ports.store import Store
+from jobengine.scheduler.planning import new_run
+from jobengine.scheduler.schedules import JobsCreated, Published, scheduling_store
+from jobengine.tasks import TaskRegistry
+
+log = logging.getLogger("jobengine.scheduler")
+
+#: How many run ids a process remembers as started (so later segments of a run cost no write).
+_STARTED_MEMORY: Final = 4096
+ENDED_JOB_STATES: Final = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+
+
+def job_duration(job: Job) -> float | None:
+    if job.started_at is None or job.finished_at is None:
+        return None
+    return max(0.0, job.finished_at - job.started_at)
+
+
+class Runs:
+    """The runs of one engine's store. ``store`` None: the store has no scheduling ports; reads and actions
+    raise ConfigError and the hooks do nothing (no job of such a store belongs to a run).
+
+    ``run_retention``: seconds an ended run is kept (0: kept for ever)."""
+
+    def __init__(
+        self,
+        store: SchedulingStore | None,
+        *,
+        jobs: Store,
+        clock: Clock,
+        tasks: TaskRegistry,
+        published: Published,
+        jobs_created: JobsCreated,
+        run_retention: float,
+    ) -> None:
+        self._store = store
+        self._jobs = jobs
+        self._clock = clock
+        self._tasks = tasks
+        self._published = published
+        self._jobs_created = jobs_created
+        self._run_retention = run_retention
+        #: Runs this process saw start, so a claim of their next segments does not write again (bounded).
+        self._started: dict[RunId, None] = {}
+
+    # -- reads --------------------------------------------------------------------------------------
+    async def get(self, run_id: str, tenant: str | None = None) -> Run:
+        runs = await scheduling_store(self._store).get_runs([RunId(run_id)], tenant)
+        if not runs:
+            raise NotFound("run", run_id)
+        return runs[0]
+
+    async def list(self, filter: RunFilter | None = None) -> builtins.list[Run]:
+        """Newest first; filter by tenant, schedule, states, trigger and creation time."""
+        return await scheduling_store(self._store).list_runs(filter or RunFilter())
+
+    async def segments(self, run_id: str, tenant: str | None = None) -> builtins.list[Segment]:
+        run = await self.get(run_id, tenant)
+        return await scheduling_store(self._store).run_segments(run.id)
+
+    async def jobs(self, run_id: str, tenant: str | None = None) -> builtins.list[Job]:
+        """The run's jobs in segment order (jobs deleted by retention are left out)."""
+        segments = await self.segments(run_id, tenant)
+        return await self._jobs.get_jobs([s.job_id for s in segments])
+
+    # -- actions ------------------------------------------------------------------------------------
+    async def cancel(
+        self, run_id: str, *, reason: str = "cancelled by user", tenant: str | None = None, actor: str = "system"
+    ) -> Run:
+        """Cancel an unfinished run: it becomes cancelled at once, its jobs that have not run are
+        cancelled, running ones are asked to stop. Raises IllegalState for a run that already ended."""
+        check_actor(actor)
+        check_text("reason", reason)
+        store = scheduling_store(self._store)
+        run = await self.get(run_id, tenant)
+        if run.ended:
+            raise IllegalState(f"run {run_id} is already {run.state.value}; nothing to cancel")
+        now = self._clock.now()
+        # The run first: cancelling its jobs first could end it as "every job cancelled" without the
+        # audit record of who cancelled it.
+        run, events = await store.cancel_run(run.id, tenant, reason, actor, now)
+        self._published(events)
+        segments = await store.run_segments(run.id)
+        open_ids = [s.job_id for s in segments if s.outcome is None]
+        if open_ids:
+            changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
+            self._published(changed.events)
+            await self.ended(changed.jobs)
+        return await self.get(run_id, tenant)
+
+    async def retry(
+        self, run_id: str, *, reason: str | None = None, tenant: str | None = None, actor: str = "system"
+    ) -> Run:
+        """A new run (trigger ``retry``, ``parent_id`` the old one) with a copy of each segment of an ended
+        run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed."""
+        check_actor(actor)
+        if reason is not None:
+            check_text("reason", reason)
+        store = scheduling_store(self._store)
+        run = await self.get(run_id, tenant)
+        if run.state not in ENDED_RUN_STATES:
+            raise IllegalState(f"run {run_id} is {run.state.value}; only an ended run can be retried")
+        segments = await store.run_segments(run.id)
+        failed = [s for s in segments if s.outcome in (JobState.DEAD, JobState.CANCELLED)]
+        jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in failed])}
+        failed = [s for s in failed if s.job_id in jobs]
+        if not failed:
+            raise IllegalState(f"run {run_id} has no dead or cancelled jobs to retry")
+        now = self._clock.now()
+        new_id = new_run_id()
+        copies = tuple(_copy(jobs[s.job_id], new_id) for s in failed)
+        retry = new_run(
+            new_id, run.schedule_id, run.tenant, RunTrigger.RETRY, now, reason=reason or f"retry of run {run.id}",
+            actor=actor, parent_id=run.id,
+        )  # fmt: skip
+        items = tuple(s.items for s in failed)
+        retry = replace(retry, summary=RunSummary(total=len(copies)), items=sum(items))
+        planned = PlannedRun(retry, copies, tuple(self._phase_of(j.task) for j in copies), items)
+        fired = await store.insert_run(planned, now)
+        self._published(fired.events)
+        await self._jobs_created(fired.jobs)
+        return fired.runs[0]
+
+    async def prune(self, limit: int = 10_000) -> int:
+        """Delete runs that ended more than ``run_retention`` seconds ago (and their segment rows), and tick
+        records as old (0: keep them all). Their jobs are untouched (job retention has its own settings).
+        Returns how many rows went; 0 for a store without schedules."""
+        keep = self._run_retention
+        if keep <= 0 or self._store is None:
+            return 0
+        return await self._store.prune_runs(self._clock.now() - keep, limit)
+
+    # -- the hooks of the job transitions -----------------------------------------------------------
+    async def started(self, jobs: Sequence[Job]) -> None:
+        """Jobs were claimed: their queued runs are running. Best effort (reconcile catches up)."""
+        ids = [j.run_id for j in jobs if j.run_id is not None and j.run_id not in self._started]
+        if not ids or self._store is None:
+            return
+        try:
+            self._published(await self._store.start_runs(ids, self._clock.now()))
+        except Exception as exc:
+            log.warning("runs %s: could not mark started (%s); the scheduler will", ids, exc)
+            return
+        for run_id in ids:
+            self._started[run_id] = None
+        while len(self._started) > _STARTED_MEMORY:
+            del self._started[next(iter(self._started))]
+
+    async def ended(self, jobs: Sequence[Job]) -> None:
+        """Jobs changed: those of a run that ended count in its summary. Best effort (reconcile catches up)."""
+        ended = [(j, j.run_id) for j in jobs if j.run_id is not None and j.state in ENDED_JOB_STATES]
+        if ended:
+            await self._record([JobOutcome(j.id, run, j.state, job_duration(j)) for j, run in ended])
+
+    async def reopened(self, jobs: Sequence[Job]) -> None:
+        """Jobs were queued again by hand: their outcome no longer counts, and an ended run reopens."""
+        reopened = [(j.id, j.run_id) for j in jobs if j.run_id is not None]
+        if reopened:
+            await self._record([JobOutcome(job, run, None) for job, run in reopened])
+
+    # -- internals ----------------------------------------------------------------------------------
+    async def _record(self, outcomes: Sequence[JobOutcome]) -> None:
+        if not outcomes or self._store is None:
+            return
+        try:
+            self._published(await self._store.record_outcomes(outcomes, self._clock.now()))
+        except Exception as exc:
+            log.warning("run summaries: could not record %d outcome(s) (%s); the scheduler will", len(outcomes), exc)
+
+    def _phase_of(self, task: str) -> tuple[str, ...]:
+        spec = self._tasks.get(task)
+        return spec.phase_names if spec else ()
+
+
+def _copy(job: Job, run_id: RunId) -> NewJob:
+    """A failed segment's job again, for a retry run: same task, payload and options, a new id."""
+    return NewJob(
+        task=job.task, payload=job.payload, queue=job.queue, priority=job.priority, max_attempts=job.max_attempts,
+        tenant=job.tenant, timeout=job.timeout, run_id=run_id, schedule_id=job.schedule_id,
+    )  # fmt: skip
