@@ -32,13 +32,13 @@ class Api:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://api", headers=headers)
 
     async def key(self, tenant: str, *scopes: str) -> str:
-        return (await self.engine.create_api_key(tenant, list(scopes)))[1]
+        return (await self.engine.keys.create(tenant, list(scopes)))[1]
 
     async def session(self, key: str) -> str:
         """The token of a new dashboard session of ``key`` (what the login form puts in the cookie)."""
-        found = await self.engine.authenticate(key)
+        found = await self.engine.keys.authenticate(key)
         assert found is not None
-        return (await self.engine.open_session(found))[1]
+        return (await self.engine.keys.open_session(found))[1]
 
 
 @asynccontextmanager
@@ -75,7 +75,7 @@ def make_api(tmp_path: Path) -> MakeApi:
         settings = settings_for(tmp_path, **overrides)
         engine = Engine.from_settings(settings)
         async with engine:
-            keys = {t: (await engine.create_api_key(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
+            keys = {t: (await engine.keys.create(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
             yield Api(engine, create_app(engine, settings), keys)
 
     return make
