@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from jobengine.core.clock import Clock
 from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.engine import Engine
 from jobengine.http import create_app
@@ -68,12 +69,13 @@ MakeApi = Callable[..., AbstractAsyncContextManager[Api]]
 
 @pytest.fixture
 def make_api(tmp_path: Path) -> MakeApi:
-    """``async with make_api(**settings) as api``: an engine (started) and its app, with other settings."""
+    """``async with make_api(**settings) as api``: an engine (started) and its app, with other settings
+    (``clock``: the engine's clock, for a test that moves time by hand)."""
 
     @asynccontextmanager
-    async def make(**overrides: object) -> AsyncIterator[Api]:
+    async def make(clock: Clock | None = None, **overrides: object) -> AsyncIterator[Api]:
         settings = settings_for(tmp_path, **overrides)
-        engine = Engine.from_settings(settings)
+        engine = Engine.from_settings(settings, clock)
         async with engine:
             keys = {t: (await engine.keys.create(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
             yield Api(engine, create_app(engine, settings), keys)

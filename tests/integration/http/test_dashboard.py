@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -378,19 +379,17 @@ async def test_revoking_the_key_ends_its_sessions_at_once(api: Api) -> None:
 
 
 async def test_a_session_expires_after_dashboard_session_seconds(make_api: MakeApi) -> None:
-    async with make_api(dashboard_session_seconds=600.0) as api:
-        clock = ManualClock(api.engine.clock.now())
-        api.engine.clock = clock  # the session's times are the engine's: moved by hand here
-        async with browser(api, api.keys["acme"]) as c:
-            assert (await c.get("/jobs")).status_code == 200
-            found = await api.engine.keys.session(c.cookies[COOKIE])
-            assert found is not None and found[0].expires_at == clock.now() + 600.0
-            clock.advance(599.0)
-            assert (await c.get("/jobs")).status_code == 200
-            clock.advance(1.0)
-            r = await c.get("/jobs")
-            assert r.status_code == 303 and r.headers["location"].startswith("/login")
-            assert await api.engine.keys.prune_sessions() == 1
+    clock = ManualClock(time.time())  # the session's times are the engine's: moved by hand here
+    async with make_api(clock, dashboard_session_seconds=600.0) as api, browser(api, api.keys["acme"]) as c:
+        assert (await c.get("/jobs")).status_code == 200
+        found = await api.engine.keys.session(c.cookies[COOKIE])
+        assert found is not None and found[0].expires_at == clock.now() + 600.0
+        clock.advance(599.0)
+        assert (await c.get("/jobs")).status_code == 200
+        clock.advance(1.0)
+        r = await c.get("/jobs")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+        assert await api.engine.keys.prune_sessions() == 1
 
 
 async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> None:
