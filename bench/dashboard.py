@@ -72,7 +72,7 @@ async def measure(jobs: int, repeat: int) -> int:
         t0 = time.perf_counter()
         job_id = await fill(engine, jobs)
         print(f"filled {jobs:,} jobs in {time.perf_counter() - t0:.1f} s ({folder})", file=sys.stderr)
-        _, key = await engine.create_api_key("acme", ["admin"])
+        _, key = await engine.keys.create("acme", ["admin"])
         app = create_app(engine, settings)
         pages = [
             "/", "/jobs", "/jobs?state=queued", "/jobs?state=dead", "/jobs?queue=q2&task=report",

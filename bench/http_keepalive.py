@@ -79,7 +79,7 @@ async def _run(n: int) -> list[tuple[str, str, str, list[float]]]:
         settings = Settings(database=str(Path(tmp) / "bench.db"))
         engine = Engine.from_settings(settings)
         async with engine:
-            key = (await engine.create_api_key("bench", ["admin"], "bench"))[1]
+            key = (await engine.keys.create("bench", ["admin"], "bench"))[1]
             service = ApiService(engine, settings, host="127.0.0.1", port=0)
             await service.start()
             rows = []

@@ -51,7 +51,7 @@ async def _measure(
         starts.append(time.monotonic())
 
     async with engine:
-        await engine.set_flow_limits(QUEUE, rate=rate, burst=burst)
+        await engine.flow.set_limits(QUEUE, rate=rate, burst=burst)
         jobs = int(rate * seconds * 1.5) + (burst or int(rate) + 1) + 10  # never runs dry
         for at in range(0, jobs, 1000):
             await engine.enqueue_many([engine.new_job("bench_rate", {"i": i}) for i in range(at, min(jobs, at + 1000))])

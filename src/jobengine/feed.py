@@ -19,7 +19,7 @@ first with a :class:`Reset` instead of silently skipping them.
 On PostgreSQL, event ids are taken at insert and may commit out of order: a read could see id 102 while 101,
 taken by a transaction still open, commits a moment later. Every reader of the log past a cursor (this feed,
 the paged ``GET /api/v1/events``, the webhook fan-out, the dashboard's recorder) reads through
-``Engine.read_settled_events``, which cuts a read at the store's settled bound
+``Engine.event_log.read_settled``, which cuts a read at the store's settled bound
 (:class:`~jobengine.ports.eventlog.SettlingEventLog`) and returns an :class:`EventRead` whose ``cursor``
 never passes the first hole in the id sequence that may still fill. The feed reads what lies beyond it
 again shortly (every ``settle_poll``), until the hole fills or ages into a rollback. SQLite numbers
@@ -38,7 +38,7 @@ from jobengine.core.models import Event
 
 @dataclass(frozen=True, slots=True)
 class EventRead:
-    """One read of the event log past a cursor (``Engine.read_settled_events``).
+    """One read of the event log past a cursor (``Engine.event_log.read_settled``).
 
     ``events``: oldest first, already tenant / job filtered, none past the settled bound. ``cursor``: where
     the next read starts; every event of the filter up to it is in ``events`` (or is not the reader's), and
@@ -77,7 +77,7 @@ def cut_at_settled(after_id: int, limit: int, events: list[Event], bound: tuple[
     return EventRead(kept, max(after_id, covered), cut or not full, settled, newest)
 
 
-#: Reads the log past a cursor, at most a limit, cut at the settled bound: ``Engine.read_settled_events``.
+#: Reads the log past a cursor, at most a limit, cut at the settled bound: ``Engine.event_log.read_settled``.
 Reader = Callable[[int, int], Awaitable[EventRead]]
 
 
@@ -95,7 +95,7 @@ class Reset:
 class EventFeed:
     """Usage::
 
-    feed = engine.event_feed(after_id=last_seen, tenant="acme")
+    feed = engine.event_log.feed(after_id=last_seen, tenant="acme")
     try:
         reset = await feed.open()
         while True:

@@ -35,7 +35,7 @@ def _enqueue(db: str, payloads: list[dict[str, object]], queue_concurrency: int 
             for p in payloads:
                 await engine.enqueue("work", p)
             if queue_concurrency is not None:
-                await engine.update_queue("default", concurrency=queue_concurrency)
+                await engine.queues.update("default", concurrency=queue_concurrency)
 
     asyncio.run(go())
 

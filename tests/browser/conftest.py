@@ -118,8 +118,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         engine.add_task("steps", phases=phases, max_attempts=1, queue="work")
         engine.add_task("flaky", _flaky(controls), max_attempts=1, queue="work")
         async with engine:
-            _, key = await engine.create_api_key("default", ["admin"], "browser tests")
-            _, other = await engine.create_api_key("globex", ["admin"], "another tenant")
+            _, key = await engine.keys.create("default", ["admin"], "browser tests")
+            _, other = await engine.keys.create("globex", ["admin"], "another tenant")
             api = ApiService(engine, settings, host="127.0.0.1", port=0)
             maintenance = ApiMaintenance(engine, rescue=False)
             worker = engine.worker(queues=("work",))

@@ -163,9 +163,9 @@ def test_replay_a_dead_job(page: Any, server: Server) -> None:
 
 def test_approve_a_pack(page: Any, server: Server, tmp_path: Path) -> None:
     # Uploaded through the API by one key, approved from the page by another (four-eyes holds either way).
-    _, uploader = server.call(server.engine.create_api_key("default", ["packs:write", "packs:read"], "ci"))
+    _, uploader = server.call(server.engine.keys.create("default", ["packs:write", "packs:read"], "ci"))
     _, reviewer = server.call(
-        server.engine.create_api_key("default", ["jobs:read", "packs:read", "packs:approve"], "reviewer")
+        server.engine.keys.create("default", ["jobs:read", "packs:read", "packs:approve"], "reviewer")
     )
     with server.api(uploader) as api:
         r = api.post("/api/v1/packs", content=pack_bytes(tmp_path, version="1.4.0"),

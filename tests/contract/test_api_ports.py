@@ -13,6 +13,7 @@ from jobengine.core.states import JobState
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyStore, KeyStore, SessionRecord, SessionStore
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore
+from jobengine.ports.flow import FlowStore
 from jobengine.ports.queues import QueueSettings, QueueSettingsStore
 from jobengine.ports.store import Store
 
@@ -42,6 +43,12 @@ def _queues(store: Store) -> QueueSettingsStore:
 def _dead(store: Store) -> DeadLetterStore:
     assert isinstance(store, DeadLetterStore)
     return store
+
+
+def test_the_store_has_every_port_the_engine_hands_its_services(store: Store) -> None:
+    # The Engine passes the store to keys, requests, queues, event_log and flow typed as these ports, unprobed.
+    ports = (KeyStore, SessionStore, IdempotencyStore, QueueSettingsStore, DeadLetterStore, EventLogStore, FlowStore)
+    assert [p.__name__ for p in ports if not isinstance(store, p)] == []
 
 
 async def test_api_keys_are_stored_listed_and_revoked(store: Store) -> None:

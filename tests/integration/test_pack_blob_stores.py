@@ -168,7 +168,7 @@ async def test_readyz_reports_the_blob_store(tmp_path: Path) -> None:
                 assert (
                     ("filesystem" in check["detail"]) if ready else ("packs_blob_store: filesystem" in check["detail"])
                 )
-            assert "packs" not in await engine.readiness()  # removed with the app
+            assert "packs" not in await engine.health.readiness()  # removed with the app
 
 
 async def test_migration_0009_keeps_versions_and_their_content_on_sqlite(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def _limits(db: str | None, config: Path | None) -> dict[str, FlowLimits]:
 
     async def go() -> dict[str, FlowLimits]:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.flow_limits(fresh=True)
+            return await engine.flow.limits(fresh=True)
 
     return run(go())
 
@@ -89,7 +89,7 @@ def set_limits(
 
     async def go() -> FlowLimits:
         async with open_engine(settings) as engine:
-            return await engine.set_flow_limits(queue, **fields)
+            return await engine.flow.set_limits(queue, **fields)
 
     limits = run(go())
     _print_limits({queue: limits}, json_out)
@@ -104,7 +104,7 @@ def clear(
 
     async def go() -> None:
         async with open_engine(settings, must_exist=True) as engine:
-            await engine.clear_flow_limits(queue)
+            await engine.flow.clear_limits(queue)
 
     run(go())
     output.stdout().print(f"flow limits of {escape(queue)} cleared")
@@ -123,7 +123,7 @@ def scale(
 
     async def go() -> dict[str, Any]:
         async with open_engine(settings, must_exist=True) as engine:
-            return asdict(await engine.scale(queue))
+            return asdict(await engine.flow.scale(queue))
 
     report = run(go())
     if json_out:

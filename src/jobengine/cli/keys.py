@@ -47,7 +47,7 @@ def create(
 
     async def go() -> tuple[ApiKey, str]:
         async with open_engine(settings) as engine:
-            return await engine.create_api_key(tenant, ["admin"] if admin else list(scope or []), name)
+            return await engine.keys.create(tenant, ["admin"] if admin else list(scope or []), name)
 
     key, text = run(go())
     if json_out:
@@ -71,7 +71,7 @@ def list_keys(
 
     async def go() -> list[ApiKey]:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.list_api_keys(tenant)
+            return await engine.keys.list(tenant)
 
     keys = run(go())
     if json_out:
@@ -95,7 +95,7 @@ def revoke(
 
     async def go() -> ApiKey:
         async with open_engine(settings, must_exist=True) as engine:
-            return await engine.revoke_api_key(key_id)
+            return await engine.keys.revoke(key_id)
 
     key = run(go())
     output.stdout().print(f"revoked {key.id} (tenant {escape(key.tenant)})")

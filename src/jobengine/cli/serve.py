@@ -62,7 +62,7 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
         async def ready() -> None:
             console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "
                           f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
-            if not await engine.has_active_api_keys():
+            if not await engine.keys.any_active():
                 console.print("[yellow]no API key exists yet: every request gets 401; create one with "
                               "`jobengine keys create`[/yellow]")  # fmt: skip
 
@@ -102,9 +102,9 @@ async def dev_key(engine: Engine, settings: Settings) -> str:
     path = dev_key_file(settings)
     if path is not None and path.exists():
         text = path.read_text().strip()
-        if await engine.authenticate(text) is not None:
+        if await engine.keys.authenticate(text) is not None:
             return text
-    _, text = await engine.create_api_key("default", ["admin"], "dev key (jobengine up)")
+    _, text = await engine.keys.create("default", ["admin"], "dev key (jobengine up)")
     if path is not None:
         # Created owner-only before anything is written to it (a file left by an earlier start keeps no
         # wider mode: fchmod).

@@ -55,10 +55,10 @@ async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: Coun
     # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
     counts, settings, running, leader, health, workers = await asyncio.gather(
         shared.counts(tenant) if shared is not None else engine.count_jobs(tenant),
-        engine.queue_settings(),
+        engine.queues.settings(),
         engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_SHOWN)),
         _leader(engine, tenant),
-        engine.readiness(timeout=1.0),
+        engine.health.readiness(timeout=1.0),
         visible_workers(engine, tenant),
     )
     totals = {s.value: 0 for s in JobState}

@@ -1,7 +1,7 @@
 """Who is looking: the dashboard's login session and its CSRF token.
 
 The login form takes an API key (the same keys, scopes and tenants as the HTTP API) and opens a session on
-the server (``Engine.open_session``): the cookie holds a random token (``js_...``, never the key), the
+the server (``Engine.keys.open_session``): the cookie holds a random token (``js_...``, never the key), the
 store its sha256, the key it was opened with and its expiry (``dashboard_session_seconds``). The cookie is
 ``Secure``, ``HttpOnly`` and ``SameSite=Strict``: scripts cannot read it, other sites cannot make the
 browser send it. Every request reads the session and its key again, so a logout, a revoked key or an
@@ -70,7 +70,7 @@ async def current(request: Request) -> Session | None:
     token = request.cookies.get(COOKIE)
     if not token:
         return None
-    found = await context(request).engine.session(token)
+    found = await context(request).engine.keys.session(token)
     if found is None:
         return None
     _, key = found
@@ -79,7 +79,7 @@ async def current(request: Request) -> Session | None:
 
 async def still_valid(request: Request, session: Session) -> bool:
     """Whether ``session`` has not ended meanwhile (a live stream asks, every ``sse_keepalive``)."""
-    return await context(request).engine.session(session.token) is not None
+    return await context(request).engine.keys.session(session.token) is not None
 
 
 async def require(request: Request, scope: str | None) -> Session:

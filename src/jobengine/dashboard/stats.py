@@ -1,7 +1,7 @@
 """Throughput and failures over time, for the overview's charts.
 
 The event log is the one source: a :class:`Recorder` reads the events appended since its last
-read (``engine.read_settled_events``, every tenant, oldest first, never past an id that may still commit)
+read (``engine.event_log.read_settled``, every tenant, oldest first, never past an id that may still commit)
 whenever a page or stream asks for the series, and counts them per tenant in one-minute buckets, keeping
 the last ``BUCKETS``. No background task, so nothing to start or stop. On first use it reads back at most
 ``BACKFILL`` events, so a fresh process shows the recent past too; if more than ``MAX_READ`` events arrived
@@ -47,7 +47,7 @@ class Recorder:
     async def pull(self) -> None:
         """Count the events appended since the last pull."""
         async with self._lock:
-            newest = await self._engine.newest_event_id()
+            newest = await self._engine.event_log.newest_id()
             if self._cursor is None:
                 self._cursor = max(0, newest - BACKFILL)
             if newest - self._cursor > MAX_READ:
@@ -55,7 +55,7 @@ class Recorder:
             while self._cursor < newest:
                 # Cut at the settled bound (PostgreSQL): an event that commits after a later id is counted
                 # by a later pull instead of being skipped.
-                read = await self._engine.read_settled_events(self._cursor, _PAGE)
+                read = await self._engine.event_log.read_settled(self._cursor, _PAGE)
                 for event in read.events:
                     name = _SERIES.get(event.type)
                     if name is not None:

@@ -85,12 +85,12 @@ async def job_stream(request: Request, job_id: str) -> Response:
     job_id = job_id_param(job_id)
     eng = engine(request)
     await eng.get_job(job_id, session.tenant)  # an unknown or another tenant's job: 404 before streaming
-    start = await eng.newest_event_id()
+    start = await eng.event_log.newest_id()
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         ctx = context(request)
         st = state(request)
-        feed = eng.event_feed(after_id=start, tenant=session.tenant, job_id=job_id)
+        feed = eng.event_log.feed(after_id=start, tenant=session.tenant, job_id=job_id)
         watch = _Watch(request, session)
         last = None
         try:

@@ -50,7 +50,7 @@ async def login(request: Request) -> Response:
     target = sess.safe_next(form.get("next"))
     text = form.get("key", "").strip()
     eng = engine(request)
-    key = await eng.authenticate(text) if text else None
+    key = await eng.keys.authenticate(text) if text else None
     if key is None:
         error = "enter an API key" if not text else "this API key is unknown or revoked"
         return render(request, "login.html", None, {"next": target, "error": error}, 401)
@@ -59,8 +59,8 @@ async def login(request: Request) -> Response:
         return render(request, "login.html", None, {"next": target, "error": error}, 403)
     previous = request.cookies.get(sess.COOKIE)
     if previous:  # a new login never carries on an older session (nor one someone planted)
-        await eng.end_session(previous)
-    _, token = await eng.open_session(key)
+        await eng.keys.end_session(previous)
+    _, token = await eng.keys.open_session(key)
     response = RedirectResponse(target, status_code=303)
     # Secure: browsers take it over plain HTTP from localhost only; anywhere else serve the dashboard over
     # HTTPS (a proxy in front), so the session token never travels in clear.
@@ -72,7 +72,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     session, _ = await sess.action(request, None)
-    await engine(request).end_session(session.token)
+    await engine(request).keys.end_session(session.token)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(sess.COOKIE, path="/", secure=True, httponly=True, samesite="strict")
     return response
@@ -243,7 +243,7 @@ async def job_action(request: Request, job_id: str, verb: str) -> Response:
 @router.get("/queues")
 async def queues_page(request: Request) -> Response:
     session = await sess.require(request, "jobs:read")
-    queues = await engine(request).queues(session.tenant)
+    queues = await engine(request).queues.list(session.tenant)
     return render(request, "queues.html", session, {"queues": queues, "states": [s.value for s in JobState]})
 
 
@@ -256,17 +256,17 @@ async def queue_action(request: Request, name: str, verb: str) -> Response:
     except InvalidJob as exc:
         raise DashboardError(422, exc.message, "queue") from None
     if verb == "pause":
-        await eng.update_queue(name, paused=True)
+        await eng.queues.update(name, paused=True)
     elif verb == "resume":
-        await eng.update_queue(name, paused=False)
+        await eng.queues.update(name, paused=False)
     elif verb == "limit":
         raw = form.get("concurrency", "").strip()
         if not raw:
-            await eng.update_queue(name, unlimited=True)
+            await eng.queues.update(name, unlimited=True)
         elif not raw.isdigit():
             raise DashboardError(422, "a whole number from 1 to 1000000, or empty for no limit", "concurrency")
         else:
-            await eng.update_queue(name, concurrency=int(raw))
+            await eng.queues.update(name, concurrency=int(raw))
     else:
         raise DashboardError(404, f"no action {verb!r} (pause, resume, limit)", "action")
     return see_other("/queues", f"queue {name}: {verb} done")

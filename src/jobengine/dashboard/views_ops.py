@@ -226,7 +226,7 @@ async def dead_replay(request: Request) -> Response:
     ids = [i for i in form.get("ids", "").split(",") if i]
     if any(len(i) > 100 or not set(i) <= _ID_CHARS for i in ids):
         raise DashboardError(422, "not a list of job ids", "ids")
-    replayed = await engine(request).replay_dead(session.tenant, ids=ids or None, limit=1000)
+    replayed = await engine(request).queues.replay_dead(session.tenant, ids=ids or None, limit=1000)
     return see_other("/dead", f"{len(replayed)} job(s) replayed")
 
 
@@ -243,5 +243,5 @@ async def purge(request: Request) -> Response:
     session, form = await sess.action(request, "jobs:write")
     if form.get("confirm") != "purge":
         raise DashboardError(422, "type purge to confirm", "confirm")
-    purged = await engine(request).purge_dead(session.tenant, limit=10_000)
+    purged = await engine(request).queues.purge_dead(session.tenant, limit=10_000)
     return see_other("/dead", f"{purged} dead job(s) purged")

@@ -13,7 +13,7 @@ to it. Over a broker, this source:
   delivery counted) to come back in a moment, to any worker. The claim itself takes only jobs of the
   worker's tasks, as a database claim does.
 - **flow limits**: a delivery of a queue with a concurrency cap or flow limits is claimed under the queue's
-  rule, as a database claim is (``Engine.claim_limited`` restricted to the delivered ids: same transaction,
+  rule, as a database claim is (``Engine.flow.claim_limited`` restricted to the delivered ids: same transaction,
   same slots and tokens). One the limits hold back (or of a paused queue) is *kept*: un-acked, its broker
   lease extended, tried again at every fetch (after a rate-limited queue's next token, else the poll
   interval). Keeping counts no delivery, so waiting never brings a message nearer to its dead letter; the
@@ -70,12 +70,35 @@ log = logging.getLogger("jobengine.delivery")
 FOREIGN_DELAY = 0.25
 
 
+class FlowParts(Protocol):
+    """What the source uses of the engine's flow control: the claim plan and limited claims."""
+
+    def token_at(self, queue: str, rate: float, now: float) -> float: ...
+
+    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]: ...
+
+    async def claim_limited(
+        self,
+        rule: ClaimRule,
+        n: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
+    ) -> Changed: ...
+
+
 class EngineParts(Protocol):
     """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups)."""
 
     clock: Clock
     tasks: TaskRegistry
     bus: EventBus
+
+    @property
+    def flow(self) -> FlowParts: ...
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat: ...
 
@@ -96,24 +119,6 @@ class EngineParts(Protocol):
     async def unregister_worker(self, worker: WorkerId) -> None: ...
 
     async def rescue_dead_workers(self) -> Changed: ...
-
-    def flow_token_at(self, queue: str, rate: float, now: float) -> float: ...
-
-    async def flow_claim_plan(
-        self, queues: Sequence[str], limit: int
-    ) -> list[tuple[list[str], int, ClaimRule | None]]: ...
-
-    async def claim_limited(
-        self,
-        rule: ClaimRule,
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed: ...
 
 
 Publish = Callable[[Sequence[Job], str], Awaitable[None]]
@@ -244,7 +249,7 @@ class BrokeredSource:
         returns the queues whose jobs the limits (or a pause) may have held back."""
         if not wanted:
             return [], set()
-        plan = await self.engine.flow_claim_plan(sorted({d.message.queue for d in wanted.values()}), len(wanted))
+        plan = await self.engine.flow.claim_plan(sorted({d.message.queue for d in wanted.values()}), len(wanted))
         free = {q for group, _, rule in plan if rule is None for q in group}
         limited = {d.message.queue for d in wanted.values()} - free
         now = self.clock.now()
@@ -256,7 +261,7 @@ class BrokeredSource:
             if rule is None:
                 changed = await self.outbox.claim_jobs(ids, worker, lease, now, tasks=tasks)
             else:
-                changed = await self.engine.claim_limited(
+                changed = await self.engine.flow.claim_limited(
                     replace(rule, ids=tuple(ids)), len(ids), worker, lease, now, tasks=tasks
                 )
             if changed.events:
@@ -448,7 +453,7 @@ class BrokeredSource:
         claim (a cap waits for the poll interval)."""
         if not self._waiting:
             return None
-        plan = await self.engine.flow_claim_plan(sorted({d.message.queue for d in self._waiting}), 1)
+        plan = await self.engine.flow.claim_plan(sorted({d.message.queue for d in self._waiting}), 1)
         now = self.clock.now()
-        tokens = [self.engine.flow_token_at(r.queue, r.rate, now) for _, _, r in plan if r is not None and r.rate]
+        tokens = [self.engine.flow.token_at(r.queue, r.rate, now) for _, _, r in plan if r is not None and r.rate]
         return min(tokens) if tokens else None

@@ -47,12 +47,21 @@ from jobengine.core.models import (
 )
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
-from jobengine.engine.api import ApiFacade
 from jobengine.engine.compose import open_rate_limiter, open_store
-from jobengine.engine.flow import FlowFacade
+from jobengine.engine.event_log import EventLog
+from jobengine.engine.flow import FlowControl
+from jobengine.engine.health import Health
+from jobengine.engine.keys import Keys
+from jobengine.engine.queues import Queues, QueueSettingsCache
+from jobengine.engine.requests import Requests
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
+from jobengine.ports.auth import IdempotencyStore, KeyStore, SessionStore
+from jobengine.ports.deadletter import DeadLetterStore
+from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
+from jobengine.ports.flow import FlowStore
 from jobengine.ports.notifier import Notifier
+from jobengine.ports.queues import QueueSettingsStore
 from jobengine.ports.store import Store
 from jobengine.ports.transactional import TransactionalStore
 from jobengine.ports.watermarks import Watermark, WatermarkStore
@@ -98,7 +107,7 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
     raise InvalidJob(field, f"expected seconds, a datetime or a timedelta, got {value!r}")
 
 
-class Engine(ApiFacade, FlowFacade):
+class Engine:
     def __init__(self, store: Store, settings: Settings | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.settings = settings or Settings()
@@ -118,6 +127,22 @@ class Engine(ApiFacade, FlowFacade):
         self._runs: Runs | None = None
         self._signatures: Signatures | None = None
         self._scheduler: SchedulerPasses | None = None
+        # Every backend implements these ports; the store is handed to each service typed as the ones it uses.
+        s = self.settings
+        self.keys = Keys(cast(KeyStore, store), cast(SessionStore, store), self.clock,
+                         session_seconds=s.dashboard_session_seconds)  # fmt: skip
+        self.requests = Requests(cast(IdempotencyStore, store), self.clock, ttl=s.idempotency_ttl)
+        queue_settings = QueueSettingsCache(cast(QueueSettingsStore, store))
+        self.flow = FlowControl(cast(FlowStore, store), store, queue_settings.read, self.clock, s, notify=self._notify)
+        self.queues = Queues(store, cast(DeadLetterStore, store), queue_settings, self.flow, self.clock,
+                             notify=self._notify, publish=self._published)  # fmt: skip
+        # Only some logs number events out of commit order, or delete old events: asked once, here.
+        self.event_log = EventLog(
+            store, cast(EventLogStore, store), self.bus, self.clock, s,
+            settling=store if isinstance(store, SettlingEventLog) else None,
+            pruning=store if isinstance(store, EventPruneStore) else None,
+        )  # fmt: skip
+        self.health = Health(store, lambda: self.transports.health())
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -440,7 +465,7 @@ class Engine(ApiFacade, FlowFacade):
             tasks = {j.task for j in jobs}
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
-        await self.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
+        await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         names = {task: self._phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
         now = self.clock.now()
@@ -461,6 +486,16 @@ class Engine(ApiFacade, FlowFacade):
         if any(j.state in (JobState.QUEUED,) for j in inserted.jobs):
             self.notifier().notify()
         return inserted.jobs
+
+    async def enqueue_for(self, tenant: str, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        """Enqueue jobs of ``tenant`` (all or none); each with whether it was created (False: an existing
+        job with the same idempotency key). A dependency on another tenant's job is UnknownDependency (the
+        store refuses it, as for every enqueue)."""
+        for job in jobs:
+            if job.tenant != tenant:
+                raise InvalidJob("tenant", "a job must belong to the caller's tenant")
+        stored = await self.enqueue_many(jobs)
+        return [(job, job.id == new.id) for job, new in zip(stored, jobs, strict=True)]
 
     def enqueue_sync(
         self,
@@ -512,6 +547,10 @@ class Engine(ApiFacade, FlowFacade):
             raise NotFound("job", job_id)
         return jobs[0]
 
+    async def get_jobs(self, ids: Sequence[str], tenant: str | None = None) -> list[Job]:
+        """The jobs among ``ids`` that exist (and belong to ``tenant``), in the order asked for."""
+        return await self.store.get_jobs([JobId(i) for i in ids], tenant) if ids else []
+
     async def list_jobs(self, filter: JobFilter | None = None) -> list[Job]:
         return await self.store.list_jobs(filter or JobFilter())
 
@@ -542,6 +581,16 @@ class Engine(ApiFacade, FlowFacade):
             await self.transports.publish_jobs(changed.jobs, "retried")
         if any(j.run_id is not None for j in changed.jobs):
             await self.runs.reopened(changed.jobs)
+        self.notifier().notify()
+        return await self.get_job(job_id, tenant)
+
+    async def replay(self, job_id: str, tenant: str | None = None) -> Job:
+        """Queue a dead job again with a fresh attempt budget. IllegalState if it is not dead."""
+        job = await self.get_job(job_id, tenant)
+        if job.state is not JobState.DEAD:
+            raise IllegalState(f"job {job_id} is {job.state.value}; only a dead job can be replayed")
+        changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
+        self._published(changed.events)
         self.notifier().notify()
         return await self.get_job(job_id, tenant)
 
@@ -610,17 +659,17 @@ class Engine(ApiFacade, FlowFacade):
         tenant: str | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
-        concurrency limit or flow limits is claimed under its rule (:meth:`flow_claim_plan`). ``tasks`` /
+        concurrency limit or flow limits is claimed under its rule (:meth:`FlowControl.claim_plan`). ``tasks`` /
         ``tenant`` restrict the claim to those task names (a worker's: it claims only what it can run) /
         that tenant (a remote worker's key)."""
         now = self.clock.now()
         jobs: list[Job] = []
-        for group, n, rule in await self.flow_claim_plan(queues, limit):
+        for group, n, rule in await self.flow.claim_plan(queues, limit):
             n = min(n, limit - len(jobs))
             if n <= 0:
                 break
             if rule is not None:  # engine.flow: decided inside the store's claim transaction
-                changed = await self.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
+                changed = await self.flow.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
             else:
                 changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
             self._published(changed.events)
@@ -657,7 +706,7 @@ class Engine(ApiFacade, FlowFacade):
     async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
         changed = await self.store.complete_jobs(completions, self.clock.now())
         self._published(changed.events)
-        self.flow_observe(changed.jobs)
+        self.flow.observe(changed.jobs)
         if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
             self.notifier().notify()  # dependents became runnable
         if any(j.run_id is not None for j in changed.jobs):  # else the scheduler's modules stay unloaded
@@ -671,7 +720,7 @@ class Engine(ApiFacade, FlowFacade):
         failures, prints = await self.signatures.prepare(failures)
         changed = await self.store.fail_jobs(failures, self.clock.now())
         self._published(changed.events)
-        self.flow_observe(changed.jobs)
+        self.flow.observe(changed.jobs)
         await self.signatures.record(prints, changed)
         if any(j.run_id is not None for j in changed.jobs):
             await self.runs.ended(changed.jobs)
@@ -685,7 +734,7 @@ class Engine(ApiFacade, FlowFacade):
         return changed
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
-        return await self.flow_next_run_at(queues, tasks)
+        return await self.flow.next_run_at(queues, tasks)
 
     # -- workers ------------------------------------------------------------------------------------
     def worker(self, **overrides: Any) -> Worker:
@@ -718,6 +767,9 @@ class Engine(ApiFacade, FlowFacade):
     def _published(self, events: Sequence[Event]) -> None:
         if events:
             self.bus.publish(events)
+
+    def _notify(self) -> None:
+        self.notifier().notify()
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._portal is None:

@@ -60,15 +60,15 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics)
     engine.bus.add_listener(metrics.on_event)
-    engine.on_key_revoked(ctx.auth.forget)
+    engine.keys.on_revoked(ctx.auth.forget)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine.add_health_check("packs", registry.check_blobs)  # where pack content lives (settings.blob_store_kind)
+        engine.health.add("packs", registry.check_blobs)  # where pack content lives (settings.blob_store_kind)
         try:
             yield
         finally:
-            engine.remove_health_check("packs")
+            engine.health.remove("packs")
             engine.bus.remove_listener(metrics.on_event)
 
     app = FastAPI(

@@ -63,7 +63,7 @@ class Authenticator:
         hit = self._cache.get(digest)
         if hit is not None and hit[0] > now:
             return hit[1]
-        key = await self._engine.authenticate(text)
+        key = await self._engine.keys.authenticate(text)
         principal = Principal(key.id, key.tenant, key.scopes) if key is not None else None
         if self._ttl > 0:
             if len(self._cache) >= _CACHE_MAX:

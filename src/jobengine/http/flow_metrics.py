@@ -28,10 +28,10 @@ class _Snapshot(Collector):
 
 
 async def render_flow_metrics(engine: Engine) -> bytes:
-    reports = await engine.scale_all()
-    limits = await engine.flow_limits()
-    load = await engine.load_state()
-    snap = engine.flow_snapshot()
+    reports = await engine.flow.scale_all()
+    limits = await engine.flow.limits()
+    load = await engine.flow.load_state()
+    snap = engine.flow.snapshot()
     g = GaugeMetricFamily
     depth = g("jobengine_flow_queue_depth", "Runnable jobs (queued, scheduled, failed), all tenants", labels=["queue"])
     running = g("jobengine_flow_running", "Running jobs, all tenants", labels=["queue"])
@@ -55,11 +55,11 @@ async def render_flow_metrics(engine: Engine) -> bytes:
             wait.add_metric([r.queue, q], w)
             run.add_metric([r.queue, q], x)
         workers.add_metric([r.queue], r.recommended_workers)
-        pressure.add_metric([r.queue], _PRESSURE[await engine.queue_pressure(r.queue)])
+        pressure.add_metric([r.queue], _PRESSURE[await engine.queues.pressure(r.queue)])
     rate = g("jobengine_flow_rate_limit", "The token bucket's rate claims use now (jobs/s)", labels=["queue"])
     adaptive = g("jobengine_flow_adaptive_rate", "The adaptive (AIMD) limiter's current rate", labels=["queue"])
     for queue, lim in sorted(limits.items()):
-        current = engine.flow_rate(lim)
+        current = engine.flow.rate(lim)
         if current is not None:
             rate.add_metric([queue], current)
     for queue, value in sorted(snap["adaptive"].items()):

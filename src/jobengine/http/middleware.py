@@ -181,7 +181,7 @@ class Idempotency:
             fingerprint = hashlib.sha256(
                 b"\n".join([scope["method"].encode(), path.encode(), scope.get("query_string", b""), body])
             ).hexdigest()
-            claim = await ctx.engine.claim_request(principal.tenant, key, fingerprint)
+            claim = await ctx.engine.requests.claim(principal.tenant, key, fingerprint)
         except JobEngineError as exc:
             status, _ = status_of(exc)
             await problem_response(status, str(exc), instance=path)(scope, receive, send)
@@ -215,15 +215,15 @@ class Idempotency:
         try:
             await self.app(scope, receive, capture)
         except BaseException:
-            await ctx.engine.release_request(tenant, key)
+            await ctx.engine.requests.release(tenant, key)
             raise
         status = int(start.get("status", 500))
         body = b"".join(chunks)
         headers = Headers(raw=start.get("headers", []))
         if 200 <= status < 300:
-            await ctx.engine.finish_request(tenant, key, status, headers.get("content-type", "application/json"), body)
+            await ctx.engine.requests.finish(tenant, key, status, headers.get("content-type", "application/json"), body)
         else:
-            await ctx.engine.release_request(tenant, key)
+            await ctx.engine.requests.release(tenant, key)
         await send({"type": "http.response.start", "status": status, "headers": start.get("headers", [])})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 

@@ -64,7 +64,7 @@ class ApiService:
 
     async def check_keys(self) -> None:
         """A server reachable from other hosts refuses to start without an API key to check requests against."""
-        if not is_loopback(self.host) and not await self.engine.has_active_api_keys():
+        if not is_loopback(self.host) and not await self.engine.keys.any_active():
             raise ConfigError(
                 f"api_host: {self.host} is not a loopback address and no API key exists; create one first "
                 "(jobengine keys create --tenant NAME --scope admin), or listen on 127.0.0.1"
@@ -154,9 +154,9 @@ class ApiMaintenance:
             log.warning("rescued %d jobs whose lease expired", len(changed.jobs))
 
     async def _prune(self) -> None:
-        await self.engine.prune_requests()
-        await self.engine.prune_sessions()
-        await self.engine.prune_events()
+        await self.engine.requests.prune()
+        await self.engine.keys.prune_sessions()
+        await self.engine.event_log.prune()
         await self.engine.webhooks.prune_inbound()
 
     @staticmethod

@@ -148,17 +148,3 @@ class Store(Protocol):
     ) -> list[Event]:
         """Events with id > after_id, oldest first."""
         ...
-
-
-_SUPPORTS: dict[tuple[type, type], bool] = {}
-
-
-def supports(store: object, port: type) -> bool:
-    """``isinstance(store, port)`` for a runtime-checkable port Protocol, answered once per store class: the
-    Protocol check walks the port's members, and hot paths (every enqueue, every claim) ask it
-    (docs/decisions/0021-enqueue-client-instructions.md)."""
-    key = (type(store), port)
-    known = _SUPPORTS.get(key)
-    if known is None:
-        known = _SUPPORTS[key] = isinstance(store, port)
-    return known

@@ -77,7 +77,7 @@ class WebhookDispatcher:
         self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
                                          timeout=httpx.Timeout(self.settings.webhook_timeout))  # fmt: skip
         self.engine.bus.add_listener(self._on_events)
-        self.engine.add_health_check("webhooks", self._health)
+        self.engine.health.add("webhooks", self._health)
         self._task = asyncio.create_task(self._loop(), name="jobengine-webhooks")
 
     async def stop(self) -> None:
@@ -85,7 +85,7 @@ class WebhookDispatcher:
         if task is None:
             return
         self.engine.bus.remove_listener(self._on_events)
-        self.engine.remove_health_check("webhooks")
+        self.engine.health.remove("webhooks")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -150,8 +150,8 @@ class WebhookDispatcher:
             if cursor is None:
                 return written  # no endpoint was ever created
             # On PostgreSQL an event id can commit after a later one: the read stops before a hole that may
-            # still fill (Engine.read_settled_events), so the cursor never passes an event never delivered.
-            read = await self.engine.read_settled_events(cursor, _FAN_BATCH)
+            # still fill (Engine.event_log.read_settled), so the cursor never passes an event never delivered.
+            read = await self.engine.event_log.read_settled(cursor, _FAN_BATCH)
             events = read.events
             if not events:
                 return written

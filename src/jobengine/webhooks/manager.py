@@ -112,7 +112,7 @@ class Webhooks:
             description=description, enabled=bool(enabled), rate_limit=limit, rate_window=window,
             created_at=now, updated_at=now,
         )  # fmt: skip
-        await self.store.init_cursor(CURSOR, await self.engine.newest_event_id())
+        await self.store.init_cursor(CURSOR, await self.engine.event_log.newest_id())
         await self.store.insert_endpoint(endpoint)
         return endpoint
 

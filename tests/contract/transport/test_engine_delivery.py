@@ -391,7 +391,7 @@ async def test_a_queue_cap_holds_and_every_job_runs_once(make_engine: EngineFact
             running -= 1
 
     async with engine:
-        await engine.update_queue("capped", concurrency=2)
+        await engine.queues.update("capped", concurrency=2)
         await engine.enqueue_many([engine.new_job("slow", {"i": i}) for i in range(10)])
         async with worker(engine, concurrency=10, lease_seconds=1.5, heartbeat_every=0.2):
             await until(lambda: _settled(engine, 10), timeout=60)
@@ -416,7 +416,7 @@ async def test_a_key_concurrency_limit_holds(make_engine: EngineFactory) -> None
             running[account] -= 1
 
     async with engine:
-        await engine.set_flow_limits("keyed", concurrency=1, concurrency_key="payload.account")
+        await engine.flow.set_limits("keyed", concurrency=1, concurrency_key="payload.account")
         await engine.enqueue_many([engine.new_job("slow", {"account": "ab"[i % 2]}) for i in range(8)])
         async with worker(engine, concurrency=8):
             await until(lambda: _settled(engine, 8), timeout=60)
@@ -434,7 +434,7 @@ async def test_a_rate_limit_spreads_the_starts(make_engine: EngineFactory) -> No
         runs[ctx.payload["i"]] += 1
 
     async with engine:
-        await engine.set_flow_limits("rated", rate=5, burst=5)
+        await engine.flow.set_limits("rated", rate=5, burst=5)
         await engine.enqueue_many([engine.new_job("quick", {"i": i}) for i in range(15)])
         async with worker(engine, concurrency=15):
             await until(lambda: _settled(engine, 15), timeout=60)
@@ -460,7 +460,7 @@ async def test_a_worker_held_by_a_rate_limit_wakes_when_its_next_token_is_due(ma
         runs[ctx.payload["i"]] += 1
 
     async with engine:
-        await engine.set_flow_limits("rated", rate=5, burst=1)
+        await engine.flow.set_limits("rated", rate=5, burst=1)
         await engine.enqueue_many([engine.new_job("quick", {"i": i}) for i in range(20)])
         async with worker(engine, concurrency=10, poll_interval=5.0):
             await until(lambda: _settled(engine, 20), timeout=45)
@@ -480,13 +480,13 @@ async def test_a_paused_queue_waits_and_runs_once_resumed(make_engine: EngineFac
         runs.append(ctx.payload["i"])
 
     async with engine:
-        await engine.update_queue("paused", paused=True)
+        await engine.queues.update("paused", paused=True)
         await engine.enqueue_many([engine.new_job("work", {"i": i}) for i in range(3)])
         async with worker(engine, lease_seconds=1.0, heartbeat_every=0.2):
             await asyncio.sleep(1.5)  # past the broker's lease: held deliveries are extended, not redelivered
             assert runs == []
             assert await states(engine) == {JobState.QUEUED: 3}
-            await engine.update_queue("paused", paused=False)
+            await engine.queues.update("paused", paused=False)
             await until(lambda: _settled(engine, 3))
         assert sorted(runs) == [0, 1, 2]
         await _no_retries_or_dead_letters(engine)

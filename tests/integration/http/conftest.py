@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from jobengine.core.clock import Clock
 from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.engine import Engine
 from jobengine.http import create_app
@@ -32,13 +33,13 @@ class Api:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://api", headers=headers)
 
     async def key(self, tenant: str, *scopes: str) -> str:
-        return (await self.engine.create_api_key(tenant, list(scopes)))[1]
+        return (await self.engine.keys.create(tenant, list(scopes)))[1]
 
     async def session(self, key: str) -> str:
         """The token of a new dashboard session of ``key`` (what the login form puts in the cookie)."""
-        found = await self.engine.authenticate(key)
+        found = await self.engine.keys.authenticate(key)
         assert found is not None
-        return (await self.engine.open_session(found))[1]
+        return (await self.engine.keys.open_session(found))[1]
 
 
 @asynccontextmanager
@@ -68,14 +69,15 @@ MakeApi = Callable[..., AbstractAsyncContextManager[Api]]
 
 @pytest.fixture
 def make_api(tmp_path: Path) -> MakeApi:
-    """``async with make_api(**settings) as api``: an engine (started) and its app, with other settings."""
+    """``async with make_api(**settings) as api``: an engine (started) and its app, with other settings
+    (``clock``: the engine's clock, for a test that moves time by hand)."""
 
     @asynccontextmanager
-    async def make(**overrides: object) -> AsyncIterator[Api]:
+    async def make(clock: Clock | None = None, **overrides: object) -> AsyncIterator[Api]:
         settings = settings_for(tmp_path, **overrides)
-        engine = Engine.from_settings(settings)
+        engine = Engine.from_settings(settings, clock)
         async with engine:
-            keys = {t: (await engine.create_api_key(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
+            keys = {t: (await engine.keys.create(t, ALL, f"{t} admin"))[1] for t in ("acme", "globex")}
             yield Api(engine, create_app(engine, settings), keys)
 
     return make

@@ -216,10 +216,10 @@ async def test_health_readiness_and_metrics(api: Api, acme: httpx.AsyncClient) -
     async def failing() -> str:
         raise RuntimeError("planner is down")
 
-    api.engine.add_health_check("planner", failing)
+    api.engine.health.add("planner", failing)
     not_ready = await acme.get("/readyz")
     assert not_ready.status_code == 503 and not_ready.json()["checks"]["planner"]["ready"] is False
-    api.engine.remove_health_check("planner")
+    api.engine.health.remove("planner")
     await dead_job(acme)
     await acme.post("/api/v1/jobs", json={"task": "t"})
     text = (await acme.get("/metrics")).text
@@ -245,7 +245,7 @@ async def test_missing_wrong_or_revoked_keys_are_401_and_scopes_403(api: Api) ->
         assert r.status_code == 403 and r.json()["required_scope"] == "jobs:write"
         assert (await c.post("/api/v1/worker/claim", json={"worker_id": "w"})).status_code == 403
         assert (await c.post("/api/v1/queues/default/pause")).status_code == 403
-        await api.engine.revoke_api_key(reader.split("_")[1])  # the app's key cache forgets it at once
+        await api.engine.keys.revoke(reader.split("_")[1])  # the app's key cache forgets it at once
         assert (await c.get("/api/v1/jobs")).status_code == 401
     async with api.client(key=reader, tenant="acme") as c:
         c.headers.pop("Authorization")

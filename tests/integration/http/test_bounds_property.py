@@ -91,11 +91,11 @@ class Reads:
         self.settings = settings_for(Path("."), database=database, claim_max_wait=0.1)
         self.engine = Engine.from_settings(self.settings)
         runner.run(self.engine.start())
-        key = runner.run(self.engine.create_api_key("acme", ["admin"]))
+        key = runner.run(self.engine.keys.create("acme", ["admin"]))
         self.key = key[1]
-        found = runner.run(self.engine.authenticate(self.key))
+        found = runner.run(self.engine.keys.authenticate(self.key))
         assert found is not None
-        self.session = runner.run(self.engine.open_session(found))[1]
+        self.session = runner.run(self.engine.keys.open_session(found))[1]
         self.app = create_app(self.engine, self.settings)
         self.answers: dict[str, int] = {}  # "job 201", "phases 422", ... -> examples
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -135,7 +136,7 @@ async def test_bad_input_names_the_field_and_writes_nothing(api: Api, acme_ui: h
     assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
     r = await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="0"))
     assert r.status_code == 422 and "<strong>concurrency</strong>" in r.text
-    assert "billing" not in await e.queue_settings(fresh=True)
+    assert "billing" not in await e.queues.settings(fresh=True)
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
     schedule = await e.schedules.create(spec)
     r = await acme_ui.post(f"/schedules/{schedule.id}/trigger", data=form(acme_ui, reason=" "))
@@ -155,11 +156,11 @@ async def test_queue_schedule_and_run_actions(api: Api, acme_ui: httpx.AsyncClie
     await e.enqueue("invoice", tenant="acme", queue="billing")
     r = await acme_ui.post("/queues/billing/pause", data=form(acme_ui))
     assert r.status_code == 303
-    assert (await e.queue_settings(fresh=True))["billing"].paused
+    assert (await e.queues.settings(fresh=True))["billing"].paused
     await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="4"))
-    assert (await e.queue_settings(fresh=True))["billing"].concurrency == 4
+    assert (await e.queues.settings(fresh=True))["billing"].concurrency == 4
     await acme_ui.post("/queues/billing/resume", data=form(acme_ui))
-    assert not (await e.queue_settings(fresh=True))["billing"].paused
+    assert not (await e.queues.settings(fresh=True))["billing"].paused
     spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
     schedule = await e.schedules.create(spec)
     r = await acme_ui.post(f"/schedules/{schedule.id}/pause", data=form(acme_ui))
@@ -371,26 +372,24 @@ async def test_revoking_the_key_ends_its_sessions_at_once(api: Api) -> None:
     key_id = key.split("_")[1]
     async with browser(api, key) as c:
         assert (await c.get("/")).status_code == 200
-        await api.engine.revoke_api_key(key_id)
+        await api.engine.keys.revoke(key_id)
         r = await c.get("/")  # at once, within no cache time
         assert r.status_code == 303 and r.headers["location"].startswith("/login")
         assert (await c.post("/login", data={"key": key})).status_code == 401
 
 
 async def test_a_session_expires_after_dashboard_session_seconds(make_api: MakeApi) -> None:
-    async with make_api(dashboard_session_seconds=600.0) as api:
-        clock = ManualClock(api.engine.clock.now())
-        api.engine.clock = clock  # the session's times are the engine's: moved by hand here
-        async with browser(api, api.keys["acme"]) as c:
-            assert (await c.get("/jobs")).status_code == 200
-            found = await api.engine.session(c.cookies[COOKIE])
-            assert found is not None and found[0].expires_at == clock.now() + 600.0
-            clock.advance(599.0)
-            assert (await c.get("/jobs")).status_code == 200
-            clock.advance(1.0)
-            r = await c.get("/jobs")
-            assert r.status_code == 303 and r.headers["location"].startswith("/login")
-            assert await api.engine.prune_sessions() == 1
+    clock = ManualClock(time.time())  # the session's times are the engine's: moved by hand here
+    async with make_api(clock, dashboard_session_seconds=600.0) as api, browser(api, api.keys["acme"]) as c:
+        assert (await c.get("/jobs")).status_code == 200
+        found = await api.engine.keys.session(c.cookies[COOKIE])
+        assert found is not None and found[0].expires_at == clock.now() + 600.0
+        clock.advance(599.0)
+        assert (await c.get("/jobs")).status_code == 200
+        clock.advance(1.0)
+        r = await c.get("/jobs")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+        assert await api.engine.keys.prune_sessions() == 1
 
 
 async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> None:
@@ -405,7 +404,7 @@ async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> N
             ):
                 lines = overview.aiter_lines()
                 assert [name for name, _ in await _frames(lines, 1)] == ["overview"]
-                await api.engine.end_session(token)  # a logout, from any process
+                await api.engine.keys.end_session(token)  # a logout, from any process
                 async with asyncio.timeout(10):  # the stream ends (within a keep-alive or two)
                     async for _ in lines:
                         pass

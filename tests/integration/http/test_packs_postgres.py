@@ -20,8 +20,8 @@ GZ = {"Content-Type": "application/gzip"}
 async def test_the_registry_on_postgres(postgres_dsn: str, tmp_path: Path) -> None:
     settings = Settings(database=postgres_dsn, packs_four_eyes="on")
     async with Engine.from_settings(settings) as engine:
-        dev = (await engine.create_api_key("acme", ["packs:write", "packs:read", "jobs:write"]))[1]
-        reviewer = (await engine.create_api_key("acme", ["packs:approve", "packs:read"]))[1]
+        dev = (await engine.keys.create("acme", ["packs:write", "packs:read", "jobs:write"]))[1]
+        reviewer = (await engine.keys.create("acme", ["packs:approve", "packs:read"]))[1]
         app = create_app(engine, settings)
 
         def client(key: str) -> httpx.AsyncClient:

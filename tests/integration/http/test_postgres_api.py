@@ -17,7 +17,7 @@ async def test_the_api_on_postgres(postgres_dsn: str) -> None:
     settings = Settings(database=postgres_dsn, claim_max_wait=0.5)
     engine = Engine.from_settings(settings)
     async with engine:
-        keys = {t: (await engine.create_api_key(t, ["admin"]))[1] for t in ("acme", "globex")}
+        keys = {t: (await engine.keys.create(t, ["admin"]))[1] for t in ("acme", "globex")}
         app = create_app(engine, settings)
 
         def client(tenant: str) -> httpx.AsyncClient:

@@ -58,7 +58,7 @@ class EngineApp:
                 self.app = create_app(engine, self.settings)
                 if not self.keys:
                     for tenant in ("acme", "globex"):
-                        self.keys[tenant] = (await engine.create_api_key(tenant, ["admin"]))[1]
+                        self.keys[tenant] = (await engine.keys.create(tenant, ["admin"]))[1]
                         await engine.enqueue_many([NewJob(task="seed", tenant=tenant) for _ in range(3)])
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

@@ -4,7 +4,7 @@ On PostgreSQL an event's id is taken at insert. Here a transaction takes an id (
 own transaction, left open), then the store commits a later id. A feed must not deliver the later one and
 move on: it waits for the hole to fill (the open transaction commits) and then delivers both, in id order.
 A hole that never fills (a rollback) holds the feed back for ``event_settle_grace`` only. The paged
-``GET /api/v1/events`` and the dashboard's recorder read through the same ``Engine.read_settled_events``:
+``GET /api/v1/events`` and the dashboard's recorder read through the same ``Engine.event_log.read_settled``:
 a page stops before the hole and its ``last_id`` does not pass it.
 """
 
@@ -34,8 +34,8 @@ async def _drain(feed: object, seconds: float) -> list[int]:
 async def test_a_feed_waits_for_an_id_that_commits_after_a_later_one(postgres_dsn: str) -> None:
     async with Engine.from_settings(Settings(database=postgres_dsn, sse_poll_interval=0.05)) as engine:
         await engine.enqueue("t", {"n": 0})
-        start = await engine.newest_event_id()
-        feed = engine.event_feed(after_id=start)
+        start = await engine.event_log.newest_id()
+        feed = engine.event_log.feed(after_id=start)
         try:
             async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
                 async with conn.transaction():
@@ -57,8 +57,8 @@ async def test_a_hole_left_by_a_rollback_holds_the_feed_for_the_grace_only(postg
     settings = Settings(database=postgres_dsn, sse_poll_interval=0.05, event_settle_grace=0.5)
     async with Engine.from_settings(settings) as engine:
         await engine.enqueue("t", {"n": 0})
-        start = await engine.newest_event_id()
-        feed = engine.event_feed(after_id=start)
+        start = await engine.event_log.newest_id()
+        feed = engine.event_log.feed(after_id=start)
         try:
             async with (
                 await psycopg.AsyncConnection.connect(postgres_dsn) as conn,
@@ -80,8 +80,8 @@ async def test_a_hole_left_by_a_rollback_holds_the_feed_for_the_grace_only(postg
 
 async def test_without_holes_the_feed_delivers_at_once(postgres_dsn: str) -> None:
     async with Engine.from_settings(Settings(database=postgres_dsn, sse_poll_interval=0.05)) as engine:
-        start = await engine.newest_event_id()
-        feed = engine.event_feed(after_id=start)
+        start = await engine.event_log.newest_id()
+        feed = engine.event_log.feed(after_id=start)
         try:
             jobs = await engine.enqueue_many([engine.new_job("t", {"i": i}) for i in range(700)])
             got: list[int] = []
@@ -98,7 +98,7 @@ async def test_an_events_page_stops_before_an_id_that_commits_after_a_later_one(
     settings = Settings(database=postgres_dsn)
     async with Engine.from_settings(settings) as engine:
         recorder = Recorder(engine)
-        _, key = await engine.create_api_key("default", ["jobs:read"])
+        _, key = await engine.keys.create("default", ["jobs:read"])
         app = create_app(engine, settings)
         headers = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pg",
@@ -110,12 +110,12 @@ async def test_an_events_page_stops_before_an_id_that_commits_after_a_later_one(
                 return [e["id"] for e in r.json()["items"]], r.json()["last_id"]
 
             await engine.enqueue("t", {"n": 0})
-            start = await engine.newest_event_id()
+            start = await engine.event_log.newest_id()
             async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
                 async with conn.transaction():
                     early = await engine.enqueue("t", {"n": 1}, connection=conn)  # takes the next id, open
                     late = await engine.enqueue("t", {"n": 2})  # a later id, committed at once
-                    assert await engine.newest_event_id() > start + 1
+                    assert await engine.event_log.newest_id() > start + 1
                     # The page ends before the open id, and so does its cursor (also through the filters,
                     # which read in batches of their own, and for a page of one).
                     assert await page(0) == ([start], start)

@@ -39,7 +39,7 @@ class Api:
 @asynccontextmanager
 async def api_on(tmp_path: Path, **overrides: object) -> AsyncIterator[Api]:
     async with Engine.from_settings(webhook_settings(str(tmp_path / "api.db"), **overrides)) as engine:
-        keys = {t: (await engine.create_api_key(t, ["admin"], t))[1] for t in ("acme", "globex")}
+        keys = {t: (await engine.keys.create(t, ["admin"], t))[1] for t in ("acme", "globex")}
         names = {"internal.example.com": ["10.1.2.3"], "public.example.com": ["93.184.216.34"],
                  "mixed.example.com": ["93.184.216.34", "127.0.0.1"]}  # fmt: skip
 
@@ -74,7 +74,7 @@ async def test_endpoint_crud_tenancy_and_scopes(tmp_path: Path, receiver: Callab
             answer = await gx.request(method, path, json={} if method != "GET" and method != "DELETE" else None)
             assert answer.status_code == 404, (method, path, answer.text)
         # Scopes: a read-only key may list, not create.
-        reader = await api.engine.create_api_key("acme", ["webhooks:read"], "reader")
+        reader = await api.engine.keys.create("acme", ["webhooks:read"], "reader")
         async with api.client(reader[1]) as ro:
             assert (await ro.get(f"{W}/endpoints")).status_code == 200
             denied = await ro.post(f"{W}/endpoints", json={"url": rx.url})

@@ -73,7 +73,7 @@ def open_api(request: pytest.FixtureRequest, tmp_path: object) -> OpenApi:
         async with Engine.from_settings(settings) as engine:
             for tenant in ("acme", "globex"):
                 if tenant not in keys:
-                    keys[tenant] = (await engine.create_api_key(tenant, ["admin"], tenant))[1]
+                    keys[tenant] = (await engine.keys.create(tenant, ["admin"], tenant))[1]
             yield Api(engine, create_app(engine), keys)
 
     return open_
@@ -110,9 +110,9 @@ async def test_the_event_reaches_the_run_and_its_jobs_through_the_template(open_
         assert payloads == [{**common, "items": ["api"], "segment": 0}, {**common, "items": ["web"], "segment": 1}]
         listed = (await acme.get("/api/v1/runs")).json()["items"]
         assert [x["id"] for x in listed] == [run_id] and "trigger_data" not in listed[0]  # lists stay small
-        key = await api.engine.authenticate(api.keys["acme"])
+        key = await api.engine.keys.authenticate(api.keys["acme"])
         assert key is not None
-        _, token = await api.engine.open_session(key)
+        _, token = await api.engine.keys.open_session(key)
         acme.cookies.set(COOKIE, token)
         page = await acme.get(f"/runs/{run_id}")  # the dashboard's run page shows it too
         assert page.status_code == 200 and "Trigger data" in page.text and "&#34;pusher&#34;" in page.text

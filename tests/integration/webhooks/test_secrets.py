@@ -181,7 +181,7 @@ async def test_postgresql_without_secret_keys_refuses_to_store_a_secret_naming_t
 ) -> None:
     rx = receiver(lambda n, r: (200, {}))
     async with Engine.from_settings(webhook_settings(postgres_dsn)) as engine:
-        key = (await engine.create_api_key("acme", ["admin"]))[1]
+        key = (await engine.keys.create("acme", ["admin"]))[1]
         transport = httpx.ASGITransport(app=create_app(engine))
         async with httpx.AsyncClient(transport=transport, base_url="http://api",
                                      headers={"Authorization": f"Bearer {key}"}) as c:  # fmt: skip

@@ -23,9 +23,9 @@ async def _engine(clock: ManualClock) -> Engine:
 async def test_adaptive_rate_rises_under_success_and_halves_under_errors() -> None:
     clock = ManualClock()
     engine = await _engine(clock)
-    limits = await engine.set_flow_limits("q", rate=4.0, rate_floor=1.0, rate_ceiling=8.0, adaptive=True,
+    limits = await engine.flow.set_limits("q", rate=4.0, rate_floor=1.0, rate_ceiling=8.0, adaptive=True,
                                           target_error_rate=0.1)  # fmt: skip
-    assert engine.flow_rate(limits) == 4.0
+    assert engine.flow.rate(limits) == 4.0
     rates = []
     for round_ in range(6):
         for _ in range(20):
@@ -40,17 +40,17 @@ async def test_adaptive_rate_rises_under_success_and_halves_under_errors() -> No
             err = AttemptError(1, clock.now(), "Boom", "boom")
             await engine.fail_jobs([Failure(j.id, j.lease_token or "", err, FailOutcome.DEAD) for j in jobs])
         clock.advance(AIMD_INTERVAL)
-        rates.append(engine.flow_rate(limits))
+        rates.append(engine.flow.rate(limits))
     assert rates[:3] == sorted(rates[:3]) and rates[2] > 4.0  # success: up, additively
     assert rates[3] == rates[2] / 2 and rates[4] == max(1.0, rates[3] / 2)  # errors: halved, to the floor
     assert rates[5] == 1.0
-    assert engine.flow_snapshot()["adaptive"] == {"q": 1.0}  # what /metrics shows
+    assert engine.flow.snapshot()["adaptive"] == {"q": 1.0}  # what /metrics shows
 
 
 async def test_rate_limit_holds_claims_back_and_loses_nothing() -> None:
     clock = ManualClock()
     engine = await _engine(clock)
-    await engine.set_flow_limits("q", rate=2.0, burst=2)
+    await engine.flow.set_limits("q", rate=2.0, burst=2)
     for _ in range(10):
         await engine.enqueue("t", queue="q")
     assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
@@ -61,5 +61,5 @@ async def test_rate_limit_holds_claims_back_and_loses_nothing() -> None:
     assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
     counts = await engine.count_jobs()
     assert counts[("q", JobState.QUEUED)] == 6 and counts[("q", JobState.RUNNING)] == 4
-    await engine.clear_flow_limits("q")
+    await engine.flow.clear_limits("q")
     assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 6

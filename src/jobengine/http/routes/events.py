@@ -98,7 +98,7 @@ async def list_events(
     cursor, scanned = after, 0
     size = 500 if selector.active else limit
     while len(items) < limit and scanned < _SCAN_LIMIT:
-        read = await engine.read_settled_events(cursor, size, job_id=job_id, tenant=principal.tenant)
+        read = await engine.event_log.read_settled(cursor, size, job_id=job_id, tenant=principal.tenant)
         batch = read.events
         wanted = {e.id for e in await selector.select(batch)} if selector.active else None
         for e in batch:
@@ -117,7 +117,7 @@ async def list_events(
 
 def _stream(request: Request, tenant: str, after: int, job_id: str | None, selector: EventSelector | None) -> Response:
     ctx = context(request)
-    feed = ctx.engine.event_feed(after_id=after, tenant=tenant, job_id=job_id)
+    feed = ctx.engine.event_log.feed(after_id=after, tenant=tenant, job_id=job_id)
     select = selector.select if selector is not None and selector.active else None
     return FeedResponse(feed, ctx.metrics, ctx.settings.sse_keepalive, lambda: ctx.closing, select)
 
@@ -171,4 +171,4 @@ async def stream_job(
 
 async def _newest(request: Request) -> int:
     """The newest event id, so that a stream without a position starts with what happens next."""
-    return await context(request).engine.newest_event_id()
+    return await context(request).engine.event_log.newest_id()

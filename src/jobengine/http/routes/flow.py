@@ -32,12 +32,12 @@ async def _flow_json(
 ) -> dict[str, object]:
     engine = context(request).engine
     # Queues are shared lanes, their depth is not: a tenant's key counts its own jobs only.
-    depth = await engine.queue_depth(queue, None if principal.allows("metrics") else principal.tenant)
+    depth = await engine.queues.depth(queue, None if principal.allows("metrics") else principal.tenant)
     return {
         "queue": queue,
         "limits": limits.to_json() if limits is not None else None,
-        "current_rate": engine.flow_rate(limits) if limits is not None else None,
-        "pressure": (await engine.queue_pressure(queue)).value,
+        "current_rate": engine.flow.rate(limits) if limits is not None else None,
+        "pressure": (await engine.queues.pressure(queue)).value,
         "depth": depth,
     }
 
@@ -47,7 +47,7 @@ async def get_flow(
     queue: QueuePath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
 ) -> Response:
     """The queue's flow limits (configured, or set through the API), its current rate and pressure."""
-    limits = (await context(request).engine.flow_limits(fresh=True)).get(queue)
+    limits = (await context(request).engine.flow.limits(fresh=True)).get(queue)
     return json_response(await _flow_json(request, principal, queue, limits))
 
 
@@ -59,7 +59,7 @@ async def set_flow(
     principal: Annotated[Principal, Depends(require("queues:write"))],
 ) -> Response:
     """Replace the queue's flow limits (every worker of every process applies them within a second)."""
-    limits = await context(request).engine.set_flow_limits(queue, **body.model_dump())
+    limits = await context(request).engine.flow.set_limits(queue, **body.model_dump())
     return json_response(await _flow_json(request, principal, queue, limits))
 
 
@@ -69,8 +69,8 @@ async def clear_flow(
 ) -> Response:
     """Remove the limits set through the API (configured ones, if any, apply again)."""
     engine = context(request).engine
-    await engine.clear_flow_limits(queue)
-    return json_response(await _flow_json(request, principal, queue, (await engine.flow_limits(fresh=True)).get(queue)))
+    await engine.flow.clear_limits(queue)
+    return json_response(await _flow_json(request, principal, queue, (await engine.flow.limits(fresh=True)).get(queue)))
 
 
 @router.get("/queues/{queue}/scale", response_model=ScaleOut, responses=READ)
@@ -79,14 +79,14 @@ async def get_scale(
 ) -> Response:
     """Depth, throughput and latency percentiles over the last minute, and the worker slots that would
     drain the backlog within ``scale_target_seconds``."""
-    return json_response(asdict(await context(request).engine.scale(queue)))
+    return json_response(asdict(await context(request).engine.flow.scale(queue)))
 
 
 @router.get("/load", response_model=LoadOut, responses=READ)
 async def get_load(request: Request, principal: Annotated[Principal, Depends(require("metrics"))]) -> Response:
     """Whether the service sheds low-priority work now, why, and the thresholds (``shed_*`` settings)."""
     engine = context(request).engine
-    state = await engine.load_state()
+    state = await engine.flow.load_state()
     s = engine.settings
     thresholds = {"depth": s.shed_depth, "in_flight": s.shed_in_flight, "latency": s.shed_latency,
                   "min_priority": s.shed_min_priority}  # fmt: skip

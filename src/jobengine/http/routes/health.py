@@ -34,7 +34,7 @@ async def healthz() -> Response:
 @router.get("/readyz", response_model=StatusOut, responses={503: {"model": StatusOut, "description": "Not ready"}})
 async def readyz(request: Request) -> Response:
     """Readiness: 200 when every check passes, else 503 with each check's detail."""
-    results = await context(request).engine.readiness()
+    results = await context(request).engine.health.readiness()
     ready = all(ok for ok, _ in results.values())
     checks = {name: {"ready": ok, "detail": detail} for name, (ok, detail) in results.items()}
     return json_response({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)
@@ -45,7 +45,7 @@ async def metrics(request: Request, principal: Annotated[Principal, Depends(requ
     ctx = context(request)
     engine = ctx.engine
     counts = await engine.count_jobs()
-    settings = await engine.queue_settings()
+    settings = await engine.queues.settings()
     ctx.metrics.set_store_gauges(counts, {q: s.paused for q, s in settings.items()})
     body = ctx.metrics.render() + await render_flow_metrics(engine)
     # The queue transports (planner, runner) keep their own registry: depth and counters per transport.

@@ -70,7 +70,7 @@ async def enqueue_job(
     engine = context(request).engine
     [(job, created)] = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, body)])
     # Flow control: the header always, the field only under pressure (the body is the job's otherwise).
-    level = (await engine.queue_pressure(job.queue)).value
+    level = (await engine.queues.pressure(job.queue)).value
     out = job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id))
     body_out = out if level == "none" else {**out, "queue_pressure": level}
     return json_response(body_out, 201 if created else 200,
@@ -85,7 +85,7 @@ async def enqueue_batch(
     on a job earlier in the batch."""
     engine = context(request).engine
     stored = await engine.enqueue_for(principal.tenant, [new_job(engine, principal.tenant, j) for j in body.jobs])
-    levels = {q: (await engine.queue_pressure(q)).value for q in sorted({j.queue for j, _ in stored})}
+    levels = {q: (await engine.queues.pressure(q)).value for q in sorted({j.queue for j, _ in stored})}
     worst = next((v for v in ("hard", "soft") if v in levels.values()), "none")
     body_out = {
         "jobs": [job_to_json(j) for j, _ in stored],

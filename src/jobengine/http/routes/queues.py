@@ -15,7 +15,7 @@ from starlette.responses import Response
 from jobengine.core.ids import JobId
 from jobengine.core.models import JobFilter
 from jobengine.core.states import RUNNABLE, JobState
-from jobengine.engine.api import QueueInfo
+from jobengine.engine.queues import QueueInfo
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.responses import READ, WRITE, json_response
@@ -50,7 +50,7 @@ def queue_to_json(info: QueueInfo) -> dict[str, object]:
 @router.get("/queues", response_model=QueueList, responses=READ)
 async def list_queues(request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]) -> Response:
     """Every queue with jobs of the tenant or with settings: the tenant's counts by state, paused, limit."""
-    infos = await context(request).engine.queues(principal.tenant)
+    infos = await context(request).engine.queues.list(principal.tenant)
     return json_response({"items": [queue_to_json(i) for i in infos]})
 
 
@@ -59,7 +59,7 @@ async def get_queue(
     queue: QueuePath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
 ) -> Response:
     """One queue (a queue nobody used yet has zero counts: queues exist by name)."""
-    return json_response(queue_to_json(await context(request).engine.queue(queue, principal.tenant)))
+    return json_response(queue_to_json(await context(request).engine.queues.get(queue, principal.tenant)))
 
 
 @router.post("/queues/{queue}/pause", response_model=QueueOut, responses=WRITE)
@@ -68,8 +68,8 @@ async def pause_queue(
 ) -> Response:
     """Stop workers from claiming jobs of the queue (jobs running now finish). Enqueueing still works."""
     engine = context(request).engine
-    await engine.update_queue(queue, paused=True)
-    return json_response(queue_to_json(await engine.queue(queue, principal.tenant)))
+    await engine.queues.update(queue, paused=True)
+    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
 
 
 @router.post("/queues/{queue}/resume", response_model=QueueOut, responses=WRITE)
@@ -77,8 +77,8 @@ async def resume_queue(
     queue: QueuePath, request: Request, principal: Annotated[Principal, Depends(require("queues:write"))]
 ) -> Response:
     engine = context(request).engine
-    await engine.update_queue(queue, paused=False)
-    return json_response(queue_to_json(await engine.queue(queue, principal.tenant)))
+    await engine.queues.update(queue, paused=False)
+    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
 
 
 @router.put("/queues/{queue}/limits", response_model=QueueOut, responses=WRITE)
@@ -90,8 +90,8 @@ async def set_queue_limits(
 ) -> Response:
     """At most ``concurrency`` jobs of the queue run at once, over all workers (null removes the limit)."""
     engine = context(request).engine
-    await engine.update_queue(queue, concurrency=body.concurrency, unlimited=body.concurrency is None)
-    return json_response(queue_to_json(await engine.queue(queue, principal.tenant)))
+    await engine.queues.update(queue, concurrency=body.concurrency, unlimited=body.concurrency is None)
+    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
 
 
 # -- dead-letter -------------------------------------------------------------------------------------
@@ -116,7 +116,9 @@ async def replay_dead(
 ) -> Response:
     """Queue dead jobs again with a fresh attempt budget: ``ids`` (those that are the tenant's dead jobs),
     or every dead job (of ``queue``), up to ``limit``."""
-    jobs = await context(request).engine.replay_dead(principal.tenant, ids=body.ids, queue=body.queue, limit=body.limit)
+    jobs = await context(request).engine.queues.replay_dead(
+        principal.tenant, ids=body.ids, queue=body.queue, limit=body.limit
+    )
     return json_response({"replayed": [job_to_json(j) for j in jobs]})
 
 
@@ -125,5 +127,7 @@ async def purge_dead(
     body: DeadSelectIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
 ) -> Response:
     """Delete dead jobs now (each gets a ``job.deleted`` event): ``ids``, or every one (of ``queue``)."""
-    n = await context(request).engine.purge_dead(principal.tenant, ids=body.ids, queue=body.queue, limit=body.limit)
+    n = await context(request).engine.queues.purge_dead(
+        principal.tenant, ids=body.ids, queue=body.queue, limit=body.limit
+    )
     return json_response({"purged": n})
