@@ -35,6 +35,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
+from jobengine.backends.sql.keys import SqlKeysMixin
+from jobengine.backends.sql.packs import SqlPacksMixin
+from jobengine.backends.sql.queues import SqlQueuesMixin
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
     Changed,
@@ -57,19 +60,19 @@ from jobengine.ports.store import StoreCapabilities
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
+from .db import SqliteDb
 from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
-from .packs import SqlitePackMixin
 from .workers import SqliteWorkers
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlowMixin):
+class SqliteStore(SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin):
     """The Store port on a SQLite file.
 
     Example::
@@ -124,6 +127,7 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
+        self._db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
 
     @property
     def path(self) -> str:

@@ -1,0 +1,97 @@
+"""What a repository of :mod:`jobengine.backends.sql` runs on: a transaction, a dialect and a runner.
+
+Statements are written with ``?`` placeholders and ``{s}`` before each table name; the transaction puts in
+the backend's placeholders and schema. Both transactions are async, so a repository's operation is one
+coroutine whatever the backend: on SQLite the coroutine never suspends (every call is a blocking sqlite3
+call on the store thread), so :func:`drive` runs it there to the end in one step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from jobengine.core import codec
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What the two databases spell differently, for the statements of a repository.
+
+    ``lock``: the row lock a read-then-write takes (``FOR UPDATE`` on PostgreSQL; SQLite's write
+    transaction already holds the whole file). ``native``: PostgreSQL stores arrays and JSON natively
+    (``text[]``, ``jsonb``) where SQLite stores JSON text.
+    """
+
+    prefix: str = ""
+    lock: str = ""
+    native: bool = False
+
+    def q(self, sql: str) -> str:
+        """``sql`` in this dialect: ``{json}`` marks a parameter holding JSON text (``?`` in the text),
+        ``{instr}`` the position of a substring (1-based, 0 when absent)."""
+        return (
+            sql.replace("{s}", self.prefix).replace("{lock}", self.lock)
+            .replace("{json}", "?::jsonb" if self.native else "?")
+            .replace("{instr}", "strpos" if self.native else "instr")
+        )  # fmt: skip
+
+    def array(self, values: Iterable[str]) -> Any:
+        """A value for a text-array column."""
+        return list(values) if self.native else codec.dumps(list(values))
+
+    def strings(self, value: Any) -> tuple[str, ...]:
+        """A text-array column's value as read."""
+        return tuple(value) if self.native else tuple(codec.loads(value))
+
+    def loads(self, value: Any) -> Any:
+        """A JSON column's value as read (``jsonb`` arrives decoded)."""
+        return value if self.native else codec.loads(value)
+
+
+class Tx(Protocol):
+    """One open transaction (or, for reads, one connection)."""
+
+    d: Dialect
+
+    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute; the number of rows changed."""
+        ...
+
+
+class Db(Protocol):
+    """A backend's way to run a repository's operations."""
+
+    async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T: ...
+
+    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True) -> T:
+        """``fn`` in one write transaction. ``retry``: it may run again after a lost connection (PostgreSQL),
+        which only an idempotent operation may."""
+        ...
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (an operation on a SQLite :class:`Tx`)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("an operation on a blocking transaction suspended")
+
+
+def marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+class HasDb(Protocol):
+    """A store as the shared repositories mixed into it see it."""
+
+    @property
+    def _db(self) -> Db: ...
