@@ -83,7 +83,7 @@ from jobengine.ports.store import StoreCapabilities
 from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
-    from jobengine.backends.postgres.scheduling import PostgresScheduling
+    from jobengine.backends.sql.schedules import SqlScheduling
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -453,11 +453,11 @@ class PostgresStore(
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
         return PostgresLeader(self.dsn, name, schema=self.schema)
 
-    def scheduling(self) -> PostgresScheduling:
+    def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
-        from jobengine.backends.postgres.scheduling import PostgresScheduling  # a worker never loads it
+        from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return PostgresScheduling(self)
+        return SqlScheduling(self._db)
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from jobengine.core import codec
+from jobengine.core.models import Event, Inserted, NewEvent, NewJob
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -33,11 +34,13 @@ class Dialect:
 
     def q(self, sql: str) -> str:
         """``sql`` in this dialect: ``{json}`` marks a parameter holding JSON text (``?`` in the text),
-        ``{instr}`` the position of a substring (1-based, 0 when absent)."""
+        ``{instr}`` the position of a substring (1-based, 0 when absent), ``{text}`` after a JSON column read
+        as text, ``{true}`` a boolean column's true (as SQLite's partial indexes spell it)."""
         return (
             sql.replace("{s}", self.prefix).replace("{lock}", self.lock)
             .replace("{json}", "?::jsonb" if self.native else "?")
-            .replace("{instr}", "strpos" if self.native else "instr")
+            .replace("{instr}", "strpos" if self.native else "instr").replace("{text}", "::text" if self.native else "")
+            .replace("{true}", "TRUE" if self.native else "1")
         )  # fmt: skip
 
     def array(self, values: Iterable[str]) -> Any:
@@ -54,14 +57,25 @@ class Dialect:
 
 
 class Tx(Protocol):
-    """One open transaction (or, for reads, one connection)."""
+    """One open transaction (or, for reads, one connection), and the two writes whose SQL stays with each
+    backend (a job insert, an event append), for operations that must commit with them."""
 
     d: Dialect
 
     async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
-    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute; the number of rows changed."""
+    async def run(self, sql: str, params: Sequence[Any] = (), *, duplicate: Exception | None = None) -> int:
+        """Execute; the number of rows changed. ``duplicate``: raised instead when a key is taken."""
+        ...
+
+    async def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
+        """Append ``events`` in order, numbered."""
+        ...
+
+    async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
+        """The store's own insert, inside this transaction."""
         ...
 
 

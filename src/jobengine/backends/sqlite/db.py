@@ -8,6 +8,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from jobengine.backends.sql.base import Dialect, Row, Tx, drive
+from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+
+from .inserts import insert_jobs
+from .rows import append_events
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -24,8 +28,22 @@ class SqliteTx:
     async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self.conn.execute(DIALECT.q(sql), tuple(params)).fetchall())
 
-    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.execute(DIALECT.q(sql), tuple(params)).rowcount
+    async def run(self, sql: str, params: Sequence[Any] = (), *, duplicate: Exception | None = None) -> int:
+        try:
+            return self.conn.execute(DIALECT.q(sql), tuple(params)).rowcount
+        except sqlite3.IntegrityError:
+            if duplicate is None:
+                raise
+            raise duplicate from None
+
+    async def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(DIALECT.q(sql), rows)
+
+    async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
+        return append_events(self.conn, events, now)
+
+    async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
+        return insert_jobs(self.conn, jobs, now, phases)
 
 
 class SqliteDb:

@@ -208,11 +208,11 @@ class SqliteStore(SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqliteOutboxMixi
             self._notifier = SqliteNotifier(self._path)
         return self._notifier
 
-    def scheduling(self) -> SqliteScheduling:
+    def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
-        from .scheduling import SqliteScheduling  # a worker never loads it
+        from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return SqliteScheduling(self)
+        return SqlScheduling(self._db)
 
     def workers(self) -> SqliteWorkers:
         """The registry of live workers (:mod:`jobengine.ports.workers`)."""
@@ -331,9 +331,8 @@ def _same(value: T) -> T:
 
 
 if TYPE_CHECKING:
+    from jobengine.backends.sql.schedules import SqlScheduling
     from jobengine.ports.store import Store
-
-    from .scheduling import SqliteScheduling
 
     def _conforms(store: SqliteStore) -> Store:  # mypy checks SqliteStore against the port here
         return store
