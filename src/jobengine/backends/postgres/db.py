@@ -82,7 +82,7 @@ class PgDb:
 
         return await self._store._run(op)
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True) -> T:
+    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True, hot: bool = False) -> T:
         async def op(conn: Conn) -> T:
             async with conn.transaction():
                 return await fn(PgTx(conn, self))

@@ -217,7 +217,7 @@ class PostgresStore(
         self._pool_forks: dict[asyncio.AbstractEventLoop, int] = {}
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
-        self._db = PgDb(self)  # the runner of the repositories shared with SQLite
+        self.db = PgDb(self)  # the runner of the repositories shared with SQLite
         self._notifier: PgNotifier | None = None
         self._workers: PostgresWorkers | None = None
 
@@ -457,7 +457,7 @@ class PostgresStore(
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
         from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return SqlScheduling(self._db)
+        return SqlScheduling(self.db)
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(

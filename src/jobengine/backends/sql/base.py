@@ -35,12 +35,14 @@ class Dialect:
     def q(self, sql: str) -> str:
         """``sql`` in this dialect: ``{json}`` marks a parameter holding JSON text (``?`` in the text),
         ``{instr}`` the position of a substring (1-based, 0 when absent), ``{text}`` after a JSON column read
-        as text, ``{true}`` a boolean column's true (as SQLite's partial indexes spell it)."""
+        as text, ``{true}`` a boolean column's true (as SQLite's partial indexes spell it),
+        ``{same}`` equality that holds for two NULLs too."""
         return (
             sql.replace("{s}", self.prefix).replace("{lock}", self.lock)
             .replace("{json}", "?::jsonb" if self.native else "?")
             .replace("{instr}", "strpos" if self.native else "instr").replace("{text}", "::text" if self.native else "")
             .replace("{true}", "TRUE" if self.native else "1")
+            .replace("{same}", "IS NOT DISTINCT FROM" if self.native else "IS")
         )  # fmt: skip
 
     def array(self, values: Iterable[str]) -> Any:
@@ -84,9 +86,10 @@ class Db(Protocol):
 
     async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T: ...
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True) -> T:
+    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True, hot: bool = False) -> T:
         """``fn`` in one write transaction. ``retry``: it may run again after a lost connection (PostgreSQL),
-        which only an idempotent operation may."""
+        which only an idempotent operation may. ``hot``: a worker's or dispatcher's own bookkeeping, which
+        SQLite commits at ``worker_synchronous`` (a power loss may roll it back; it is then done again)."""
         ...
 
 
@@ -108,4 +111,4 @@ class HasDb(Protocol):
     """A store as the shared repositories mixed into it see it."""
 
     @property
-    def _db(self) -> Db: ...
+    def db(self) -> Db: ...

@@ -44,10 +44,10 @@ class SqlKeysMixin:
                    key.revoked_at)  # fmt: skip
             await tx.run(f"INSERT INTO {{s}}api_keys ({_KEY}) VALUES ({marks(7)})", row)
 
-        await self._db.write(op, retry=False)
+        await self.db.write(op, retry=False)
 
     async def get_api_key(self: HasDb, key_id: str) -> ApiKey | None:
-        return await self._db.read(lambda tx: _get_key(tx, key_id))
+        return await self.db.read(lambda tx: _get_key(tx, key_id))
 
     async def list_api_keys(self: HasDb, tenant: str | None = None) -> list[ApiKey]:
         where, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
@@ -56,7 +56,7 @@ class SqlKeysMixin:
             rows = await tx.rows(f"SELECT {_KEY} FROM {{s}}api_keys {where} ORDER BY created_at, id", args)
             return [_key(tx, r) for r in rows]
 
-        return await self._db.read(op)
+        return await self.db.read(op)
 
     async def revoke_api_key(self: HasDb, key_id: str, now: float) -> ApiKey | None:
         async def op(tx: Tx) -> ApiKey | None:
@@ -65,27 +65,27 @@ class SqlKeysMixin:
             await tx.run(sql, (now, key_id))
             return await _get_key(tx, key_id)
 
-        return await self._db.write(op)
+        return await self.db.write(op)
 
     # -- SessionStore -------------------------------------------------------------------------------
     async def insert_session(self: HasDb, s: SessionRecord) -> None:
         row = (s.token_hash, s.key_id, s.tenant, s.created_at, s.expires_at, s.ended_at)
         sql = f"INSERT INTO {{s}}dashboard_sessions ({_SESSION}) VALUES ({marks(6)})"
-        await self._db.write(lambda tx: tx.run(sql, row), retry=False)
+        await self.db.write(lambda tx: tx.run(sql, row), retry=False)
 
     async def get_session(self: HasDb, token_hash: str) -> SessionRecord | None:
         sql = f"SELECT {_SESSION} FROM {{s}}dashboard_sessions WHERE token_hash = ?"
-        rows = await self._db.read(lambda tx: tx.rows(sql, (token_hash,)))
+        rows = await self.db.read(lambda tx: tx.rows(sql, (token_hash,)))
         return SessionRecord(*rows[0]) if rows else None
 
     async def end_session(self: HasDb, token_hash: str, now: float) -> None:
         sql = "UPDATE {s}dashboard_sessions SET ended_at = ? WHERE token_hash = ? AND ended_at IS NULL"
-        await self._db.write(lambda tx: tx.run(sql, (now, token_hash)))
+        await self.db.write(lambda tx: tx.run(sql, (now, token_hash)))
 
     async def prune_sessions(self: HasDb, now: float, limit: int) -> int:
         sql = ("DELETE FROM {s}dashboard_sessions WHERE token_hash IN (SELECT token_hash FROM {s}dashboard_sessions "
                "WHERE expires_at <= ? OR ended_at <= ? LIMIT ?)")  # fmt: skip
-        return await self._db.write(lambda tx: tx.run(sql, (now, now, limit)))
+        return await self.db.write(lambda tx: tx.run(sql, (now, now, limit)))
 
     # -- IdempotencyStore ---------------------------------------------------------------------------
     async def claim_idempotency_key(
@@ -104,7 +104,7 @@ class SqlKeysMixin:
             return IdempotencyClaim(ClaimState.DONE if found.status is not None else ClaimState.IN_FLIGHT, found)
 
         for _ in range(5):
-            claim = await self._db.write(op, retry=False)
+            claim = await self.db.write(op, retry=False)
             if claim is not None:
                 return claim
         raise AssertionError("idempotency claim kept racing with releases")
@@ -114,13 +114,13 @@ class SqlKeysMixin:
     ) -> None:
         sql = ("UPDATE {s}http_idempotency SET status = ?, content_type = ?, body = ?, locked_until = NULL "
                "WHERE tenant = ? AND key = ?")  # fmt: skip
-        await self._db.write(lambda tx: tx.run(sql, (status, content_type, body, tenant, key)))
+        await self.db.write(lambda tx: tx.run(sql, (status, content_type, body, tenant, key)))
 
     async def release_idempotency_key(self: HasDb, tenant: str, key: str) -> None:
         sql = "DELETE FROM {s}http_idempotency WHERE tenant = ? AND key = ? AND status IS NULL"
-        await self._db.write(lambda tx: tx.run(sql, (tenant, key)))
+        await self.db.write(lambda tx: tx.run(sql, (tenant, key)))
 
     async def prune_idempotency_keys(self: HasDb, now: float, limit: int) -> int:
         sql = ("DELETE FROM {s}http_idempotency WHERE (tenant, key) IN (SELECT tenant, key FROM {s}http_idempotency "
                "WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)")  # fmt: skip
-        return await self._db.write(lambda tx: tx.run(sql, (now, limit)))
+        return await self.db.write(lambda tx: tx.run(sql, (now, limit)))

@@ -55,10 +55,10 @@ class SqlPacksMixin:
             assert found is not None
             return found, False
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     async def get_pack_version(self: HasDb, name: str, version: str) -> PackVersion | None:
-        return await self._db.read(lambda tx: _get(tx, name, version))
+        return await self.db.read(lambda tx: _get(tx, name, version))
 
     async def pack_versions_by_digest(self: HasDb, sha256: str) -> list[PackVersion]:
         async def op(tx: Tx) -> list[PackVersion]:
@@ -66,7 +66,7 @@ class SqlPacksMixin:
                                  (sha256,))  # fmt: skip
             return [_version(tx, r) for r in rows]
 
-        return await self._db.read(op)
+        return await self.db.read(op)
 
     async def list_pack_versions(self: HasDb, name: str | None = None, query: str | None = None) -> list[PackVersion]:
         where, args = ["1 = 1"], list[Any]()
@@ -84,7 +84,7 @@ class SqlPacksMixin:
         async def op(tx: Tx) -> list[PackVersion]:
             return [_version(tx, r) for r in await tx.rows(sql, args)]
 
-        return await self._db.read(op)
+        return await self.db.read(op)
 
     async def set_pack_status(
         self: HasDb,
@@ -109,11 +109,11 @@ class SqlPacksMixin:
             await _event(tx, name, version, event)
             return await _get(tx, name, version)
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     async def list_pack_events(self: HasDb, name: str, version: str | None = None) -> list[PackEvent]:
         sql = "SELECT id, name, version, type, actor, at, reason FROM {s}pack_events WHERE name = ?"
         args = (name,) if version is None else (name, version)
         sql += " ORDER BY id" if version is None else " AND version = ? ORDER BY id"
-        rows = await self._db.read(lambda tx: tx.rows(sql, args))
+        rows = await self.db.read(lambda tx: tx.rows(sql, args))
         return [PackEvent(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]

@@ -14,7 +14,7 @@ from .base import HasDb, marks
 class SqlQueuesMixin:
     async def list_queue_settings(self: HasDb) -> list[QueueSettings]:
         sql = "SELECT queue, paused, concurrency, updated_at FROM {s}queue_settings ORDER BY queue"
-        rows = await self._db.read(lambda tx: tx.rows(sql))
+        rows = await self.db.read(lambda tx: tx.rows(sql))
         return [QueueSettings(r[0], bool(r[1]), r[2], r[3]) for r in rows]
 
     async def set_queue_settings(self: HasDb, settings: QueueSettings) -> QueueSettings:
@@ -22,7 +22,7 @@ class SqlQueuesMixin:
                "ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, concurrency = EXCLUDED.concurrency, "
                "updated_at = EXCLUDED.updated_at")  # fmt: skip
         args = (settings.queue, bool(settings.paused), settings.concurrency, settings.updated_at)
-        await self._db.write(lambda tx: tx.run(sql, args))
+        await self.db.write(lambda tx: tx.run(sql, args))
         return settings
 
     async def running_counts(self: HasDb, queues: Sequence[str]) -> dict[str, int]:
@@ -31,10 +31,10 @@ class SqlQueuesMixin:
             return {}
         # state = 'running' matches the partial index on leases: only running rows are read.
         sql = f"SELECT queue, count(*) FROM {{s}}jobs WHERE state = 'running' AND queue IN ({marks(len(names))}) "
-        rows = await self._db.read(lambda tx: tx.rows(sql + "GROUP BY queue", names))
+        rows = await self.db.read(lambda tx: tx.rows(sql + "GROUP BY queue", names))
         return {r[0]: int(r[1]) for r in rows}
 
     async def prune_events(self: HasDb, before: float, limit: int) -> int:
         # Ids grow with time, so the oldest by id are the oldest by time.
         sql = "DELETE FROM {s}events WHERE id IN (SELECT id FROM {s}events WHERE at < ? ORDER BY id LIMIT ?)"
-        return await self._db.write(lambda tx: tx.run(sql, (before, limit)))
+        return await self.db.write(lambda tx: tx.run(sql, (before, limit)))

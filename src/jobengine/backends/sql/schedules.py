@@ -184,7 +184,7 @@ class SqlScheduling(SqlSignatures):
             await tx.run(sql, schedule_values(schedule), duplicate=AlreadyExists("schedule", schedule.name))
             return await tx.events([event], schedule.updated_at)
 
-        return schedule, await self._db.write(op, retry=False)
+        return schedule, await self.db.write(op, retry=False)
 
     async def update_schedule(
         self, schedule: Schedule, expected_version: int, event: NewEvent
@@ -201,7 +201,7 @@ class SqlScheduling(SqlSignatures):
                 raise IllegalState(f"schedule {schedule.id} changed meanwhile; read it again and retry")
             return await tx.events([event], schedule.updated_at)
 
-        return schedule, await self._db.write(op, retry=False)
+        return schedule, await self.db.write(op, retry=False)
 
     async def delete_schedule(
         self, schedule_id: ScheduleId, tenant: str | None, now: float, event: NewEvent
@@ -215,17 +215,17 @@ class SqlScheduling(SqlSignatures):
                 raise NotFound("schedule", schedule_id)
             return await tx.events([event], now)
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     async def get_schedules(self, ids: Sequence[ScheduleId], tenant: str | None = None) -> list[Schedule]:
         if not ids:
             return []
-        found = await self._db.read(lambda tx: _schedules(tx, f"id IN ({marks(len(ids))})", ids))
+        found = await self.db.read(lambda tx: _schedules(tx, f"id IN ({marks(len(ids))})", ids))
         by_id = {s.id: s for s in found}
         return [s for i in ids if (s := by_id.get(i)) is not None and (tenant is None or s.tenant == tenant)]
 
     async def find_schedule(self, tenant: str, name: str) -> Schedule | None:
-        found = await self._db.read(lambda tx: _schedules(tx, "tenant = ? AND name = ?", (tenant, name)))
+        found = await self.db.read(lambda tx: _schedules(tx, "tenant = ? AND name = ?", (tenant, name)))
         return found[0] if found else None
 
     async def list_schedules(self, filter: ScheduleFilter) -> list[Schedule]:
@@ -237,23 +237,23 @@ class SqlScheduling(SqlSignatures):
                 where.append(term)
                 params.append(value)
         sql = f"{' AND '.join(where)} ORDER BY tenant, name LIMIT ?"
-        return await self._db.read(lambda tx: _schedules(tx, sql, [*params, f.limit]))
+        return await self.db.read(lambda tx: _schedules(tx, sql, [*params, f.limit]))
 
     async def due_schedules(self, now: float, limit: int) -> list[Schedule]:
         where = "next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at, id LIMIT ?"
-        return await self._db.read(lambda tx: _schedules(tx, where, (now, limit)))
+        return await self.db.read(lambda tx: _schedules(tx, where, (now, limit)))
 
     async def next_fire_at(self) -> float | None:
         sql = "SELECT min(next_fire_at) FROM {s}schedules WHERE next_fire_at IS NOT NULL"
-        rows = await self._db.read(lambda tx: tx.rows(sql))
+        rows = await self.db.read(lambda tx: tx.rows(sql))
         return None if rows[0][0] is None else float(rows[0][0])
 
     async def prune_runs(self, before: float, limit: int) -> int:
-        return await self._db.write(lambda tx: _prune_runs(tx, before, limit), retry=False)
+        return await self.db.write(lambda tx: _prune_runs(tx, before, limit), retry=False)
 
     # -- firing -------------------------------------------------------------------------------------
     async def fire_ticks(self, claim: TickClaim, now: float) -> Fired | None:
-        return await self._db.write(lambda tx: _fire_ticks(tx, claim, now), retry=False)
+        return await self.db.write(lambda tx: _fire_ticks(tx, claim, now), retry=False)
 
     async def insert_run(self, planned: PlannedRun, now: float, event: NewEvent | None = None) -> Fired:
         async def op(tx: Tx) -> Fired:
@@ -263,7 +263,7 @@ class SqlScheduling(SqlSignatures):
                 out.events.extend(await tx.events([event], now))
             return out
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     async def waiting_runs(self, limit: int) -> list[Run]:
         """The oldest planning run of each schedule that has no run queued or running."""
@@ -271,7 +271,7 @@ class SqlScheduling(SqlSignatures):
             "r.state = 'planning' AND NOT EXISTS (SELECT 1 FROM {s}runs o WHERE o.schedule_id = r.schedule_id AND "
             "(o.state IN ('queued', 'running') OR (o.state = 'planning' AND o.id < r.id))) ORDER BY r.id LIMIT ?"
         )
-        return await self._db.read(lambda tx: _runs(tx, where, (limit,)))
+        return await self.db.read(lambda tx: _runs(tx, where, (limit,)))
 
     async def plan_waiting_run(self, planned: PlannedRun, now: float) -> Fired | None:
         async def op(tx: Tx) -> Fired | None:
@@ -284,7 +284,7 @@ class SqlScheduling(SqlSignatures):
             await _write_run(tx, planned, now, out, update=True)
             return out
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     # -- progress -----------------------------------------------------------------------------------
     async def start_runs(self, ids: Sequence[RunId], now: float) -> list[Event]:
@@ -302,12 +302,12 @@ class SqlScheduling(SqlSignatures):
             await _save_runs(tx, started)
             return await tx.events(events, now)
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     async def record_outcomes(self, outcomes: Sequence[JobOutcome], now: float) -> list[Event]:
         if not outcomes:
             return []
-        return await self._db.write(lambda tx: _record_outcomes(tx, outcomes, now), retry=False)
+        return await self.db.write(lambda tx: _record_outcomes(tx, outcomes, now), retry=False)
 
     async def cancel_run(
         self, run_id: RunId, tenant: str | None, reason: str, actor: str, now: float
@@ -321,14 +321,14 @@ class SqlScheduling(SqlSignatures):
                 await _save_runs(tx, [run])
             return run, await tx.events(events, now)
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)
 
     # -- reads --------------------------------------------------------------------------------------
     async def get_runs(self, ids: Sequence[RunId], tenant: str | None = None) -> list[Run]:
         if not ids:
             return []
         sql = f"SELECT {RUN_COLUMNS}, {TRIGGER_DATA} FROM {{s}}runs WHERE id IN ({marks(len(ids))})"
-        rows = await self._db.read(lambda tx: tx.rows(sql, ids))
+        rows = await self.db.read(lambda tx: tx.rows(sql, ids))
         by_id = {r.id: r for r in (with_trigger_data(run_from_row(row), row[RUN_WIDTH]) for row in rows)}
         return [r for i in ids if (r := by_id.get(i)) is not None and (tenant is None or r.tenant == tenant)]
 
@@ -352,15 +352,15 @@ class SqlScheduling(SqlSignatures):
             where.append(f"state IN ({marks(len(f.states))})")
             params.extend(s.value for s in f.states)
         sql = f"{' AND '.join(where)} ORDER BY id DESC LIMIT ?"
-        return await self._db.read(lambda tx: _runs(tx, sql, [*params, f.limit]))
+        return await self.db.read(lambda tx: _runs(tx, sql, [*params, f.limit]))
 
     async def run_segments(self, run_id: RunId) -> list[Segment]:
         sql = f"SELECT {SEGMENT_COLUMNS} FROM {{s}}run_jobs WHERE run_id = ? ORDER BY segment"
-        return [segment_from_row(r) for r in await self._db.read(lambda tx: tx.rows(sql, (run_id,)))]
+        return [segment_from_row(r) for r in await self.db.read(lambda tx: tx.rows(sql, (run_id,)))]
 
     async def active_runs(self, limit: int, after_id: RunId | None = None) -> list[Run]:
         where = f"{_BUSY} AND id > ? ORDER BY id LIMIT ?"
-        return await self._db.read(lambda tx: _runs(tx, where, (after_id or "", limit)))
+        return await self.db.read(lambda tx: _runs(tx, where, (after_id or "", limit)))
 
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ class SqlSignatures:
     """The SignatureStore half of :class:`~jobengine.backends.sql.schedules.SqlScheduling`."""
 
     def __init__(self, db: Db) -> None:
-        self._db = db
+        self.db = db
 
     async def record_signatures(self, hits: Sequence[SignatureHit], now: float) -> None:
         if not hits:
@@ -53,16 +53,16 @@ class SqlSignatures:
                 known[key] = sg.record(known.get(key), hit)
             await tx.many(_UPSERT, [_values(s) for s in known.values() if s is not None])
 
-        await self._db.write(op, retry=False)
+        await self.db.write(op, retry=False)
 
     async def non_retryable_signatures(self) -> set[tuple[str, str]]:
-        rows = await self._db.read(
+        rows = await self.db.read(
             lambda tx: tx.rows("SELECT tenant, key FROM {s}failure_signatures WHERE non_retryable = {true}")
         )
         return {(r[0], r[1]) for r in rows}
 
     async def get_signature(self, tenant: str, key: str) -> Signature | None:
-        found = await self._db.read(lambda tx: _select(tx, "tenant = ? AND key = ?", (tenant, key)))
+        found = await self.db.read(lambda tx: _select(tx, "tenant = ? AND key = ?", (tenant, key)))
         return found[0] if found else None
 
     async def list_signatures(self, filter: SignatureFilter) -> list[Signature]:
@@ -77,7 +77,7 @@ class SqlSignatures:
             where.append(f"status IN ({marks(len(f.statuses))})")
             params.extend(s.value for s in f.statuses)
         sql = f"{' AND '.join(where)} ORDER BY last_seen DESC, key LIMIT ?"
-        return await self._db.read(lambda tx: _select(tx, sql, [*params, f.limit]))
+        return await self.db.read(lambda tx: _select(tx, sql, [*params, f.limit]))
 
     async def update_signature(
         self,
@@ -102,4 +102,4 @@ class SqlSignatures:
             await tx.many(_UPSERT, [_values(updated)])
             return updated, await tx.events([event], now)
 
-        return await self._db.write(op, retry=False)
+        return await self.db.write(op, retry=False)

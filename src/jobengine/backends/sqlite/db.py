@@ -53,5 +53,11 @@ class SqliteDb:
     async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._store._read(lambda c: drive(fn(SqliteTx(c))))  # type: ignore[arg-type]
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True) -> T:
+    async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True, hot: bool = False) -> T:
+        if hot:
+            return await self._store._work(lambda c: drive(fn(SqliteTx(c))), _same)  # type: ignore[arg-type]
         return await self._store._write(lambda c: drive(fn(SqliteTx(c))))  # type: ignore[arg-type]
+
+
+def _same(value: T) -> T:
+    return value

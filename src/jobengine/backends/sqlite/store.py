@@ -127,7 +127,7 @@ class SqliteStore(SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqliteOutboxMixi
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
-        self._db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
+        self.db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
 
     @property
     def path(self) -> str:
@@ -212,7 +212,7 @@ class SqliteStore(SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqliteOutboxMixi
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
         from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return SqlScheduling(self._db)
+        return SqlScheduling(self.db)
 
     def workers(self) -> SqliteWorkers:
         """The registry of live workers (:mod:`jobengine.ports.workers`)."""
