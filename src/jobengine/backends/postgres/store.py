@@ -61,6 +61,7 @@ from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.workers import PostgresWorkers
 from jobengine.backends.sql.keys import SqlKeysMixin
+from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
 from jobengine.core import codec
@@ -179,6 +180,7 @@ class PostgresStore(
     SqlKeysMixin,
     SqlQueuesMixin,
     PostgresApiMixin,
+    SqlOutboxMixin,
     PostgresOutboxMixin,
     PostgresReadsMixin,
     SqlPacksMixin,

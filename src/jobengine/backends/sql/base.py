@@ -36,13 +36,15 @@ class Dialect:
         """``sql`` in this dialect: ``{json}`` marks a parameter holding JSON text (``?`` in the text),
         ``{instr}`` the position of a substring (1-based, 0 when absent), ``{text}`` after a JSON column read
         as text, ``{true}`` a boolean column's true (as SQLite's partial indexes spell it),
-        ``{same}`` equality that holds for two NULLs too."""
+        ``{same}`` equality that holds for two NULLs too, ``{skip_locked}`` after a queue's pick (several
+        processes take disjoint rows; SQLite's write lock serialises them)."""
         return (
             sql.replace("{s}", self.prefix).replace("{lock}", self.lock)
             .replace("{json}", "?::jsonb" if self.native else "?")
             .replace("{instr}", "strpos" if self.native else "instr").replace("{text}", "::text" if self.native else "")
             .replace("{true}", "TRUE" if self.native else "1")
             .replace("{same}", "IS NOT DISTINCT FROM" if self.native else "IS")
+            .replace("{skip_locked}", " FOR UPDATE SKIP LOCKED" if self.native else "")
         )  # fmt: skip
 
     def array(self, values: Iterable[str]) -> Any:

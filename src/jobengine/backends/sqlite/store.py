@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from jobengine.backends.sql.keys import SqlKeysMixin
+from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
 from jobengine.core.ids import JobId, WorkerId
@@ -72,7 +73,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class SqliteStore(SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin):
+class SqliteStore(
+    SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqlOutboxMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin
+):
     """The Store port on a SQLite file.
 
     Example::
