@@ -74,7 +74,7 @@ class PgTx:
 class PgDb:
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self.d = Dialect(prefix=prefix(store.schema), lock=" FOR UPDATE", native=True)
+        self.d = Dialect(prefix=prefix(store.schema), native=True)
 
     async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         async def op(conn: Conn) -> T:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from jobengine.core import codec
 from jobengine.core.models import Event, Inserted, NewEvent, NewJob
@@ -19,33 +19,32 @@ T = TypeVar("T")
 Row = Sequence[Any]
 
 
+# What a statement's marks become: ``{json}`` a parameter holding JSON text, ``{text}`` after a JSON column
+# read as text, ``{instr}`` the position of a substring (1-based, 0 when absent), ``{true}`` a boolean
+# column's true (as SQLite's partial indexes spell it), ``{same}`` equality that holds for two NULLs too,
+# ``{lock}`` the row lock of a read-then-write and ``{skip_locked}`` that of a queue's pick (several
+# processes take disjoint rows). SQLite needs no row lock: its write transaction holds the whole file.
+_MARKS: Final = {
+    False: {"{json}": "?", "{text}": "", "{instr}": "instr", "{true}": "1", "{same}": "IS", "{lock}": "",
+            "{skip_locked}": ""},
+    True: {"{json}": "?::jsonb", "{text}": "::text", "{instr}": "strpos", "{true}": "TRUE",
+           "{same}": "IS NOT DISTINCT FROM", "{lock}": " FOR UPDATE", "{skip_locked}": " FOR UPDATE SKIP LOCKED"},
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """What the two databases spell differently, for the statements of a repository.
-
-    ``lock``: the row lock a read-then-write takes (``FOR UPDATE`` on PostgreSQL; SQLite's write
-    transaction already holds the whole file). ``native``: PostgreSQL stores arrays and JSON natively
-    (``text[]``, ``jsonb``) where SQLite stores JSON text.
-    """
+    """What the two databases spell differently, for the statements of a repository: ``prefix`` goes
+    before each table name (``{s}``), the other marks are in :data:`_MARKS`. ``native``: PostgreSQL, which
+    stores arrays and JSON natively (``text[]``, ``jsonb``) where SQLite stores JSON text."""
 
     prefix: str = ""
-    lock: str = ""
     native: bool = False
 
     def q(self, sql: str) -> str:
-        """``sql`` in this dialect: ``{json}`` marks a parameter holding JSON text (``?`` in the text),
-        ``{instr}`` the position of a substring (1-based, 0 when absent), ``{text}`` after a JSON column read
-        as text, ``{true}`` a boolean column's true (as SQLite's partial indexes spell it),
-        ``{same}`` equality that holds for two NULLs too, ``{skip_locked}`` after a queue's pick (several
-        processes take disjoint rows; SQLite's write lock serialises them)."""
-        return (
-            sql.replace("{s}", self.prefix).replace("{lock}", self.lock)
-            .replace("{json}", "?::jsonb" if self.native else "?")
-            .replace("{instr}", "strpos" if self.native else "instr").replace("{text}", "::text" if self.native else "")
-            .replace("{true}", "TRUE" if self.native else "1")
-            .replace("{same}", "IS NOT DISTINCT FROM" if self.native else "IS")
-            .replace("{skip_locked}", " FOR UPDATE SKIP LOCKED" if self.native else "")
-        )  # fmt: skip
+        for mark, text in _MARKS[self.native].items():
+            sql = sql.replace(mark, text)
+        return sql.replace("{s}", self.prefix)
 
     def array(self, values: Iterable[str]) -> Any:
         """A value for a text-array column."""
