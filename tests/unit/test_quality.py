@@ -124,11 +124,10 @@ def test_the_cycle_check_finds_a_function_level_cycle(tmp_path: Path, monkeypatc
     assert import_cycles("circular") == [["circular.a", "circular.b"]]
 
 
-#: Modules of the SQL and memory backends, which are being rewritten as repositories, that still use
+#: Modules of the SQL backends that still use
 #: another module's private names (``importer -> module``); an entry goes when its module does. Nothing
 #: may be added here.
 KNOWN_PRIVATE_IMPORTS = {
-    "jobengine.backends.blobs -> jobengine.backends.memory.packs",
     "jobengine.backends.postgres.outbox -> jobengine.backends.postgres.sql",
     "jobengine.backends.postgres.store -> jobengine.backends.postgres.changes",
     "jobengine.backends.sqlite.flow -> jobengine.backends.sqlite.outbox",

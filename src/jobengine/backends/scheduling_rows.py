@@ -54,9 +54,9 @@ def schedule_from_row(r: Sequence[Any]) -> Schedule:
 
 
 def schedule_values(s: Schedule) -> tuple[Any, ...]:
-    """The values of :data:`SCHEDULE_WRITE_COLUMNS`, in order (enabled as 0 / 1)."""
+    """The values of :data:`SCHEDULE_WRITE_COLUMNS`, in order (booleans as bool: SQLite stores them as 0 / 1)."""
     return (
-        s.id, s.tenant, s.name, codec.dumps(s.spec.to_json(), "schedule"), int(s.enabled), s.version, s.cursor,
+        s.id, s.tenant, s.name, codec.dumps(s.spec.to_json(), "schedule"), s.enabled, s.version, s.cursor,
         s.next_fire_at, s.created_at, s.updated_at, s.created_by, s.updated_by,
     )  # fmt: skip
 
@@ -88,7 +88,7 @@ def run_values(run: Run) -> tuple[Any, ...]:
     s = run.summary
     return (
         run.id, run.schedule_id, run.tenant, run.state.value, run.trigger.value, run.created_at, run.updated_at,
-        run.tick, run.reason, run.actor, run.parent_id, int(run.no_work), run.items, s.total, s.succeeded, s.dead,
+        run.tick, run.reason, run.actor, run.parent_id, run.no_work, run.items, s.total, s.succeeded, s.dead,
         s.cancelled, s.duration_total, s.duration_max, run.fired_by, run.started_at, run.finished_at,
     )  # fmt: skip
 
@@ -134,5 +134,5 @@ def signature_values(s: Signature) -> tuple[Any, ...]:
     return (
         s.tenant, s.key, s.error_type, s.message, codec.dumps(list(s.frames), "frames"), s.task, s.occurrences,
         s.first_seen, s.last_seen, codec.dumps(list(s.sample_job_ids), "sample_job_ids"), s.status.value,
-        int(s.non_retryable), s.updated_at,
+        s.non_retryable, s.updated_at,
     )  # fmt: skip

@@ -27,24 +27,21 @@ def key_file(database_path: str) -> Path:
 
 
 def webhook_store_for(store: Store, settings: Settings | None = None) -> WebhookStore:
+    from jobengine.backends.sql.webhooks import SqlWebhookStore
     from jobengine.backends.sqlite import SqliteStore
 
     s = settings or Settings()
     if isinstance(store, SqliteStore):
-        from jobengine.backends.sqlite.webhooks import sqlite_webhook_store
-
         if s.secret_keys:
             box = SecretBox(s.secret_keys)
         else:
             path = key_file(store.path)
             box = SecretBox(lambda: read_key_file(path), source=f"the key file {path}")
-        return sqlite_webhook_store(store, box)
+        return SqlWebhookStore(store.db, box)
     try:
         from jobengine.backends.postgres import PostgresStore
     except ImportError:  # no psycopg: it cannot be a PostgreSQL store
         PostgresStore = None  # type: ignore[assignment,misc]
     if PostgresStore is not None and isinstance(store, PostgresStore):
-        from jobengine.backends.postgres.webhooks import postgres_webhook_store
-
-        return postgres_webhook_store(store.dsn, store.schema, SecretBox(s.secret_keys, source=SETTING))
+        return SqlWebhookStore(store.db, SecretBox(s.secret_keys, source=SETTING))
     raise ConfigError(f"webhooks: the {type(store).__name__} store does not keep webhooks")

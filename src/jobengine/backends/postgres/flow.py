@@ -20,9 +20,7 @@ from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
 from jobengine.backends.postgres.outbox import CLAIM_IDS
 from jobengine.backends.postgres.sql import RUNNABLE
-from jobengine.core import codec
 from jobengine.core.flow.bucket import Bucket
-from jobengine.core.flow.limits import FlowLimits
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
@@ -85,22 +83,6 @@ async def _all(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]
 
 
 class PostgresFlowMixin:
-    async def list_flow_limits(self: StoreCalls) -> list[FlowLimits]:
-        q = qualify(self, "SELECT queue, spec::text, updated_at FROM {s}flow_limits ORDER BY queue")
-        rows = await self._rows(q, {})
-        return [FlowLimits.from_json(r[0], codec.loads(r[1]), r[2]) for r in rows]
-
-    async def set_flow_limits(self: StoreCalls, limits: FlowLimits) -> None:
-        q = ("INSERT INTO {s}flow_limits (queue, spec, updated_at) VALUES (%(q)s::text, %(spec)s::jsonb, "
-             "%(at)s::float8) ON CONFLICT (queue) DO UPDATE SET spec = EXCLUDED.spec, updated_at = EXCLUDED.updated_at "
-             "RETURNING 1")  # fmt: skip
-        spec = codec.dumps(limits.to_json(), "limits")
-        await self._rows(qualify(self, q), {"q": limits.queue, "spec": spec, "at": limits.updated_at})
-
-    async def delete_flow_limits(self: StoreCalls, queue: str) -> None:
-        q = qualify(self, "DELETE FROM {s}flow_limits WHERE queue = %(q)s::text RETURNING 1")
-        await self._rows(q, {"q": queue})
-
     async def flow_counts(self: StoreCalls) -> FlowCounts:
         q = (f"SELECT queue, count(*) FILTER (WHERE state IN {RUNNABLE}), count(*) FILTER (WHERE state = 'running') "
              f"FROM {{s}}jobs WHERE state IN {RUNNABLE} OR state = 'running' GROUP BY queue")  # fmt: skip

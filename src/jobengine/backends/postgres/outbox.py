@@ -34,16 +34,6 @@ RETURNING id, job_id"""
 _OUTBOX_OF = """SELECT id, job_id, queue, available_at, headers::text FROM {s}outbox
 WHERE job_id = ANY(%(ids)s::text[]) ORDER BY id"""
 
-_CLAIM_OUTBOX = """WITH c AS (
-    SELECT id FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8
-    ORDER BY available_at, id LIMIT %(limit)s::int4 FOR UPDATE SKIP LOCKED
-)
-UPDATE {s}outbox o SET held_until = %(until)s::float8 FROM c WHERE o.id = c.id
-RETURNING o.id, o.job_id, o.queue, o.available_at, o.headers::text"""
-
-_DUE = """SELECT
-    EXISTS (SELECT 1 FROM {s}outbox WHERE available_at <= %(now)s::float8 AND held_until <= %(now)s::float8),
-    (SELECT min(available_at) FROM {s}outbox WHERE available_at > %(now)s::float8)"""
 
 CLAIM_IDS = (
     """WITH picked AS (
@@ -153,26 +143,6 @@ class PostgresOutboxMixin:
         """:meth:`insert_jobs_outboxed` on the caller's connection, inside its open transaction (see
         ``TransactionalStore``): committed, the jobs and their messages exist; rolled back, neither does."""
         return await _insert_outboxed(self, connection, jobs, now, phases, headers, watermarks, 0.0)
-
-    async def claim_outbox(self: _Runs, now: float, limit: int, lease_seconds: float) -> list[OutboxRow]:
-        if limit <= 0:
-            return []
-        params = {"now": now, "limit": limit, "until": now + lease_seconds}
-        rows = await self._rows(qualify(self, _CLAIM_OUTBOX), params)
-        out = [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
-        out.sort(key=lambda r: (r.available_at, r.id))
-        return out
-
-    async def delete_outbox(self: _Runs, ids: Sequence[int]) -> None:
-        if ids:
-            await self._rows(
-                qualify(self, "DELETE FROM {s}outbox WHERE id = ANY(%(ids)s::int8[]) RETURNING 1"), {"ids": list(ids)}
-            )
-
-    async def outbox_due(self: _Runs, now: float) -> tuple[bool, float | None]:
-        rows = await self._rows(qualify(self, _DUE), {"now": now})
-        later = rows[0][1]
-        return bool(rows[0][0]), (float(later) if later is not None else None)
 
     async def claim_jobs(
         self: _Runs,

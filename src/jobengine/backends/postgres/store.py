@@ -42,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.changes import _DEPENDENTS, _J, _STATE, Collect, Row, _cut_after, _jobs, _unique
+from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
     InsertPlan,
@@ -56,10 +57,13 @@ from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
 from jobengine.backends.postgres.notifier import PgNotifier
 from jobengine.backends.postgres.outbox import PostgresOutboxMixin
-from jobengine.backends.postgres.packs import PostgresPackMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.workers import PostgresWorkers
+from jobengine.backends.sql.keys import SqlKeysMixin
+from jobengine.backends.sql.outbox import SqlOutboxMixin
+from jobengine.backends.sql.packs import SqlPacksMixin
+from jobengine.backends.sql.queues import SqlQueuesMixin
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -80,7 +84,7 @@ from jobengine.ports.store import StoreCapabilities
 from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
-    from jobengine.backends.postgres.scheduling import PostgresScheduling
+    from jobengine.backends.sql.schedules import SqlScheduling
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -172,7 +176,16 @@ class _Lane:
         self.conn = None
 
 
-class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin, PostgresFlowMixin):
+class PostgresStore(
+    SqlKeysMixin,
+    SqlQueuesMixin,
+    PostgresApiMixin,
+    SqlOutboxMixin,
+    PostgresOutboxMixin,
+    PostgresReadsMixin,
+    SqlPacksMixin,
+    PostgresFlowMixin,
+):
     capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
 
     def __init__(
@@ -206,6 +219,7 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         self._pool_forks: dict[asyncio.AbstractEventLoop, int] = {}
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
+        self.db = PgDb(self)  # the runner of the repositories shared with SQLite
         self._notifier: PgNotifier | None = None
         self._workers: PostgresWorkers | None = None
 
@@ -441,11 +455,11 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
         return PostgresLeader(self.dsn, name, schema=self.schema)
 
-    def scheduling(self) -> PostgresScheduling:
+    def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
-        from jobengine.backends.postgres.scheduling import PostgresScheduling  # a worker never loads it
+        from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return PostgresScheduling(self)
+        return SqlScheduling(self.db)
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(

@@ -25,8 +25,8 @@ import psycopg
 
 from jobengine.backends.postgres.mixin import qualify
 from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.backends.sql import workers as shared
 from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
-from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
@@ -37,34 +37,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobengine.postgres")
 
-_COLUMNS = WORKER_COLUMNS
-
-_REGISTER = f"""INSERT INTO {{s}}workers ({_COLUMNS}) VALUES (%(id)s::text, %(kind)s::text, %(tenant)s::text,
-    %(host)s::text, %(pid)s::int4, %(version)s::text, %(queues)s::jsonb, %(tasks)s::jsonb, %(packs)s::jsonb,
-    %(concurrency)s::int4, %(lock_key)s::int8, %(started_at)s::float8, %(last_seen)s::float8,
-    %(expires_at)s::float8)
-ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, tenant = EXCLUDED.tenant, host = EXCLUDED.host,
-    pid = EXCLUDED.pid, version = EXCLUDED.version, queues = EXCLUDED.queues, tasks = EXCLUDED.tasks,
-    packs = EXCLUDED.packs, concurrency = EXCLUDED.concurrency, lock_key = EXCLUDED.lock_key,
-    last_seen = EXCLUDED.last_seen, expires_at = EXCLUDED.expires_at
-RETURNING 1"""
-
-_BEAT = """UPDATE {s}workers SET last_seen = %(now)s::float8, expires_at = %(expires)s::float8
-WHERE id = %(id)s::text RETURNING 1"""
-
-_LIVE = f"""SELECT {", ".join("w." + c for c in _COLUMNS.split(", "))},
-    (SELECT count(*) FROM {{s}}jobs j WHERE j.state = 'running' AND j.lease_worker = w.id)
-FROM {{s}}workers w WHERE w.expires_at > %(now)s::float8 ORDER BY w.started_at, w.id"""
 
 # A free lock is taken for this statement's transaction only (and given back at its end); a held one is
 # not waited for. CASE, so no lock is tried for a worker without one.
-_DEAD = f"""SELECT {_COLUMNS} FROM {{s}}workers
+_DEAD = f"""SELECT {WORKER_COLUMNS} FROM {{s}}workers
 WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
 
 _HELD = f"""SELECT {job_columns("j")} FROM {{s}}jobs j
 WHERE j.state = 'running' AND j.lease_worker = ANY(%(workers)s::text[]) ORDER BY j.id LIMIT %(limit)s::int4"""
-
-_REMOVE = "DELETE FROM {s}workers WHERE id = ANY(%(workers)s::text[]) RETURNING 1"
 
 
 class _Liveness:
@@ -152,29 +132,21 @@ class PostgresWorkers:
             liveness = _Liveness(self._store.dsn, info.lock_key)
             await liveness.start()
             self._held[info.id] = liveness
-        params = {
-            "id": info.id, "kind": info.kind, "tenant": info.tenant, "host": info.host, "pid": info.pid,
-            "version": info.version, "queues": codec.dumps(list(info.queues), "queues"),
-            "tasks": codec.dumps(list(info.tasks), "tasks"), "packs": codec.dumps(list(info.packs), "packs"),
-            "concurrency": info.concurrency, "lock_key": info.lock_key, "started_at": info.started_at,
-            "last_seen": info.last_seen, "expires_at": info.expires_at,
-        }  # fmt: skip
-        await self._store._rows(qualify(self._store, _REGISTER), params)
+        await shared.register(self._store.db, info)
 
     async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
-        rows = await self._store._rows(qualify(self._store, _BEAT), {"id": worker, "now": now, "expires": expires_at})
-        return bool(rows)
+        return await shared.beat(self._store.db, worker, now, expires_at)
 
     async def unregister(self, worker: WorkerId) -> None:
         try:
-            await self._store._rows(qualify(self._store, _REMOVE), {"workers": [worker]})
+            await shared.remove(self._store.db, [worker])
         finally:
             liveness = self._held.pop(worker, None)
             if liveness is not None:
                 await liveness.stop()
 
     async def live(self, now: float) -> list[WorkerInfo]:
-        return [worker_from_row(r) for r in await self._store._rows(qualify(self._store, _LIVE), {"now": now})]
+        return await shared.live(self._store.db, now)
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         """Remote workers past their expiry, and workers whose liveness lock is free at two looks ``grace``
@@ -218,7 +190,7 @@ class PostgresWorkers:
 
     async def remove(self, workers: Sequence[WorkerId]) -> None:
         if workers:
-            await self._store._rows(qualify(self._store, _REMOVE), {"workers": list(workers)})
+            await shared.remove(self._store.db, workers)
             for w in workers:
                 self._suspects.pop(w, None)
 

@@ -13,9 +13,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
-from jobengine.core import codec
 from jobengine.core.flow.bucket import Bucket
-from jobengine.core.flow.limits import FlowLimits, bucket_key
+from jobengine.core.flow.limits import bucket_key
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed
@@ -28,10 +27,6 @@ from .rows import RUNNABLE_SQL
 T = TypeVar("T")
 R = TypeVar("R")
 
-_UPSERT_LIMITS: Final = (
-    "INSERT INTO flow_limits (queue, spec, updated_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (queue) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at"
-)
 _UPSERT_BUCKET: Final = (
     "INSERT INTO flow_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
     "ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at"
@@ -109,19 +104,6 @@ def claim_limited(
 
 
 class SqliteFlowMixin:
-    async def list_flow_limits(self: _Runs) -> list[FlowLimits]:
-        rows = await self._read(
-            lambda c: c.execute("SELECT queue, spec, updated_at FROM flow_limits ORDER BY queue").fetchall()
-        )
-        return [FlowLimits.from_json(r[0], codec.loads(r[1]), r[2]) for r in rows]
-
-    async def set_flow_limits(self: _Runs, limits: FlowLimits) -> None:
-        spec = codec.dumps(limits.to_json(), "limits")
-        await self._write(lambda c: c.execute(_UPSERT_LIMITS, [limits.queue, spec, limits.updated_at]))
-
-    async def delete_flow_limits(self: _Runs, queue: str) -> None:
-        await self._write(lambda c: c.execute("DELETE FROM flow_limits WHERE queue = ?", [queue]))
-
     async def flow_counts(self: _Runs) -> FlowCounts:
         def read(c: sqlite3.Connection) -> FlowCounts:
             depth = c.execute(f"SELECT queue, count(*) FROM jobs WHERE {RUNNABLE_SQL} GROUP BY queue").fetchall()

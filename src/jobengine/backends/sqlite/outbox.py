@@ -28,19 +28,12 @@ from .rows import RUNNABLE_SQL, insert_events, insert_rows, json_list, select_jo
 T = TypeVar("T")
 R = TypeVar("R")
 
-_DELETE_OUTBOX: Final = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?))"
-
 
 def _same(value: T) -> T:
     return value
 
 
 _INSERT_OUTBOX: Final = "INSERT INTO outbox (job_id, queue, available_at, headers, held_until) VALUES "
-_CLAIM_OUTBOX: Final = """
-UPDATE outbox SET held_until = ?
-WHERE id IN (SELECT id FROM outbox WHERE available_at <= ? AND held_until <= ? ORDER BY available_at, id LIMIT ?)
-RETURNING id, job_id, queue, available_at, headers
-"""
 _CLAIM_IDS: Final = _START.format(
     union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
     "AND run_at <= ? AND (? IS NULL OR task IN (SELECT value FROM json_each(?)))"
@@ -117,12 +110,6 @@ def _claim_ids(
     return fenced.Applied(rows, insert_events(conn, now, events))
 
 
-def _due(conn: sqlite3.Connection, now: float) -> tuple[bool, float | None]:
-    due = conn.execute("SELECT 1 FROM outbox WHERE available_at <= ? AND held_until <= ? LIMIT 1", (now, now))
-    later = conn.execute("SELECT min(available_at) FROM outbox WHERE available_at > ?", (now,)).fetchone()[0]
-    return due.fetchone() is not None, later
-
-
 class SqliteOutboxMixin:
     async def insert_jobs_outboxed(
         self: _Runs,
@@ -140,29 +127,6 @@ class SqliteOutboxMixin:
             return Outboxed(Inserted([], [], []), [])
         held_until = now + hold if hold > 0 else 0.0
         return await self._write(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
-
-    async def claim_outbox(self: _Runs, now: float, limit: int, lease_seconds: float) -> list[OutboxRow]:
-        if limit <= 0:
-            return []
-
-        def claim(c: sqlite3.Connection) -> list[OutboxRow]:
-            rows = c.execute(_CLAIM_OUTBOX, (now + lease_seconds, now, now, limit)).fetchall()
-            out = [OutboxRow(r[0], r[1], r[2], r[3], codec.loads(r[4])) for r in rows]
-            out.sort(key=lambda r: (r.available_at, r.id))
-            return out
-
-        # At the worker's durability: a hold or a delete lost with the last commits before a power loss only
-        # means the rows are published again, which the broker's de-duplication absorbs.
-        return await self._work(claim, _same)
-
-    async def delete_outbox(self: _Runs, ids: Sequence[int]) -> None:
-        if not ids:
-            return
-        batch = codec.dumps(list(ids), "ids")
-        await self._work(lambda c: c.execute(_DELETE_OUTBOX, (batch,)).rowcount, _same)
-
-    async def outbox_due(self: _Runs, now: float) -> tuple[bool, float | None]:
-        return await self._read(lambda c: _due(c, now))
 
     async def claim_jobs(
         self: _Runs,

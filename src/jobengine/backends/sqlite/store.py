@@ -35,6 +35,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
+from jobengine.backends.sql.keys import SqlKeysMixin
+from jobengine.backends.sql.outbox import SqlOutboxMixin
+from jobengine.backends.sql.packs import SqlPacksMixin
+from jobengine.backends.sql.queues import SqlQueuesMixin
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
     Changed,
@@ -57,19 +61,21 @@ from jobengine.ports.store import StoreCapabilities
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
+from .db import SqliteDb
 from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
-from .packs import SqlitePackMixin
 from .workers import SqliteWorkers
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlowMixin):
+class SqliteStore(
+    SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqlOutboxMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin
+):
     """The Store port on a SQLite file.
 
     Example::
@@ -124,6 +130,7 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
+        self.db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
 
     @property
     def path(self) -> str:
@@ -204,11 +211,11 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
             self._notifier = SqliteNotifier(self._path)
         return self._notifier
 
-    def scheduling(self) -> SqliteScheduling:
+    def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
-        from .scheduling import SqliteScheduling  # a worker never loads it
+        from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
 
-        return SqliteScheduling(self)
+        return SqlScheduling(self.db)
 
     def workers(self) -> SqliteWorkers:
         """The registry of live workers (:mod:`jobengine.ports.workers`)."""
@@ -327,9 +334,8 @@ def _same(value: T) -> T:
 
 
 if TYPE_CHECKING:
+    from jobengine.backends.sql.schedules import SqlScheduling
     from jobengine.ports.store import Store
-
-    from .scheduling import SqliteScheduling
 
     def _conforms(store: SqliteStore) -> Store:  # mypy checks SqliteStore against the port here
         return store

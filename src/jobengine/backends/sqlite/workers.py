@@ -11,13 +11,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
-from jobengine.core import codec
+from jobengine.backends.sql import workers as shared
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
@@ -27,16 +25,6 @@ from .rows import json_list, select_jobs
 
 if TYPE_CHECKING:
     from .store import SqliteStore
-
-_COLUMNS = WORKER_COLUMNS
-
-
-def _row(info: WorkerInfo) -> tuple[Any, ...]:
-    return (
-        info.id, info.kind, info.tenant, info.host, info.pid, info.version, codec.dumps(list(info.queues), "queues"),
-        codec.dumps(list(info.tasks), "tasks"), codec.dumps(list(info.packs), "packs"), info.concurrency,
-        info.lock_key, info.started_at, info.last_seen, info.expires_at,
-    )  # fmt: skip
 
 
 class SqliteWorkers:
@@ -91,19 +79,14 @@ class SqliteWorkers:
     async def register(self, info: WorkerInfo) -> None:
         if info.lock_key is not None and info.id not in self._held:
             self._held[info.id] = self._hold(info.lock_key)
-        # A row registered again keeps its started_at.
-        kept = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS.split(", ") if c not in ("id", "started_at"))
-        sql = f"INSERT INTO workers ({_COLUMNS}) VALUES ({', '.join('?' * 14)}) ON CONFLICT (id) DO UPDATE SET {kept}"
-        row = _row(info)
-        await self._store._write(lambda c: c.execute(sql, row))
+        await shared.register(self._store.db, info)
 
     async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
-        sql = "UPDATE workers SET last_seen = ?, expires_at = ? WHERE id = ?"
-        return bool(await self._store._write(lambda c: c.execute(sql, (now, expires_at, worker)).rowcount))
+        return await shared.beat(self._store.db, worker, now, expires_at)
 
     async def unregister(self, worker: WorkerId) -> None:
         try:
-            await self._store._write(lambda c: c.execute("DELETE FROM workers WHERE id = ?", (worker,)))
+            await shared.remove(self._store.db, [worker])
         finally:
             held = self._held.pop(worker, None)
             if held is not None:
@@ -113,17 +96,12 @@ class SqliteWorkers:
                 os.close(fd)  # the lock goes with the descriptor
 
     async def live(self, now: float) -> list[WorkerInfo]:
-        sql = (
-            f"SELECT {', '.join('w.' + c for c in _COLUMNS.split(', '))}, (SELECT count(*) FROM jobs "
-            "WHERE jobs.state = 'running' AND jobs.lease_worker = w.id) FROM workers w WHERE w.expires_at > ? "
-            "ORDER BY w.started_at, w.id"
-        )
-        return await self._store._read(lambda c: [worker_from_row(r, codec.loads) for r in c.execute(sql, (now,))])
+        return await shared.live(self._store.db, now)
 
     async def dead(self, now: float) -> list[WorkerInfo]:
-        sql = f"SELECT {_COLUMNS} FROM workers"
+        sql = f"SELECT {shared.SELECT} FROM {{s}}workers w"
         dead = []
-        for info in await self._store._read(lambda c: [worker_from_row(r, codec.loads) for r in c.execute(sql)]):
+        for info in map(shared.info_of, await self._store.db.read(lambda tx: tx.rows(sql))):
             if info.id in self._held:
                 continue
             key = info.lock_key
@@ -141,19 +119,7 @@ class SqliteWorkers:
         return await self._store._read(lambda c: select_jobs(c, where, args))
 
     async def remove(self, workers: Sequence[WorkerId]) -> None:
-        if not workers:
-            return
-
-        def delete(c: sqlite3.Connection) -> list[int | None]:
-            args = (json_list(workers),)
-            keys = [
-                r[0]
-                for r in c.execute("SELECT lock_key FROM workers WHERE id IN (SELECT value FROM json_each(?))", args)
-            ]
-            c.execute("DELETE FROM workers WHERE id IN (SELECT value FROM json_each(?))", args)
-            return keys
-
-        for key in await self._store._write(delete):
+        for key in await shared.remove(self._store.db, workers):
             self._drop_file(key)
 
     async def close(self) -> None:

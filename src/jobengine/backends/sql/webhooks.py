@@ -1,10 +1,10 @@
 """The webhook store's SQL, shared by SQLite and PostgreSQL (tables: migrations ``0005_webhooks`` and
 ``0011_sessions_hooks``).
 
-Each operation is a plain function of a :class:`Tx` (one open transaction) written once in the subset of SQL
-both databases speak; a :class:`Dialect` fills in what differs (placeholders, the table prefix, the row
-lock of a claim, the jsonb cast). SQLite runs them on its store's thread in ``BEGIN IMMEDIATE``; PostgreSQL
-on a small synchronous pool in worker threads (webhook traffic is light; see backends/postgres/webhooks.py).
+Each operation is a coroutine of a :class:`~jobengine.backends.sql.base.Tx` (one open transaction), run by
+the store's :class:`~jobengine.backends.sql.base.Db` (SQLite: its thread in ``BEGIN IMMEDIATE``;
+PostgreSQL: its async pool). A dispatcher's claim takes ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
+dispatchers in several processes never lease the same delivery (SQLite's write lock serialises them).
 
 Secrets (an endpoint's ``secret`` and ``previous_secret``, an inbound hook's ``secret``) are sealed by a
 :class:`~jobengine.secretbox.SecretBox` as rows are written and opened as they are read, so values above
@@ -14,9 +14,8 @@ this module are always clear and the tables never are (clear text written before
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
 
 from jobengine.core import codec
 from jobengine.core.mapping import TriggerMapping
@@ -32,7 +31,9 @@ from jobengine.core.webhooks.model import (
 )
 from jobengine.secretbox import SecretBox
 
-Row = Sequence[Any]
+from .base import Db, Row, Tx, marks
+
+T = TypeVar("T")
 
 _EP: Final = (
     "id, tenant, url, secret, event_types, queues, tasks, description, enabled, disabled_reason, rate_limit, "
@@ -44,28 +45,6 @@ _DL: Final = (
 )
 _AT: Final = "delivery_id, attempt, tenant, at, status, latency_ms, error"
 _IN: Final = "name, tenant, schedule, secret, enabled, created_at, template"
-
-
-class Tx(Protocol):
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute; the number of rows changed."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    prefix: str = ""  # '"schema".' on PostgreSQL
-    skip_locked: str = ""  # ' FOR UPDATE SKIP LOCKED' on PostgreSQL
-    json_param: str = "?"  # '?::jsonb' on PostgreSQL
-    same: str = "IS"  # 'IS NOT DISTINCT FROM' on PostgreSQL: equal, NULL included
-
-    def q(self, sql: str) -> str:
-        return (
-            sql.replace("{s}", self.prefix).replace("{json}", self.json_param).replace("{lock}", self.skip_locked)
-            .replace("{same}", self.same)
-        )  # fmt: skip
 
 
 def endpoint_row(e: Endpoint, box: SecretBox) -> tuple[Any, ...]:
@@ -109,137 +88,128 @@ def inbound_of(r: Row, box: SecretBox) -> InboundHook:
     return InboundHook(r[0], r[1], r[2], box.open(r[3]), bool(r[4]), r[5], template)
 
 
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
 class WebhookSql:
     """The operations of :class:`jobengine.ports.webhooks.WebhookStore` as functions of a transaction."""
 
-    def __init__(self, dialect: Dialect, box: SecretBox) -> None:
-        self.d = dialect
+    def __init__(self, box: SecretBox) -> None:
         self.box = box
 
     # -- endpoints ------------------------------------------------------------------------------------
-    def insert_endpoint(self, tx: Tx, e: Endpoint) -> None:
-        tx.run(self.d.q(f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({_marks(17)})"), endpoint_row(e, self.box))
+    async def insert_endpoint(self, tx: Tx, e: Endpoint) -> None:
+        await tx.run((f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({marks(17)})"), endpoint_row(e, self.box))
 
-    def get_endpoint(self, tx: Tx, endpoint_id: str, tenant: str | None) -> Endpoint | None:
+    async def get_endpoint(self, tx: Tx, endpoint_id: str, tenant: str | None) -> Endpoint | None:
         sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE id = ?"
         args: list[Any] = [endpoint_id]
         if tenant is not None:
             sql += " AND tenant = ?"
             args.append(tenant)
-        rows = tx.rows(self.d.q(sql), args)
+        rows = await tx.rows((sql), args)
         return endpoint_of(rows[0], self.box) if rows else None
 
-    def list_endpoints(self, tx: Tx, tenant: str | None) -> list[Endpoint]:
+    async def list_endpoints(self, tx: Tx, tenant: str | None) -> list[Endpoint]:
         if tenant is None:
-            rows = tx.rows(self.d.q(f"SELECT {_EP} FROM {{s}}webhook_endpoints ORDER BY created_at, id"))
+            rows = await tx.rows(f"SELECT {_EP} FROM {{s}}webhook_endpoints ORDER BY created_at, id")
         else:
             sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE tenant = ? ORDER BY created_at, id"
-            rows = tx.rows(self.d.q(sql), [tenant])
+            rows = await tx.rows((sql), [tenant])
         return [endpoint_of(r, self.box) for r in rows]
 
-    def save_endpoint(self, tx: Tx, e: Endpoint) -> None:
+    async def save_endpoint(self, tx: Tx, e: Endpoint) -> None:
         cols = _EP.split(", ")[1:]
         sets = ", ".join(f"{c} = ?" for c in cols)
-        tx.run(
-            self.d.q(f"UPDATE {{s}}webhook_endpoints SET {sets} WHERE id = ?"), [*endpoint_row(e, self.box)[1:], e.id]
-        )
+        await tx.run((f"UPDATE {{s}}webhook_endpoints SET {sets} WHERE id = ?"), [*endpoint_row(e, self.box)[1:], e.id])
 
-    def delete_endpoint(self, tx: Tx, endpoint_id: str, tenant: str) -> bool:
-        q = self.d.q
-        if not tx.run(q("DELETE FROM {s}webhook_endpoints WHERE id = ? AND tenant = ?"), [endpoint_id, tenant]):
+    async def delete_endpoint(self, tx: Tx, endpoint_id: str, tenant: str) -> bool:
+        if not await tx.run("DELETE FROM {s}webhook_endpoints WHERE id = ? AND tenant = ?", [endpoint_id, tenant]):
             return False
-        tx.run(q("DELETE FROM {s}webhook_attempts WHERE delivery_id IN "
+        await tx.run(("DELETE FROM {s}webhook_attempts WHERE delivery_id IN "
                  "(SELECT id FROM {s}webhook_deliveries WHERE endpoint_id = ?)"), [endpoint_id])  # fmt: skip
-        tx.run(q("DELETE FROM {s}webhook_deliveries WHERE endpoint_id = ?"), [endpoint_id])
+        await tx.run("DELETE FROM {s}webhook_deliveries WHERE endpoint_id = ?", [endpoint_id])
         return True
 
-    def mark_endpoint(self, tx: Tx, endpoint_id: str, ok: bool, now: float) -> None:
+    async def mark_endpoint(self, tx: Tx, endpoint_id: str, ok: bool, now: float) -> None:
         if ok:
             sql = "UPDATE {s}webhook_endpoints SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL"
-            tx.run(self.d.q(sql), [endpoint_id])
+            await tx.run((sql), [endpoint_id])
         else:
             sql = "UPDATE {s}webhook_endpoints SET failing_since = ? WHERE id = ? AND failing_since IS NULL"
-            tx.run(self.d.q(sql), [now, endpoint_id])
+            await tx.run((sql), [now, endpoint_id])
 
-    def disable_endpoint(self, tx: Tx, endpoint_id: str, reason: str, now: float) -> Event | None:
-        q = self.d.q
-        rows = tx.rows(q("UPDATE {s}webhook_endpoints SET enabled = 0, disabled_reason = ?, updated_at = ? "
+    async def disable_endpoint(self, tx: Tx, endpoint_id: str, reason: str, now: float) -> Event | None:
+        rows = await tx.rows(("UPDATE {s}webhook_endpoints SET enabled = 0, disabled_reason = ?, updated_at = ? "
                          "WHERE id = ? AND enabled = 1 RETURNING tenant, url"), [reason, now, endpoint_id])  # fmt: skip
         if not rows:
             return None
         tenant, url = rows[0][0], rows[0][1]
         data = {"endpoint_id": endpoint_id, "url": url, "reason": reason}
-        ins = q("INSERT INTO {s}events (at, type, tenant, job_id, queue, task, data) "
+        ins = ("INSERT INTO {s}events (at, type, tenant, job_id, queue, task, data) "
                 "VALUES (?, ?, ?, NULL, NULL, NULL, {json}) RETURNING id")  # fmt: skip
-        event_id = tx.rows(ins, [now, ENDPOINT_DISABLED, tenant, codec.dumps(data)])[0][0]
+        event_id = (await tx.rows(ins, [now, ENDPOINT_DISABLED, tenant, codec.dumps(data)]))[0][0]
         return Event(int(event_id), now, ENDPOINT_DISABLED, tenant, None, None, None, data)
 
     # -- the outbox -----------------------------------------------------------------------------------
-    def get_cursor(self, tx: Tx, name: str) -> int | None:
-        rows = tx.rows(self.d.q("SELECT event_id FROM {s}webhook_cursors WHERE name = ?"), [name])
+    async def get_cursor(self, tx: Tx, name: str) -> int | None:
+        rows = await tx.rows("SELECT event_id FROM {s}webhook_cursors WHERE name = ?", [name])
         return int(rows[0][0]) if rows else None
 
-    def init_cursor(self, tx: Tx, name: str, event_id: int) -> None:
+    async def init_cursor(self, tx: Tx, name: str, event_id: int) -> None:
         sql = "INSERT INTO {s}webhook_cursors (name, event_id) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"
-        tx.run(self.d.q(sql), [name, event_id])
+        await tx.run((sql), [name, event_id])
 
-    def fan_out(self, tx: Tx, name: str, expected: int, new: int, deliveries: Sequence[Delivery]) -> bool:
-        q = self.d.q
-        moved = tx.run(q("UPDATE {s}webhook_cursors SET event_id = ? WHERE name = ? AND event_id = ?"),
+    async def fan_out(self, tx: Tx, name: str, expected: int, new: int, deliveries: Sequence[Delivery]) -> bool:
+        moved = await tx.run("UPDATE {s}webhook_cursors SET event_id = ? WHERE name = ? AND event_id = ?",
                        [new, name, expected])  # fmt: skip
         if not moved:
             return False
-        ins = q(f"INSERT INTO {{s}}webhook_deliveries ({_DL}) VALUES ({_marks(17)}) "
+        ins = (f"INSERT INTO {{s}}webhook_deliveries ({_DL}) VALUES ({marks(17)}) "
                 "ON CONFLICT (endpoint_id, event_id) DO NOTHING")  # fmt: skip
         for d in deliveries:
-            tx.run(ins, delivery_row(d))
+            await tx.run(ins, delivery_row(d))
         return True
 
-    def claim_deliveries(self, tx: Tx, now: float, limit: int, lease_seconds: float, token: str) -> list[Delivery]:
-        q = self.d.q
-        pick = q("SELECT d.id FROM {s}webhook_deliveries d WHERE d.state = 'pending' AND d.next_at <= ? "
-                 "AND (d.lease_until IS NULL OR d.lease_until <= ?) AND EXISTS (SELECT 1 FROM {s}webhook_endpoints e "
-                 "WHERE e.id = d.endpoint_id AND e.enabled = 1) ORDER BY d.next_at, d.id LIMIT ?{lock}")  # fmt: skip
-        ids = [r[0] for r in tx.rows(pick, [now, now, limit])]
+    async def claim_deliveries(
+        self, tx: Tx, now: float, limit: int, lease_seconds: float, token: str
+    ) -> list[Delivery]:
+        pick = ("SELECT d.id FROM {s}webhook_deliveries d WHERE d.state = 'pending' AND d.next_at <= ? "
+                "AND (d.lease_until IS NULL OR d.lease_until <= ?) AND EXISTS (SELECT 1 FROM {s}webhook_endpoints e "
+                "WHERE e.id = d.endpoint_id AND e.enabled = 1) ORDER BY d.next_at, d.id LIMIT ?")  # fmt: skip
+        pick += " FOR UPDATE OF d SKIP LOCKED" if tx.d.native else ""
+        ids = [r[0] for r in await tx.rows(pick, [now, now, limit])]
         if not ids:
             return []
-        upd = q(f"UPDATE {{s}}webhook_deliveries SET lease_token = ?, lease_until = ? WHERE id IN ({_marks(len(ids))}) "
+        upd = (f"UPDATE {{s}}webhook_deliveries SET lease_token = ?, lease_until = ? WHERE id IN ({marks(len(ids))}) "
                 f"RETURNING {_DL}")  # fmt: skip
-        out = [delivery_of(r) for r in tx.rows(upd, [token, now + lease_seconds, *ids])]
+        out = [delivery_of(r) for r in await tx.rows(upd, [token, now + lease_seconds, *ids])]
         return sorted(out, key=lambda d: (d.next_at, d.id))
 
-    def finish_attempt(self, tx: Tx, d: Delivery, a: Attempt) -> bool:
-        q = self.d.q
-        upd = q("UPDATE {s}webhook_deliveries SET state = ?, attempts = ?, series_attempts = ?, next_at = ?, "
+    async def finish_attempt(self, tx: Tx, d: Delivery, a: Attempt) -> bool:
+        upd = ("UPDATE {s}webhook_deliveries SET state = ?, attempts = ?, series_attempts = ?, next_at = ?, "
                 "updated_at = ?, last_status = ?, last_error = ?, lease_token = NULL, lease_until = NULL "
                 "WHERE id = ? AND lease_token = ?")  # fmt: skip
         args = [d.state, d.attempts, d.series_attempts, d.next_at, d.updated_at, d.last_status, d.last_error, d.id,
                 d.lease_token]  # fmt: skip
-        if not tx.run(upd, args):
+        if not await tx.run(upd, args):
             return False
-        tx.run(q(f"INSERT INTO {{s}}webhook_attempts ({_AT}) VALUES ({_marks(7)})"),
+        await tx.run((f"INSERT INTO {{s}}webhook_attempts ({_AT}) VALUES ({marks(7)})"),
                [a.delivery_id, a.attempt, a.tenant, a.at, a.status, a.latency_ms, a.error])  # fmt: skip
         return True
 
-    def postpone(self, tx: Tx, delivery_id: str, token: str, next_at: float) -> bool:
+    async def postpone(self, tx: Tx, delivery_id: str, token: str, next_at: float) -> bool:
         sql = ("UPDATE {s}webhook_deliveries SET next_at = ?, lease_token = NULL, lease_until = NULL "
                "WHERE id = ? AND lease_token = ?")  # fmt: skip
-        return tx.run(self.d.q(sql), [next_at, delivery_id, token]) > 0
+        return await tx.run((sql), [next_at, delivery_id, token]) > 0
 
-    def get_delivery(self, tx: Tx, delivery_id: str, tenant: str | None) -> Delivery | None:
+    async def get_delivery(self, tx: Tx, delivery_id: str, tenant: str | None) -> Delivery | None:
         sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE id = ?"
         args: list[Any] = [delivery_id]
         if tenant is not None:
             sql += " AND tenant = ?"
             args.append(tenant)
-        rows = tx.rows(self.d.q(sql), args)
+        rows = await tx.rows((sql), args)
         return delivery_of(rows[0]) if rows else None
 
-    def list_deliveries(
+    async def list_deliveries(
         self, tx: Tx, tenant: str, endpoint_id: str | None, state: str | None, limit: int
     ) -> list[Delivery]:
         sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE tenant = ?"
@@ -250,220 +220,192 @@ class WebhookSql:
         if state is not None:
             sql += " AND state = ?"
             args.append(state)
-        rows = tx.rows(self.d.q(sql + " ORDER BY created_at DESC, id DESC LIMIT ?"), [*args, limit])
+        rows = await tx.rows((sql + " ORDER BY created_at DESC, id DESC LIMIT ?"), [*args, limit])
         return [delivery_of(r) for r in rows]
 
-    def list_attempts(self, tx: Tx, delivery_id: str) -> list[Attempt]:
+    async def list_attempts(self, tx: Tx, delivery_id: str) -> list[Attempt]:
         sql = f"SELECT {_AT} FROM {{s}}webhook_attempts WHERE delivery_id = ? ORDER BY attempt"
-        return [attempt_of(r) for r in tx.rows(self.d.q(sql), [delivery_id])]
+        return [attempt_of(r) for r in await tx.rows((sql), [delivery_id])]
 
-    def resend(self, tx: Tx, delivery_id: str, tenant: str, now: float) -> Delivery | None:
+    async def resend(self, tx: Tx, delivery_id: str, tenant: str, now: float) -> Delivery | None:
         sql = (f"UPDATE {{s}}webhook_deliveries SET state = '{PENDING}', series_attempts = 0, next_at = ?, "
                f"window_start = ?, updated_at = ?, lease_token = NULL, lease_until = NULL "
                f"WHERE id = ? AND tenant = ? RETURNING {_DL}")  # fmt: skip
-        rows = tx.rows(self.d.q(sql), [now, now, now, delivery_id, tenant])
+        rows = await tx.rows((sql), [now, now, now, delivery_id, tenant])
         return delivery_of(rows[0]) if rows else None
 
     # -- inbound hooks --------------------------------------------------------------------------------
-    def insert_inbound(self, tx: Tx, h: InboundHook) -> bool:
-        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({_marks(7)}) ON CONFLICT (tenant, name) DO NOTHING"
+    async def insert_inbound(self, tx: Tx, h: InboundHook) -> bool:
+        sql = f"INSERT INTO {{s}}inbound_hooks ({_IN}) VALUES ({marks(7)}) ON CONFLICT (tenant, name) DO NOTHING"
         template = None if h.template.empty else codec.dumps(h.template.to_json())
         row = [h.name, h.tenant, h.schedule, self.box.seal(h.secret), int(h.enabled), h.created_at, template]
-        return tx.run(self.d.q(sql), row) > 0
+        return await tx.run((sql), row) > 0
 
-    def get_inbound(self, tx: Tx, name: str, tenant: str) -> InboundHook | None:
+    async def get_inbound(self, tx: Tx, name: str, tenant: str) -> InboundHook | None:
         sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? AND tenant = ?"
-        rows = tx.rows(self.d.q(sql), [name, tenant])
+        rows = await tx.rows((sql), [name, tenant])
         return inbound_of(rows[0], self.box) if rows else None
 
-    def inbound_named(self, tx: Tx, name: str) -> list[InboundHook]:
+    async def inbound_named(self, tx: Tx, name: str) -> list[InboundHook]:
         sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE name = ? ORDER BY tenant"
-        return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [name])]
+        return [inbound_of(r, self.box) for r in await tx.rows((sql), [name])]
 
-    def list_inbound(self, tx: Tx, tenant: str) -> list[InboundHook]:
+    async def list_inbound(self, tx: Tx, tenant: str) -> list[InboundHook]:
         sql = f"SELECT {_IN} FROM {{s}}inbound_hooks WHERE tenant = ? ORDER BY name"
-        return [inbound_of(r, self.box) for r in tx.rows(self.d.q(sql), [tenant])]
+        return [inbound_of(r, self.box) for r in await tx.rows((sql), [tenant])]
 
-    def delete_inbound(self, tx: Tx, name: str, tenant: str) -> bool:
-        q = self.d.q
-        if not tx.run(q("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?"), [name, tenant]):
+    async def delete_inbound(self, tx: Tx, name: str, tenant: str) -> bool:
+        if not await tx.run("DELETE FROM {s}inbound_hooks WHERE name = ? AND tenant = ?", [name, tenant]):
             return False
-        tx.run(q("DELETE FROM {s}inbound_receipts WHERE hook = ? AND tenant = ?"), [name, tenant])
+        await tx.run("DELETE FROM {s}inbound_receipts WHERE hook = ? AND tenant = ?", [name, tenant])
         return True
 
-    def claim_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
+    async def claim_inbound_event(
+        self, tx: Tx, tenant: str, hook: str, event_id: str, now: float, window: float
+    ) -> bool:
         # A receipt older than the window is history: the id is taken again (as if pruned).
         sql = ("INSERT INTO {s}inbound_receipts AS r (tenant, hook, event_id, received_at) VALUES (?, ?, ?, ?) "
                "ON CONFLICT (tenant, hook, event_id) DO UPDATE SET received_at = excluded.received_at "
                "WHERE r.received_at <= ?")  # fmt: skip
-        return tx.run(self.d.q(sql), [tenant, hook, event_id, now, now - window]) > 0
+        return await tx.run((sql), [tenant, hook, event_id, now, now - window]) > 0
 
-    def release_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str) -> None:
+    async def release_inbound_event(self, tx: Tx, tenant: str, hook: str, event_id: str) -> None:
         sql = "DELETE FROM {s}inbound_receipts WHERE tenant = ? AND hook = ? AND event_id = ?"
-        tx.run(self.d.q(sql), [tenant, hook, event_id])
+        await tx.run((sql), [tenant, hook, event_id])
 
-    def prune_inbound_events(self, tx: Tx, before: float, limit: int) -> int:
+    async def prune_inbound_events(self, tx: Tx, before: float, limit: int) -> int:
         sql = ("DELETE FROM {s}inbound_receipts WHERE (tenant, hook, event_id) IN (SELECT tenant, hook, event_id "
                "FROM {s}inbound_receipts WHERE received_at <= ? ORDER BY received_at LIMIT ?)")  # fmt: skip
-        return tx.run(self.d.q(sql), [before, limit])
+        return await tx.run((sql), [before, limit])
 
     # -- secrets at rest ------------------------------------------------------------------------------
-    def reseal(self, tx: Tx) -> int:
+    async def reseal(self, tx: Tx) -> int:
         """Seal with the first key every secret that is clear or sealed with another key. Each row is
         rewritten only if it still holds what was read (a rotation made meanwhile is kept). Returns how many
         rows changed."""
-        q, box = self.d.q, self.box
+        box = self.box
         changed = 0
-        for eid, secret, previous in tx.rows(q("SELECT id, secret, previous_secret FROM {s}webhook_endpoints")):
+        for eid, secret, previous in await tx.rows("SELECT id, secret, previous_secret FROM {s}webhook_endpoints"):
             if box.stale(secret) or (previous is not None and box.stale(previous)):
                 new_previous = box.seal(box.open(previous)) if previous is not None else None
-                changed += tx.run(
-                    q("UPDATE {s}webhook_endpoints SET secret = ?, previous_secret = ? "
+                changed += await tx.run(
+                    ("UPDATE {s}webhook_endpoints SET secret = ?, previous_secret = ? "
                       "WHERE id = ? AND secret = ? AND previous_secret {same} ?"),
                     [box.seal(box.open(secret)), new_previous, eid, secret, previous],
                 )  # fmt: skip
-        for tenant, name, secret in tx.rows(q("SELECT tenant, name, secret FROM {s}inbound_hooks")):
+        for tenant, name, secret in await tx.rows("SELECT tenant, name, secret FROM {s}inbound_hooks"):
             if box.stale(secret):
-                changed += tx.run(q("UPDATE {s}inbound_hooks SET secret = ? WHERE tenant = ? AND name = ? "
+                changed += await tx.run(("UPDATE {s}inbound_hooks SET secret = ? WHERE tenant = ? AND name = ? "
                                     "AND secret = ?"), [box.seal(box.open(secret)), tenant, name, secret])  # fmt: skip
         return changed
 
-    def count_stale(self, tx: Tx) -> int:
+    async def count_stale(self, tx: Tx) -> int:
         """How many stored secrets :meth:`reseal` would rewrite (or, without a key, are in clear)."""
-        q = self.d.q
-        values = [v for r in tx.rows(q("SELECT secret, previous_secret FROM {s}webhook_endpoints")) for v in r]
-        values += [r[0] for r in tx.rows(q("SELECT secret FROM {s}inbound_hooks"))]
+        values = [v for r in await tx.rows("SELECT secret, previous_secret FROM {s}webhook_endpoints") for v in r]
+        values += [r[0] for r in await tx.rows("SELECT secret FROM {s}inbound_hooks")]
         return sum(1 for v in values if v is not None and self.box.stale(v))
-
-
-#: How a runner runs an operation: a read; a write at the store's full durability; a dispatcher's own
-#: bookkeeping (claims, attempts, postpones), which SQLite commits at ``worker_synchronous`` like a worker's
-#: transitions: a power loss can only roll back attempts, so deliveries are sent again (at least once).
-READ, WRITE, HOT = "read", "write", "hot"
-
-
-class Runner(Protocol):
-    async def __call__(self, fn: Any, mode: str) -> Any:
-        """Run ``fn(tx)`` in one transaction (READ, WRITE or HOT) and return its result."""
-        ...
 
 
 class SqlWebhookStore:
     """:class:`jobengine.ports.webhooks.WebhookStore` over :class:`WebhookSql` and a backend's runner."""
 
-    def __init__(self, sql: WebhookSql, runner: Runner) -> None:
-        self._sql = sql
-        self._runner = runner
+    def __init__(self, db: Db, box: SecretBox) -> None:
+        self._sql = WebhookSql(box)
+        self._db = db
 
-    async def _w(self, fn: Any) -> Any:
-        return await self._runner(fn, WRITE)
+    async def _w(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._db.write(fn, retry=False)
 
-    async def _hot(self, fn: Any) -> Any:
-        return await self._runner(fn, HOT)
+    async def _hot(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """A dispatcher's own bookkeeping (claims, attempts, postpones): a power loss can only roll back
+        attempts, so deliveries are sent again (at least once)."""
+        return await self._db.write(fn, retry=False, hot=True)
 
-    async def _r(self, fn: Any) -> Any:
-        return await self._runner(fn, READ)
+    async def _r(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._db.read(fn)
 
     async def insert_endpoint(self, endpoint: Endpoint) -> None:
         await self._w(lambda tx: self._sql.insert_endpoint(tx, endpoint))
 
     async def get_endpoint(self, endpoint_id: str, tenant: str | None = None) -> Endpoint | None:
-        result: Endpoint | None = await self._r(lambda tx: self._sql.get_endpoint(tx, endpoint_id, tenant))
-        return result
+        return await self._r(lambda tx: self._sql.get_endpoint(tx, endpoint_id, tenant))
 
     async def list_endpoints(self, tenant: str | None = None) -> list[Endpoint]:
-        result: list[Endpoint] = await self._r(lambda tx: self._sql.list_endpoints(tx, tenant))
-        return result
+        return await self._r(lambda tx: self._sql.list_endpoints(tx, tenant))
 
     async def save_endpoint(self, endpoint: Endpoint) -> None:
         await self._w(lambda tx: self._sql.save_endpoint(tx, endpoint))
 
     async def delete_endpoint(self, endpoint_id: str, tenant: str) -> bool:
-        return bool(await self._w(lambda tx: self._sql.delete_endpoint(tx, endpoint_id, tenant)))
+        return await self._w(lambda tx: self._sql.delete_endpoint(tx, endpoint_id, tenant))
 
     async def mark_endpoint(self, endpoint_id: str, ok: bool, now: float) -> None:
         await self._hot(lambda tx: self._sql.mark_endpoint(tx, endpoint_id, ok, now))
 
     async def disable_endpoint(self, endpoint_id: str, reason: str, now: float) -> Event | None:
-        result: Event | None = await self._w(lambda tx: self._sql.disable_endpoint(tx, endpoint_id, reason, now))
-        return result
+        return await self._w(lambda tx: self._sql.disable_endpoint(tx, endpoint_id, reason, now))
 
     async def get_cursor(self, name: str) -> int | None:
-        result: int | None = await self._r(lambda tx: self._sql.get_cursor(tx, name))
-        return result
+        return await self._r(lambda tx: self._sql.get_cursor(tx, name))
 
     async def init_cursor(self, name: str, event_id: int) -> None:
         await self._w(lambda tx: self._sql.init_cursor(tx, name, event_id))
 
     async def fan_out(self, name: str, expected: int, new: int, deliveries: Sequence[Delivery]) -> bool:
-        return bool(await self._w(lambda tx: self._sql.fan_out(tx, name, expected, new, deliveries)))
+        return await self._w(lambda tx: self._sql.fan_out(tx, name, expected, new, deliveries))
 
     async def claim_deliveries(self, now: float, limit: int, lease_seconds: float, token: str) -> list[Delivery]:
-        result: list[Delivery] = await self._hot(
-            lambda tx: self._sql.claim_deliveries(tx, now, limit, lease_seconds, token)
-        )
-        return result
+        return await self._hot(lambda tx: self._sql.claim_deliveries(tx, now, limit, lease_seconds, token))
 
     async def finish_attempt(self, delivery: Delivery, attempt: Attempt) -> bool:
-        return bool(await self._hot(lambda tx: self._sql.finish_attempt(tx, delivery, attempt)))
+        return await self._hot(lambda tx: self._sql.finish_attempt(tx, delivery, attempt))
 
     async def postpone(self, delivery_id: str, token: str, next_at: float) -> bool:
-        return bool(await self._hot(lambda tx: self._sql.postpone(tx, delivery_id, token, next_at)))
+        return await self._hot(lambda tx: self._sql.postpone(tx, delivery_id, token, next_at))
 
     async def get_delivery(self, delivery_id: str, tenant: str | None = None) -> Delivery | None:
-        result: Delivery | None = await self._r(lambda tx: self._sql.get_delivery(tx, delivery_id, tenant))
-        return result
+        return await self._r(lambda tx: self._sql.get_delivery(tx, delivery_id, tenant))
 
     async def list_deliveries(
         self, tenant: str, endpoint_id: str | None = None, state: str | None = None, limit: int = 100
     ) -> list[Delivery]:
-        result: list[Delivery] = await self._r(
-            lambda tx: self._sql.list_deliveries(tx, tenant, endpoint_id, state, limit)
-        )
-        return result
+        return await self._r(lambda tx: self._sql.list_deliveries(tx, tenant, endpoint_id, state, limit))
 
     async def list_attempts(self, delivery_id: str) -> list[Attempt]:
-        result: list[Attempt] = await self._r(lambda tx: self._sql.list_attempts(tx, delivery_id))
-        return result
+        return await self._r(lambda tx: self._sql.list_attempts(tx, delivery_id))
 
     async def resend(self, delivery_id: str, tenant: str, now: float) -> Delivery | None:
-        result: Delivery | None = await self._w(lambda tx: self._sql.resend(tx, delivery_id, tenant, now))
-        return result
+        return await self._w(lambda tx: self._sql.resend(tx, delivery_id, tenant, now))
 
     async def insert_inbound(self, hook: InboundHook) -> bool:
-        return bool(await self._w(lambda tx: self._sql.insert_inbound(tx, hook)))
+        return await self._w(lambda tx: self._sql.insert_inbound(tx, hook))
 
     async def get_inbound(self, name: str, tenant: str) -> InboundHook | None:
-        result: InboundHook | None = await self._r(lambda tx: self._sql.get_inbound(tx, name, tenant))
-        return result
+        return await self._r(lambda tx: self._sql.get_inbound(tx, name, tenant))
 
     async def inbound_named(self, name: str) -> list[InboundHook]:
-        result: list[InboundHook] = await self._r(lambda tx: self._sql.inbound_named(tx, name))
-        return result
+        return await self._r(lambda tx: self._sql.inbound_named(tx, name))
 
     async def list_inbound(self, tenant: str) -> list[InboundHook]:
-        result: list[InboundHook] = await self._r(lambda tx: self._sql.list_inbound(tx, tenant))
-        return result
+        return await self._r(lambda tx: self._sql.list_inbound(tx, tenant))
 
     async def delete_inbound(self, name: str, tenant: str) -> bool:
-        return bool(await self._w(lambda tx: self._sql.delete_inbound(tx, name, tenant)))
+        return await self._w(lambda tx: self._sql.delete_inbound(tx, name, tenant))
 
     async def claim_inbound_event(self, tenant: str, hook: str, event_id: str, now: float, window: float) -> bool:
-        return bool(await self._w(lambda tx: self._sql.claim_inbound_event(tx, tenant, hook, event_id, now, window)))
+        return await self._w(lambda tx: self._sql.claim_inbound_event(tx, tenant, hook, event_id, now, window))
 
     async def release_inbound_event(self, tenant: str, hook: str, event_id: str) -> None:
         await self._w(lambda tx: self._sql.release_inbound_event(tx, tenant, hook, event_id))
 
     async def prune_inbound_events(self, before: float, limit: int) -> int:
-        return int(await self._w(lambda tx: self._sql.prune_inbound_events(tx, before, limit)))
+        return await self._w(lambda tx: self._sql.prune_inbound_events(tx, before, limit))
 
     async def reseal_secrets(self) -> int:
-        return int(await self._w(self._sql.reseal))
+        return await self._w(self._sql.reseal)
 
     async def count_stale_secrets(self) -> int:
-        return int(await self._r(self._sql.count_stale))
+        return await self._r(self._sql.count_stale)
 
     async def close(self) -> None:
-        closer = getattr(self._runner, "close", None)
-        if closer is not None:
-            await closer()
+        """Nothing to release: the store's own connections run every operation."""

@@ -1,0 +1,57 @@
+"""Queue settings and flow limits (tables: migrations ``0003_api``, ``0007_flow``), the running counts
+concurrency limits are checked against, and the event log's pruning: the ``QueueSettingsStore`` port, the
+limits of the ``FlowStore`` port and ``prune_events``, mixed into both SQL stores."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jobengine.core import codec
+from jobengine.core.flow.limits import FlowLimits
+from jobengine.ports.queues import QueueSettings
+
+from .base import HasDb, marks
+
+
+class SqlQueuesMixin:
+    async def list_queue_settings(self: HasDb) -> list[QueueSettings]:
+        sql = "SELECT queue, paused, concurrency, updated_at FROM {s}queue_settings ORDER BY queue"
+        rows = await self.db.read(lambda tx: tx.rows(sql))
+        return [QueueSettings(r[0], bool(r[1]), r[2], r[3]) for r in rows]
+
+    async def set_queue_settings(self: HasDb, settings: QueueSettings) -> QueueSettings:
+        sql = ("INSERT INTO {s}queue_settings (queue, paused, concurrency, updated_at) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, concurrency = EXCLUDED.concurrency, "
+               "updated_at = EXCLUDED.updated_at")  # fmt: skip
+        args = (settings.queue, bool(settings.paused), settings.concurrency, settings.updated_at)
+        await self.db.write(lambda tx: tx.run(sql, args))
+        return settings
+
+    async def running_counts(self: HasDb, queues: Sequence[str]) -> dict[str, int]:
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return {}
+        # state = 'running' matches the partial index on leases: only running rows are read.
+        sql = f"SELECT queue, count(*) FROM {{s}}jobs WHERE state = 'running' AND queue IN ({marks(len(names))}) "
+        rows = await self.db.read(lambda tx: tx.rows(sql + "GROUP BY queue", names))
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def prune_events(self: HasDb, before: float, limit: int) -> int:
+        # Ids grow with time, so the oldest by id are the oldest by time.
+        sql = "DELETE FROM {s}events WHERE id IN (SELECT id FROM {s}events WHERE at < ? ORDER BY id LIMIT ?)"
+        return await self.db.write(lambda tx: tx.run(sql, (before, limit)))
+
+    async def list_flow_limits(self: HasDb) -> list[FlowLimits]:
+        rows = await self.db.read(
+            lambda tx: tx.rows("SELECT queue, spec{text}, updated_at FROM {s}flow_limits ORDER BY queue")
+        )
+        return [FlowLimits.from_json(r[0], codec.loads(r[1]), r[2]) for r in rows]
+
+    async def set_flow_limits(self: HasDb, limits: FlowLimits) -> None:
+        sql = ("INSERT INTO {s}flow_limits (queue, spec, updated_at) VALUES (?, {json}, ?) "
+               "ON CONFLICT (queue) DO UPDATE SET spec = EXCLUDED.spec, updated_at = EXCLUDED.updated_at")  # fmt: skip
+        args = (limits.queue, codec.dumps(limits.to_json(), "limits"), limits.updated_at)
+        await self.db.write(lambda tx: tx.run(sql, args))
+
+    async def delete_flow_limits(self: HasDb, queue: str) -> None:
+        await self.db.write(lambda tx: tx.run("DELETE FROM {s}flow_limits WHERE queue = ?", (queue,)))
