@@ -200,7 +200,7 @@ class Transports:
                 failures.append(Failure(j.id, j.lease_token, err, FailOutcome.DEAD))
         if not failures:
             return []
-        changed = await engine.fail_jobs(failures)
+        changed = await engine.transitions.fail_jobs(failures)
         return [by_id[j.id] for j in changed.jobs if j.id in by_id and j.state is JobState.DEAD]
 
     # -- health and metrics -------------------------------------------------------------------------

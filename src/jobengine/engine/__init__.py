@@ -30,19 +30,13 @@ from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
-    AttemptError,
     Changed,
-    Completion,
     Event,
-    FailOutcome,
     Failure,
-    Heartbeat,
     Job,
     JobFilter,
     Json,
-    Lease,
     NewJob,
-    PhaseUpdate,
     Pruned,
 )
 from jobengine.core.retry import RetryPolicy
@@ -53,19 +47,21 @@ from jobengine.engine.flow import FlowFacade
 from jobengine.engine.runs import RunFacade
 from jobengine.engine.schedules import ScheduleFacade
 from jobengine.engine.signatures import SignatureFacade
+from jobengine.engine.transitions import Transitions
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.store import Store
 from jobengine.ports.transactional import TransactionalStore
 from jobengine.ports.watermarks import Watermark, WatermarkStore
-from jobengine.ports.workers import WorkerInfo
 from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.runtime import Worker, WorkerOptions
 
 if TYPE_CHECKING:
+    from jobengine.core.signatures import Fingerprint
     from jobengine.delivery.transports import Transports
+    from jobengine.flow.select import ClaimRule
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.webhooks import WebhookStore
     from jobengine.webhooks.manager import Webhooks
@@ -100,13 +96,24 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self.tasks = TaskRegistry()
         self.bus = EventBus()
         self._notifier: Notifier | None = None
+        self._run_hooks = _RunHooks(self)
+        #: The live workers: who runs what, and the rescue of dead ones (their jobs fail through the
+        #: transitions, which exist by the time the fleet rescues).
+        self.fleet = Fleet(
+            store.workers(), self.clock, expiry=self.settings.lease_seconds,
+            fail_jobs=lambda failures: self.transitions.fail_jobs(failures),
+        )  # fmt: skip
+        #: The worker protocol: every transition of a running job, instrumented (:mod:`.transitions`).
+        self.transitions = Transitions(
+            store, self.clock, self.tasks, self.bus, notifier=self.notifier, fleet=self.fleet,
+            flow=_FlowHooks(self), runs=self._run_hooks, signatures=_SignatureHooks(self),
+        )  # fmt: skip
         self._portal: _Portal | None = None
         self._workers: list[Worker] = []
         self._transports: Transports | None = None
         self._packs: PackRegistry | None = None
         self._webhook_store: WebhookStore | None = None
         self._webhooks: Webhooks | None = None
-        self._fleet: Fleet | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -177,15 +184,6 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
 
             self._webhooks = Webhooks(self)
         return self._webhooks
-
-    @property
-    def fleet(self) -> Fleet:
-        """The live workers (:class:`jobengine.fleet.Fleet`): who runs what, and the rescue of dead ones."""
-        if self._fleet is None:
-            self._fleet = Fleet(
-                self.store.workers(), self.clock, expiry=self.settings.lease_seconds, fail_jobs=self.fail_jobs
-            )
-        return self._fleet
 
     def notifier(self) -> Notifier:
         if self._notifier is None:
@@ -430,7 +428,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
             raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")
         changed = await self.store.cancel_jobs([job.id], reason, self.clock.now(), tenant)
         self._published(changed.events)
-        await self._runs_ended(changed.jobs)
+        await self._run_hooks.ended(changed.jobs)
         return await self.get_job(job_id, tenant)
 
     async def retry(self, job_id: str, tenant: str | None = None) -> Job:
@@ -442,7 +440,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         self._published(changed.events)
         if self.settings.queue.broker:
             await self.transports.publish_jobs(changed.jobs, "retried")
-        await self._runs_reopened(changed.jobs)
+        await self._run_hooks.reopened(changed.jobs)
         self.notifier().notify()
         return await self.get_job(job_id, tenant)
 
@@ -461,131 +459,13 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
                     return job
                 await asyncio.sleep(poll)
 
-    # -- maintenance --------------------------------------------------------------------------------
-    async def rescue_jobs(self) -> Changed:
-        """Jobs whose lease expired (their worker died) count a failed attempt and run again now."""
-        now = self.clock.now()
-        expired = await self.store.expired_jobs(now, 1000)
-        failures = [
-            Failure(
-                job.id,
-                job.lease_token,
-                AttemptError(
-                    job.attempt,
-                    now,
-                    "LeaseExpired",
-                    f"lease of worker {job.lease_worker} expired",
-                    None,
-                    job.lease_worker,
-                ),
-                FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD,
-                # Keep its place in line: the worker died, not the job's turn.
-                retry_at=min(now, job.run_at),
-                only_if_expired_at=now,
-            )
-            for job in expired
-            if job.lease_token is not None
-        ]
-        if not failures:
-            return Changed()
-        changed = await self.fail_jobs(failures)  # the one failure path: signatures and run summaries too
-        self.notifier().notify()
-        return changed
-
+    # -- maintenance ---------------------------------------------------------------------------------
     async def prune(self, limit: int = 10_000) -> Pruned:
         now = self.clock.now()
         s = self.settings
         pruned = await self.store.prune_jobs(now - s.stale_after, now - s.delete_after, now, limit)
         self._published(pruned.events)
         return pruned
-
-    # -- the worker's source (instrumented transitions) ---------------------------------------------
-    async def fetch_jobs(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> list[Job]:
-        """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
-        concurrency limit or flow limits is claimed under its rule (:meth:`flow_claim_plan`). ``tasks`` /
-        ``tenant`` restrict the claim to those task names (a worker's: it claims only what it can run) /
-        that tenant (a remote worker's key)."""
-        now = self.clock.now()
-        jobs: list[Job] = []
-        for group, n, rule in await self.flow_claim_plan(queues, limit):
-            n = min(n, limit - len(jobs))
-            if n <= 0:
-                break
-            if rule is not None:  # engine.flow: decided inside the store's claim transaction
-                changed = await self.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
-            else:
-                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
-            self._published(changed.events)
-            jobs.extend(changed.jobs)
-        if any(j.run_id is not None for j in jobs):
-            await self._runs_started(jobs)
-        return jobs
-
-    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
-        return await self.fleet.register(info)
-
-    async def beat_worker(self, worker: WorkerId) -> bool:
-        return await self.fleet.beat(worker)
-
-    async def unregister_worker(self, worker: WorkerId) -> None:
-        await self.fleet.unregister(worker)
-
-    async def rescue_dead_workers(self) -> Changed:
-        """The jobs of workers whose process is gone run again now (:meth:`Fleet.rescue_dead`)."""
-        changed = await self.fleet.rescue_dead()
-        if changed.jobs:
-            self.notifier().notify()
-        return changed
-
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
-        now = self.clock.now()
-        return await self.store.heartbeat_jobs(leases, now + lease_seconds, now)
-
-    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
-        changed = await self.store.save_phases(updates, self.clock.now())
-        self._published(changed.events)
-        return changed
-
-    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
-        changed = await self.store.complete_jobs(completions, self.clock.now())
-        self._published(changed.events)
-        self.flow_observe(changed.jobs)
-        if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
-            self.notifier().notify()  # dependents became runnable
-        await self._runs_ended(changed.jobs)
-        return changed
-
-    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
-        """Every failed attempt passes here (the worker's, the rescuer's): it is fingerprinted, a failure
-        with a non-retryable signature goes to dead instead of retrying, and after the store recorded the
-        failures their signatures and the summaries of their runs are updated (best effort)."""
-        prints = self._fingerprints(failures)
-        failures = await self._apply_signature_policy(failures, prints)
-        changed = await self.store.fail_jobs(failures, self.clock.now())
-        self._published(changed.events)
-        self.flow_observe(changed.jobs)
-        await self._record_signatures(prints, changed)
-        await self._runs_ended(changed.jobs)
-        return changed
-
-    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
-        changed = await self.store.release_jobs(leases, self.clock.now())
-        self._published(changed.events)
-        if changed.jobs:
-            self.notifier().notify()
-        return changed
-
-    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
-        return await self.flow_next_run_at(queues, tasks)
 
     # -- workers ------------------------------------------------------------------------------------
     def worker(self, **overrides: Any) -> Worker:
@@ -606,7 +486,7 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         for key in overrides:
             if not hasattr(options, key):
                 raise ConfigError(f"{key}: not a worker option")
-        source = self.transports.source() if self.settings.queue.broker else self
+        source = self.transports.source() if self.settings.queue.broker else self.transitions
         worker = Worker(source, replace(options, **overrides))
         self._workers.append(worker)
         return worker
@@ -623,6 +503,68 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         if self._portal is None:
             self._portal = _Portal()
         return self._portal.run(coro)
+
+
+class _FlowHooks:
+    """:class:`FlowHooks` over the engine's flow-control methods, until flow control is its own service."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]:
+        return await self._engine.flow_claim_plan(queues, limit)
+
+    async def claim_limited(
+        self,
+        rule: ClaimRule,
+        n: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None,
+        tenant: str | None,
+    ) -> Changed:
+        return await self._engine.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None) -> float | None:
+        return await self._engine.flow_next_run_at(queues, tasks)
+
+    def observe(self, jobs: Sequence[Job]) -> None:
+        self._engine.flow_observe(jobs)
+
+    async def admit(self, jobs: Sequence[NewJob]) -> None:
+        await self._engine.admit(jobs)
+
+
+class _RunHooks:
+    """:class:`RunHooks` over the engine's run bookkeeping, until runs are their own service."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def started(self, jobs: Sequence[Job]) -> None:
+        await self._engine._runs_started(jobs)
+
+    async def ended(self, jobs: Sequence[Job]) -> None:
+        await self._engine._runs_ended(jobs)
+
+    async def reopened(self, jobs: Sequence[Job]) -> None:
+        await self._engine._runs_reopened(jobs)
+
+
+class _SignatureHooks:
+    """:class:`SignatureHooks` over the engine's failure signatures, until they are their own service."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def prepare(self, failures: Sequence[Failure]) -> tuple[list[Failure], dict[JobId, Fingerprint]]:
+        prints = self._engine._fingerprints(failures)
+        return list(await self._engine._apply_signature_policy(failures, prints)), prints
+
+    async def record(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None:
+        await self._engine._record_signatures(prints, changed)
 
 
 class _Portal:
