@@ -161,19 +161,16 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
     def packs(self) -> PackRegistry:
         """The task pack registry (:mod:`jobengine.packs`); ConfigError if the store keeps no packs."""
         if self._packs is None:
-            from jobengine.backends.blobs import blob_store_for
             from jobengine.packs.registry import registry_for
 
-            blobs = blob_store_for(self.store, self.settings)
+            blobs = self.store.blob_store(self.settings)
             self._packs = registry_for(self.store, blobs, self.settings, self.clock)
         return self._packs
 
     def webhook_store(self) -> WebhookStore:
         """The webhook port of this engine's store (jobengine.webhooks)."""
         if self._webhook_store is None:
-            from jobengine.backends.webhooks import webhook_store_for
-
-            self._webhook_store = webhook_store_for(self.store, self.settings)
+            self._webhook_store = self.store.webhook_store(self.settings)
         return self._webhook_store
 
     @property

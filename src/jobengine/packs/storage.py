@@ -7,7 +7,8 @@
 - ``s3``: an S3-compatible bucket (``packs_s3_bucket``, optional ``packs_s3_prefix``, ``packs_s3_endpoint``,
   ``packs_s3_region``; credentials from the AWS environment). Chosen by default when a bucket is set.
 
-The backends themselves are in :mod:`jobengine.backends.blobs` (chosen by ``blob_store_for``).
+The backends themselves are in :mod:`jobengine.backends.blobs`; each store chooses its own
+(``store.blob_store(settings)``, through ``choose_blob_store``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -32,6 +32,11 @@ from jobengine.core.models import (
 from jobengine.core.states import JobState
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.workers import WorkerRegistry
+
+if TYPE_CHECKING:
+    from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,16 @@ class Store(Protocol):
 
     def workers(self) -> WorkerRegistry:
         """The registry of live workers (:mod:`jobengine.ports.workers`); the same object every call."""
+        ...
+
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """A new webhook store (:mod:`jobengine.ports.webhooks`) over this store's database, its secrets
+        sealed as ``settings`` say (:mod:`jobengine.backends.webhooks`); the caller closes it."""
+        ...
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """The blob store for pack content that ``settings`` choose with this store (:mod:`jobengine.packs.storage`);
+        ConfigError when the combination cannot work."""
         ...
 
     # -- transitions --------------------------------------------------------------------------------

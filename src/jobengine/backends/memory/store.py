@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from jobengine.backends.memory.api import MemoryApiMixin
 from jobengine.backends.memory.flow import MemoryFlowMixin
@@ -42,6 +43,11 @@ from jobengine.core.models import (
 from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, JobState
 from jobengine.errors import IdempotencyConflict, InvalidJob, UnknownDependency
 from jobengine.ports.store import StoreCapabilities
+
+if TYPE_CHECKING:
+    from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
 
 def _succeeded(job: Job) -> bool:
@@ -88,6 +94,19 @@ class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlow
 
     def leader(self, name: str) -> LocalLeader:
         return LocalLeader(name)
+
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """Webhooks in this process's memory: nothing is kept at rest, so nothing is sealed."""
+        from jobengine.backends.memory.webhooks import MemoryWebhookStore
+
+        return MemoryWebhookStore(self)
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        from jobengine.backends.blobs import choose_blob_store
+        from jobengine.backends.memory.blobs import MemoryBlobStore
+        from jobengine.backends.memory.packs import _state
+
+        return choose_blob_store(settings, "memory", lambda: MemoryBlobStore(_state(self).blobs), legacy_rows=False)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _append(self, events: Iterable[NewEvent], now: float) -> list[Event]:

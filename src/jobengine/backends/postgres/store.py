@@ -81,6 +81,9 @@ from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
     from jobengine.backends.postgres.scheduling import PostgresScheduling
+    from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -440,6 +443,21 @@ class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, P
     def leader(self, name: str) -> PostgresLeader:
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
         return PostgresLeader(self.dsn, name, schema=self.schema)
+
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """Webhooks in this schema, on a small synchronous pool of their own (their SQL is shared with SQLite,
+        whose connection is synchronous); secrets sealed with ``secret_keys``, never a key in the database."""
+        from jobengine.backends.postgres.webhooks import postgres_webhook_store
+        from jobengine.backends.webhooks import secret_box
+
+        return postgres_webhook_store(self.dsn, self.schema, secret_box(settings))
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """Pack content: by default in this schema's ``pack_blobs`` table, which every host shares."""
+        from jobengine.backends.blobs import choose_blob_store
+        from jobengine.backends.postgres.blobs import PostgresBlobStore
+
+        return choose_blob_store(settings, "postgres", lambda: PostgresBlobStore(self))
 
     def scheduling(self) -> PostgresScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""

@@ -33,6 +33,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from jobengine.core.ids import JobId, WorkerId
@@ -220,6 +221,22 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
         """A lease-row leader for ``name`` among every process using this file (``leader_lease_seconds``)."""
         return SqliteLeader(self, name, lease_seconds=self._leader_lease_seconds)
 
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """Webhooks in this file, their secrets sealed with ``secret_keys`` or else the key file beside it."""
+        from jobengine.backends.webhooks import secret_box
+
+        from .webhooks import sqlite_webhook_store
+
+        return sqlite_webhook_store(self, secret_box(settings, self.path))
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """Pack content: by default in files beside this one (``<database>.packs``)."""
+        from jobengine.backends.blobs import choose_blob_store
+
+        from .blobs import SqliteBlobStore
+
+        return choose_blob_store(settings, "sqlite", lambda: SqliteBlobStore(self), beside=Path(self.path + ".packs"))
+
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         if not jobs:
@@ -327,7 +344,10 @@ def _same(value: T) -> T:
 
 
 if TYPE_CHECKING:
+    from jobengine.ports.blobs import BlobStore
     from jobengine.ports.store import Store
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
     from .scheduling import SqliteScheduling
 
