@@ -52,8 +52,7 @@ from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.store import Store
-from jobengine.ports.transactional import TransactionalStore
-from jobengine.ports.watermarks import Watermark, WatermarkStore
+from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.runtime import Worker, WorkerOptions
@@ -63,6 +62,8 @@ if TYPE_CHECKING:
     from jobengine.delivery.transports import Transports
     from jobengine.flow.select import ClaimRule
     from jobengine.packs.registry import PackRegistry
+    from jobengine.ports.transactional import TransactionalStore
+    from jobengine.ports.watermarks import WatermarkStore
     from jobengine.ports.webhooks import WebhookStore
     from jobengine.webhooks.manager import Webhooks
 
@@ -346,13 +347,16 @@ class Engine(ApiFacade, FlowFacade, ScheduleFacade, RunFacade, SignatureFacade):
         if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)
             return await self.transports.enqueue(jobs, now, phases, connection=connection, watermarks=watermarks)
         if connection is not None:
-            if not isinstance(store, TransactionalStore):
+            if not store.capabilities.transactional_enqueue:
                 raise ConfigError("connection: this store cannot enqueue inside a caller's transaction")
-            return (await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)).jobs
+            inserted = await cast("TransactionalStore", store).insert_jobs_in(
+                connection, jobs, now, phases, watermarks=watermarks
+            )
+            return inserted.jobs
         if watermarks:
-            if not isinstance(store, WatermarkStore):
+            if not store.capabilities.watermarks:
                 raise ConfigError("watermark: this store does not keep watermarks")
-            inserted = await store.insert_jobs(jobs, now, phases, watermarks=watermarks)
+            inserted = await cast("WatermarkStore", store).insert_jobs(jobs, now, phases, watermarks=watermarks)
         else:
             inserted = await store.insert_jobs(jobs, now, phases)
         self._published(inserted.events)

@@ -31,6 +31,8 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import JobState
 from jobengine.ports.notifier import Notifier
+from jobengine.ports.outbox import OutboxStore
+from jobengine.ports.packs import PackStore
 from jobengine.ports.workers import WorkerRegistry
 
 if TYPE_CHECKING:
@@ -40,15 +42,30 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class StoreCapabilities:
-    #: True when the store's notifier wakes workers in other processes (not only this one).
-    cross_process_notify: bool
-    #: True when several processes may share the store (false for the in-memory store).
+class Capabilities:
+    """What a store can do beyond the :class:`Store` port, declared by the store and read by its callers
+    (instead of probing its class). A feature that needs one it lacks raises ConfigError naming the option."""
+
+    #: Several processes may share the store (false for the in-memory store).
     shared: bool
+    #: The store's notifier wakes workers in other processes, not only in this one.
+    cross_process_notify: bool
+    #: Jobs can be inserted in the caller's own open transaction
+    #: (:class:`~jobengine.ports.transactional.TransactionalStore`).
+    transactional_enqueue: bool = False
+    #: Jobs and their outbox rows can be inserted in the caller's own open transaction
+    #: (:class:`~jobengine.ports.outbox.TransactionalOutboxStore`).
+    transactional_outbox: bool = False
+    #: Jobs can carry watermarks (:class:`~jobengine.ports.watermarks.WatermarkStore`).
+    watermarks: bool = False
+    #: The event log answers reads of settled events only (:class:`~jobengine.ports.eventlog.SettlingEventLog`).
+    settled_events: bool = False
 
 
-class Store(Protocol):
-    capabilities: StoreCapabilities
+class Store(OutboxStore, PackStore, Protocol):
+    """Every backend's store; ``capabilities`` says which optional ports it implements as well."""
+
+    capabilities: Capabilities
 
     async def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied. Idempotent."""

@@ -42,7 +42,7 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, JobState
 from jobengine.errors import IdempotencyConflict, InvalidJob, UnknownDependency
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 
 if TYPE_CHECKING:
     from jobengine.ports.blobs import BlobStore
@@ -55,7 +55,7 @@ def _succeeded(job: Job) -> bool:
 
 
 class MemoryStore(MemoryApiMixin, MemoryOutboxMixin, MemoryPackMixin, MemoryFlowMixin):
-    capabilities = StoreCapabilities(cross_process_notify=False, shared=False)
+    capabilities = Capabilities(cross_process_notify=False, shared=False)
 
     def __init__(self) -> None:
         self._jobs: dict[JobId, Job] = {}

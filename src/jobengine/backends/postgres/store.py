@@ -76,7 +76,7 @@ from jobengine.core.models import (
     overall_progress,
 )
 from jobengine.errors import StoreError, StoreUnavailable
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
@@ -176,7 +176,14 @@ class _Lane:
 
 
 class PostgresStore(PostgresApiMixin, PostgresOutboxMixin, PostgresReadsMixin, PostgresPackMixin, PostgresFlowMixin):
-    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+    capabilities = Capabilities(
+        shared=True,
+        cross_process_notify=True,
+        transactional_enqueue=True,
+        transactional_outbox=True,
+        watermarks=True,
+        settled_events=True,
+    )
 
     def __init__(
         self,

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import TYPE_CHECKING
 
-from jobengine.backends.sqlite.store import SqliteStore
 from jobengine.errors import JobEngineError
 from jobengine.ports.blobs import BlobHealth, check_digest
+
+if TYPE_CHECKING:
+    from jobengine.backends.sqlite.store import SqliteStore
 
 
 class SqliteBlobStore:

@@ -53,7 +53,7 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, StoreUnavailable
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
@@ -89,7 +89,7 @@ class SqliteStore(SqliteApiMixin, SqliteOutboxMixin, SqlitePackMixin, SqliteFlow
     Driver errors surface as StoreError / StoreUnavailable.
     """
 
-    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+    capabilities = Capabilities(cross_process_notify=True, shared=True)
 
     def __init__(
         self,
