@@ -48,13 +48,15 @@ async def fill(engine: Engine, jobs: int) -> str:
         if start % (BATCH * 50) == 0:
             other = [engine.new_job("report", {"i": i}, tenant="globex") for i in range(n // 10)]
             await engine.enqueue_many(other)
-    claimed = await engine.fetch_jobs(["q0", "q1", "q2", "q3"], max(1, jobs // 50), WorkerId("bench"), 3600)
+    claimed = await engine.transitions.fetch_jobs(["q0", "q1", "q2", "q3"], max(1, jobs // 50), WorkerId("bench"), 3600)
     now = time.time()
     half = claimed[: len(claimed) // 2]
     quarter = claimed[len(claimed) // 2 : len(claimed) * 3 // 4]
     assert all(j.lease_token for j in claimed)
-    await engine.complete_jobs([Completion(j.id, j.lease_token, {"ok": True}) for j in half if j.lease_token])
-    await engine.fail_jobs(
+    await engine.transitions.complete_jobs(
+        [Completion(j.id, j.lease_token, {"ok": True}) for j in half if j.lease_token]
+    )
+    await engine.transitions.fail_jobs(
         [
             Failure(j.id, j.lease_token, AttemptError(1, now, "ValueError", f"bad row {j.id}"), FailOutcome.DEAD)
             for j in quarter

@@ -10,7 +10,9 @@ yields a migrated, empty store and closes it afterwards. Adding PostgreSQL is on
         ...
 
 Run one backend alone with ``-k sqlite`` / ``-k postgres``. ``database: memory`` is SQLite in a temporary
-file, so the SQLite runs cover it; the reference of the parity test is not a backend (``oracle.py``).
+file, so the SQLite runs cover it; the reference of the parity test is not a backend (``oracle.py``). A test
+of what only some stores can do is marked ``@pytest.mark.capability("shared")`` (a field of
+:class:`~jobengine.ports.store.Capabilities`): it is skipped on the stores that do not declare it.
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ async def postgres_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]
 BACKENDS: Mapping[str, StoreFactory] = MappingProxyType({"sqlite": sqlite_store, "postgres": postgres_store})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "capability(name): run only on the stores whose capabilities declare ``name`` (skip the rest)"
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """PostgreSQL runs of the suite need the service (skip locally without it, fail under CI)."""
     for item in items:
@@ -80,6 +88,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(params=list(BACKENDS))
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     async with BACKENDS[request.param](request) as backend:
+        for marker in request.node.iter_markers("capability"):
+            (name,) = marker.args
+            if not getattr(backend.capabilities, name):
+                pytest.skip(f"the {request.param} store does not declare {name}")
         yield backend
 
 

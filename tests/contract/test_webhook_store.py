@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import pytest
 
-from jobengine.backends.webhooks import webhook_store_for
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.webhooks.model import (
     ENDPOINT_DISABLED,
@@ -36,7 +35,7 @@ KEYS = (new_key(), new_key())
 
 @pytest.fixture
 async def hooks(store: Store) -> AsyncIterator[WebhookStore]:
-    ws = webhook_store_for(store, Settings(secret_keys=KEYS[:1]))
+    ws = store.webhook_store(Settings(secret_keys=KEYS[:1]))
     assert isinstance(ws, WebhookStore)
     try:
         yield ws

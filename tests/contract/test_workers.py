@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
+import pytest
+
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import NewJob
 from jobengine.fleet import local_worker, new_lock_key
@@ -111,6 +113,7 @@ async def test_a_remote_worker_is_dead_once_expired_and_a_living_local_one_never
     assert [w.id for w in await registry.live(T0 + 1)] == ["local"]
 
 
+@pytest.mark.capability("shared")
 async def test_a_worker_whose_process_lives_is_not_dead_to_another_process(store: Store) -> None:
     registry = store.workers()
     await registry.register(_worker("w1"))
@@ -120,6 +123,7 @@ async def test_a_worker_whose_process_lives_is_not_dead_to_another_process(store
         assert await other.workers().dead(T0 + 10 * LEASE) == []
 
 
+@pytest.mark.capability("shared")
 async def test_a_worker_whose_process_died_is_dead_to_another_process(store: Store) -> None:
     async with _other_process(store) as other:
         await other.workers().register(_worker("w1"))
@@ -131,6 +135,7 @@ async def test_a_worker_whose_process_died_is_dead_to_another_process(store: Sto
     assert [w.id for w in await store.workers().live(T0)] == ["w2"]
 
 
+@pytest.mark.capability("shared")
 async def test_one_look_by_a_process_that_just_started_finds_a_dead_worker(store: Store) -> None:
     """A process may live a moment only (a worker restarted in a crash loop): its first look decides."""
     async with _other_process(store) as other:

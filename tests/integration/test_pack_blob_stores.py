@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from jobengine.backends.blobs import blob_store_for
 from jobengine.backends.blobs.fallback import WithLegacyRows
 from jobengine.backends.blobs.filesystem import FilesystemBlobStore
 from jobengine.backends.blobs.s3 import S3BlobStore
@@ -33,22 +32,22 @@ UNREACHABLE = "postgresql://jobengine@127.0.0.1:9/none"  # never connected to: t
 
 def test_the_default_is_files_beside_sqlite_and_the_database_elsewhere(tmp_path: Path) -> None:
     db = str(tmp_path / "jobs.db")
-    fs = blob_store_for(SqliteStore(db), Settings(database=db))
+    fs = SqliteStore(db).blob_store(Settings(database=db))
     assert isinstance(fs, WithLegacyRows) and fs.kind == "filesystem"  # reads fall back to pack_blobs rows
     assert isinstance(fs.primary, FilesystemBlobStore) and fs.primary.root == Path(db + ".packs")
-    own = blob_store_for(SqliteStore(db), Settings(database=db, packs_blob_dir=str(tmp_path / "b")))
+    own = SqliteStore(db).blob_store(Settings(database=db, packs_blob_dir=str(tmp_path / "b")))
     assert isinstance(own, WithLegacyRows) and isinstance(own.primary, FilesystemBlobStore)
     assert own.primary.root == tmp_path / "b"
-    assert blob_store_for(SqliteStore(db), Settings(packs_blob_store="database")).kind == "database"
+    assert SqliteStore(db).blob_store(Settings(packs_blob_store="database")).kind == "database"
     memory = open_store("memory")  # SQLite in a temporary directory: the files stay in it
-    temporary = blob_store_for(memory, Settings(database="memory"))
+    temporary = memory.blob_store(Settings(database="memory"))
     assert isinstance(temporary, WithLegacyRows) and isinstance(temporary.primary, FilesystemBlobStore)
     assert temporary.primary.root.parent == memory.directory  # type: ignore[attr-defined]
-    s3 = blob_store_for(SqliteStore(db), Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
+    s3 = SqliteStore(db).blob_store(Settings(packs_s3_bucket="b", packs_s3_endpoint="http://127.0.0.1:9"))
     assert isinstance(s3, WithLegacyRows) and s3.kind == "s3"  # a bucket alone chooses s3
     assert isinstance(s3.primary, S3BlobStore) and s3.primary.bucket == "b"
     with pytest.raises(ConfigError, match=r"^packs_blob_dir: required"):
-        blob_store_for(PostgresStore(UNREACHABLE), Settings(database=UNREACHABLE, packs_blob_store="filesystem"))
+        PostgresStore(UNREACHABLE).blob_store(Settings(database=UNREACHABLE, packs_blob_store="filesystem"))
 
 
 @pytest.mark.parametrize(

@@ -29,12 +29,12 @@ async def test_recorder_counts_enqueued_succeeded_and_failed_per_minute_and_tena
         recorder = Recorder(engine, clock)
         await engine.enqueue_many([engine.new_job("t", {"i": i}, tenant="acme") for i in range(3)])
         await engine.enqueue("t", tenant="globex")
-        claimed = await engine.fetch_jobs(["default"], 10, WorkerId("w"), 30)
+        claimed = await engine.transitions.fetch_jobs(["default"], 10, WorkerId("w"), 30)
         acme = [j for j in claimed if j.tenant == "acme"]
         assert acme[0].lease_token and acme[1].lease_token
-        await engine.complete_jobs([Completion(acme[0].id, acme[0].lease_token)])
+        await engine.transitions.complete_jobs([Completion(acme[0].id, acme[0].lease_token)])
         error = AttemptError(1, time.time(), "ValueError", "no")
-        await engine.fail_jobs([Failure(acme[1].id, acme[1].lease_token, error, FailOutcome.DEAD)])
+        await engine.transitions.fail_jobs([Failure(acme[1].id, acme[1].lease_token, error, FailOutcome.DEAD)])
         await recorder.pull()
         series = recorder.series("acme")
         assert len(series["t"]) == BUCKETS and series["t"][-1] == (clock.now // BUCKET_SECONDS) * BUCKET_SECONDS

@@ -366,3 +366,60 @@ def test_the_comment_guard_reads_docstrings_sql_and_toml_and_lets_the_why_pass(t
         "src/jobengine/migrations/0001_x.sql:1: -- issue 3: the jobs table",
         "pyproject.toml:1: # fast (issue 8)",
     ]
+
+
+# -- capabilities are declared, not probed ------------------------------------------------------------------
+#: Modules whose probes their own redesign removes (the engine's API, flow and scheduling facades); the list
+#: only shrinks.
+_PROBES_PENDING: set[str] = set()
+
+
+def _port_protocols() -> set[str]:
+    names = set()
+    for path in (PACKAGE / "ports").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                (b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "") == "Protocol"
+                for b in node.bases
+            ):
+                names.add(node.name)
+    return names
+
+
+def port_probes(root: Path, ports: set[str]) -> list[str]:
+    """``isinstance(x, Port)`` / ``supports(x, Port)`` of a ports Protocol, as ``file:line``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "supports")
+                and len(node.args) == 2
+                and any(isinstance(n, ast.Name) and n.id in ports for n in ast.walk(node.args[1]))
+            ):
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_no_store_is_probed_for_a_port() -> None:
+    """A store declares what it offers in ``store.capabilities``; callers read it instead of probing."""
+    ports = _port_protocols()
+    assert {"OutboxStore", "TransactionalStore", "WatermarkStore", "PackStore"} <= ports
+    probes = [p for p in port_probes(PACKAGE, ports) if p.rpartition(":")[0] not in _PROBES_PENDING]
+    assert probes == [], "read store.capabilities instead of probing the store's class: " + ", ".join(probes)
+
+
+def test_the_probe_guard_catches(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "if isinstance(store, OutboxStore):\n    pass\nok = isinstance(x, int)\nsupports(store, (A, FlowStore))\n"
+    )
+    assert port_probes(tmp_path, {"OutboxStore", "FlowStore"}) == ["m.py:1", "m.py:4"]
+
+
+# -- a small facade ---------------------------------------------------------------------------------------
+def test_the_engine_has_at_most_40_public_members() -> None:
+    from jobengine.engine import Engine
+
+    public = [n for n in dir(Engine) if not n.startswith("_")]
+    assert len(public) <= 40, f"Engine has {len(public)} public members: {public}"

@@ -43,13 +43,13 @@ async def make_jobs(engine: Engine) -> dict[str, Job]:
         await engine.enqueue("work", {"name": name}, priority=10 - i)
     cancelled = await engine.enqueue("work", {"name": "cancelled"}, delay=10)
     await engine.cancel(cancelled.id)
-    claimed = await engine.fetch_jobs(["default"], 3, WorkerId("w1"), 10_000.0)
+    claimed = await engine.transitions.fetch_jobs(["default"], 3, WorkerId("w1"), 10_000.0)
     by_name = {j.payload["name"]: j for j in claimed}
     ok, bad = by_name["succeeded"], by_name["dead"]
     assert ok.lease_token is not None and bad.lease_token is not None
-    await engine.complete_jobs([Completion(ok.id, ok.lease_token, "done")])
+    await engine.transitions.complete_jobs([Completion(ok.id, ok.lease_token, "done")])
     error = AttemptError(1, engine.clock.now(), "ValueError", "broken")
-    await engine.fail_jobs([Failure(bad.id, bad.lease_token, error, FailOutcome.DEAD)])
+    await engine.transitions.fail_jobs([Failure(bad.id, bad.lease_token, error, FailOutcome.DEAD)])
     await engine.enqueue("work", {"name": "queued"})
     await engine.enqueue("work", {"name": "scheduled"}, delay=1_000_000)
     jobs = await engine.list_jobs()

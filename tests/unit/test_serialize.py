@@ -32,14 +32,14 @@ async def test_a_job_has_every_key_in_order_and_survives_json() -> None:
         assert data["created_at"] == "2023-11-14T22:13:20.000+00:00"
         assert (data["state"], data["lease"], data["started_at"]) == ("queued", None, None)
 
-        (running,) = await engine.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)
+        (running,) = await engine.transitions.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)
         data = job_to_json(running)
         assert data["lease"] == {"worker": "w1", "expires_at": "2023-11-14T22:13:50.000+00:00"}
         assert running.lease_token is not None and running.lease_token not in json.dumps(data)
 
         error = AttemptError(1, clock.now(), "ValueError", "broken", "Traceback ...", "w1")
         assert running.lease_token is not None
-        await engine.fail_jobs([Failure(running.id, running.lease_token, error, FailOutcome.DEAD)])
+        await engine.transitions.fail_jobs([Failure(running.id, running.lease_token, error, FailOutcome.DEAD)])
         dead = job_to_json(await engine.get_job(job.id))
         assert dead["state"] == "dead" and dead["lease"] is None
         assert dead["errors"] == [
@@ -89,7 +89,7 @@ async def test_a_remote_worker_reads_back_the_job_it_was_handed() -> None:
     async with Engine(open_store("memory"), Settings(database="memory"), clock) as engine:
         parent = await engine.enqueue("work", {"a": [1, 2]}, priority=3, idempotency_key="k")
         await engine.enqueue("next", depends_on=[parent.id])
-        (running,) = await engine.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)
+        (running,) = await engine.transitions.fetch_jobs(["default"], 1, WorkerId("w1"), 30.0)
         assert running.has_dependents
         lease = {"token": running.lease_token, "expires_at": job_to_json(running)["lease"]["expires_at"]}
         assert job_from_json(json.loads(json.dumps(job_to_json(running))), lease) == running

@@ -280,7 +280,7 @@ async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() ->
         await until(lambda: bool(runs))
         first.stop()  # keep the job stuck in flight: stop() lets it finish within the grace period
         clock.advance(60)  # the lease expires; a rescuer elsewhere hands the job on
-        rescued = await engine.rescue_jobs()
+        rescued = await engine.transitions.rescue_jobs()
         assert [j.id for j in rescued.jobs] == [job.id]
         second, t2 = await start(engine)
         done = await engine.wait_for(job.id, timeout=60)

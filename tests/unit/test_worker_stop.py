@@ -52,7 +52,7 @@ class DropsOneCancellation:
 
 
 class Source:
-    """The engine as the worker's source, with a notifier of the test's choosing."""
+    """The engine's transitions as the worker's source, with a notifier of the test's choosing."""
 
     def __init__(self, engine: Engine, notifier: Notifier) -> None:
         self.engine = engine
@@ -62,7 +62,7 @@ class Source:
         return self._notifier
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self.engine, name)
+        return getattr(self.engine.transitions, name)
 
 
 @pytest.fixture

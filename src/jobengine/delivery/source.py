@@ -25,7 +25,7 @@ to it. Over a broker, this source:
   that succeeded) are published, and a broker error after the store committed is logged, not raised: the
   message is delivered again and finds the job settled.
 - **heartbeat**: the store's leases, then the broker's (``extend``).
-- **dead workers**: their jobs are failed in the store (:meth:`Engine.rescue_dead_workers`) and published
+- **dead workers**: their jobs are failed in the store (:meth:`Transitions.rescue_dead_workers`) and published
   again at once; the messages the dead worker held come back after their lease and find the job settled or
   running elsewhere.
 - **waiting**: the notifier's ``wait`` is a blocking ``receive``; what arrives is kept for the next fetch.
@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
@@ -62,6 +62,9 @@ from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport
 from jobengine.ports.workers import WorkerInfo
 from jobengine.tasks import TaskRegistry
+
+if TYPE_CHECKING:
+    from jobengine.worker.source import WorkerSource
 
 log = logging.getLogger("jobengine.delivery")
 
@@ -91,7 +94,8 @@ class FlowParts(Protocol):
 
 
 class EngineParts(Protocol):
-    """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups)."""
+    """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups) and
+    its flow control (claims under a queue's rule)."""
 
     clock: Clock
     tasks: TaskRegistry
@@ -100,25 +104,8 @@ class EngineParts(Protocol):
     @property
     def flow(self) -> FlowParts: ...
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat: ...
-
-    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed: ...
-
-    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed: ...
-
-    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed: ...
-
-    async def release_jobs(self, leases: Sequence[Lease]) -> Changed: ...
-
-    async def rescue_jobs(self) -> Changed: ...
-
-    async def register_worker(self, info: WorkerInfo) -> WorkerInfo: ...
-
-    async def beat_worker(self, worker: WorkerId) -> bool: ...
-
-    async def unregister_worker(self, worker: WorkerId) -> None: ...
-
-    async def rescue_dead_workers(self) -> Changed: ...
+    @property
+    def transitions(self) -> WorkerSource: ...
 
 
 Publish = Callable[[Sequence[Job], str], Awaitable[None]]
@@ -305,7 +292,7 @@ class BrokeredSource:
         jobs: list[Job] = []
         if expired:
             # The worker holding it died: its attempt fails now, as the rescuer would record it.
-            changed = await self.engine.fail_jobs(expired)
+            changed = await self.engine.transitions.fail_jobs(expired)
             dead = [rest[j.id] for j in changed.jobs if j.id in rest and j.state is JobState.DEAD]
             if dead:
                 reason = "lease expired on the job's last attempt"
@@ -355,7 +342,7 @@ class BrokeredSource:
             log.warning("%s failed (%s); the broker will deliver the message(s) again", doing, exc)
 
     async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
-        changed = await self.engine.complete_jobs(completions)
+        changed = await self.engine.transitions.complete_jobs(completions)
         mine = {c.job_id for c in completions}
         done = [j.id for j in changed.jobs if j.id in mine and j.state is JobState.SUCCEEDED]
         if len(done) < len(mine):
@@ -380,7 +367,7 @@ class BrokeredSource:
             failures = [
                 replace(f, outcome=FailOutcome.DEAD, retry_at=None) if f.job_id in last else f for f in failures
             ]
-        changed = await self.engine.fail_jobs(failures)
+        changed = await self.engine.transitions.fail_jobs(failures)
         now = self.clock.now()
         by_id = {j.id: j for j in changed.jobs}
         errors = {
@@ -406,7 +393,7 @@ class BrokeredSource:
         return changed
 
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
-        changed = await self.engine.release_jobs(leases)
+        changed = await self.engine.transitions.release_jobs(leases)
         released = {j.id for j in changed.jobs}
         self._forget([lease.job_id for lease in leases if lease.job_id not in released])
         await self._quietly(self.transport.release(self._take(list(released))), "releasing")
@@ -417,7 +404,7 @@ class BrokeredSource:
             self._held.pop(i, None)
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
-        hb = await self.engine.heartbeat_jobs(leases, lease_seconds)
+        hb = await self.engine.transitions.heartbeat_jobs(leases, lease_seconds)
         self._forget([lease.job_id for lease in leases if lease.job_id not in hb.held])
         held = [d for i in hb.held if (d := self._held.get(i)) is not None]
         await self._quietly(self.transport.extend(held), "extending broker leases")
@@ -425,24 +412,24 @@ class BrokeredSource:
         return hb
 
     async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
-        return await self.engine.save_phases(updates)
+        return await self.engine.transitions.save_phases(updates)
 
     async def rescue_jobs(self) -> Changed:
-        return await self.engine.rescue_jobs()
+        return await self.engine.transitions.rescue_jobs()
 
     async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
-        return await self.engine.register_worker(info)
+        return await self.engine.transitions.register_worker(info)
 
     async def beat_worker(self, worker: WorkerId) -> bool:
-        return await self.engine.beat_worker(worker)
+        return await self.engine.transitions.beat_worker(worker)
 
     async def unregister_worker(self, worker: WorkerId) -> None:
-        await self.engine.unregister_worker(worker)
+        await self.engine.transitions.unregister_worker(worker)
 
     async def rescue_dead_workers(self) -> Changed:
         """A dead worker's jobs, failed in the store, are published again: the messages it held would
         come back only after their broker lease."""
-        changed = await self.engine.rescue_dead_workers()
+        changed = await self.engine.transitions.rescue_dead_workers()
         if changed.jobs:
             await self._quietly(self._publish(changed.jobs, "rescued"), "publishing rescued jobs")
         return changed

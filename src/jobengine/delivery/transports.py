@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import AttemptError, FailOutcome, Failure, Job, NewJob
@@ -34,11 +34,13 @@ from jobengine.delivery.relay import RUN_ID_KEY, SCHEDULE_ID_KEY, OutboxRelay
 from jobengine.delivery.source import BrokeredSource, EngineParts, expired_failure
 from jobengine.errors import ConfigError
 from jobengine.ports.notifier import Notifier
-from jobengine.ports.outbox import OutboxStore, TransactionalOutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Health, Message, Transport, TransportOptions, dead_letter_all
 from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
+
+if TYPE_CHECKING:
+    from jobengine.ports.outbox import TransactionalOutboxStore
 
 log = logging.getLogger("jobengine.delivery")
 
@@ -90,12 +92,6 @@ class Transports:
     def all(self) -> tuple[Transport, Transport]:
         return self.planner, self.runner
 
-    def _outbox(self) -> OutboxStore:
-        store = self.engine.store
-        if not isinstance(store, OutboxStore):
-            raise ConfigError(f"queue.kind: {self.kind} needs a store with an outbox (SQLite, PostgreSQL)")
-        return store
-
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the outbox relay (a broker only). Idempotent."""
@@ -103,7 +99,7 @@ class Transports:
             return
         if self.relay is None:
             self.relay = OutboxRelay(
-                self._outbox(), self.runner, self.engine.clock, self.engine.notifier(),
+                self.engine.store, self.runner, self.engine.clock, self.engine.notifier(),
                 sweep_after=self.config.sweep_after, hold=max(30.0, self.engine.settings.lease_seconds),
             )  # fmt: skip
         await self.relay.start()
@@ -135,11 +131,11 @@ class Transports:
     ) -> list[Job]:
         """Store jobs with their outbox rows in one transaction (the caller's, with ``connection``), then
         publish their events and wake the relay. ``headers``: per job, ``run_id`` / ``schedule_id``."""
-        store = self._outbox()
+        store = self.engine.store
         if connection is not None:
-            if not isinstance(store, TransactionalOutboxStore):
+            if not store.capabilities.transactional_outbox:
                 raise ConfigError("connection: this store cannot enqueue inside a caller's transaction")
-            outboxed = await store.insert_jobs_outboxed_in(
+            outboxed = await cast("TransactionalOutboxStore", store).insert_jobs_outboxed_in(
                 connection, jobs, now, phases, headers=headers, watermarks=watermarks
             )
             return outboxed.inserted.jobs  # not committed yet: the relays find the rows once it is
@@ -171,7 +167,7 @@ class Transports:
     # -- workers ------------------------------------------------------------------------------------
     def source(self) -> BrokeredSource:
         """A worker's source over the runner transport (a broker only)."""
-        source = BrokeredSource(self.engine, self.engine.store, self._outbox(), self.runner, self.publish_jobs)
+        source = BrokeredSource(self.engine, self.engine.store, self.engine.store, self.runner, self.publish_jobs)
         self._sources.append(source)
         return source
 
@@ -190,7 +186,7 @@ class Transports:
             # Claimed (to be failed) as of its run_at when that is later: a job waiting for its retry is not
             # claimable before, and it must end now, with its message.
             at = max([now, *(j.run_at for j in waiting)])
-            claimed = await self._outbox().claim_jobs(
+            claimed = await self.engine.store.claim_jobs(
                 [j.id for j in waiting], WorkerId("jobengine:dead-letter"), 60.0, at
             )
             engine.bus.publish(claimed.events)
@@ -200,7 +196,7 @@ class Transports:
                 failures.append(Failure(j.id, j.lease_token, err, FailOutcome.DEAD))
         if not failures:
             return []
-        changed = await engine.fail_jobs(failures)
+        changed = await engine.transitions.fail_jobs(failures)
         return [by_id[j.id] for j in changed.jobs if j.id in by_id and j.state is JobState.DEAD]
 
     # -- health and metrics -------------------------------------------------------------------------

@@ -28,21 +28,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
-from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.ids import JobId
 from jobengine.core.models import (
-    AttemptError,
-    Changed,
-    Completion,
     Event,
-    FailOutcome,
-    Failure,
-    Heartbeat,
     Job,
     JobFilter,
     Json,
-    Lease,
     NewJob,
-    PhaseUpdate,
     Pruned,
 )
 from jobengine.core.retry import RetryPolicy
@@ -54,6 +46,7 @@ from jobengine.engine.health import Health
 from jobengine.engine.keys import Keys
 from jobengine.engine.queues import Queues, QueueSettingsCache
 from jobengine.engine.requests import Requests
+from jobengine.engine.transitions import Transitions
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
 from jobengine.ports.auth import IdempotencyStore, KeyStore, SessionStore
@@ -63,9 +56,7 @@ from jobengine.ports.flow import FlowStore
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.queues import QueueSettingsStore
 from jobengine.ports.store import Store
-from jobengine.ports.transactional import TransactionalStore
-from jobengine.ports.watermarks import Watermark, WatermarkStore
-from jobengine.ports.workers import WorkerInfo
+from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.runtime import Worker, WorkerOptions
@@ -77,6 +68,8 @@ if TYPE_CHECKING:
     from jobengine.delivery.transports import Transports
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.schedules import SchedulingStore
+    from jobengine.ports.transactional import TransactionalStore
+    from jobengine.ports.watermarks import WatermarkStore
     from jobengine.ports.webhooks import WebhookStore
     from jobengine.scheduler.passes import SchedulerPasses
     from jobengine.scheduler.planning import PlannerRegistry
@@ -121,7 +114,6 @@ class Engine:
         self._packs: PackRegistry | None = None
         self._webhook_store: WebhookStore | None = None
         self._webhooks: Webhooks | None = None
-        self._fleet: Fleet | None = None
         self._planners: PlannerRegistry | None = None
         self._schedules: Schedules | None = None
         self._runs: Runs | None = None
@@ -136,13 +128,24 @@ class Engine:
         self.flow = FlowControl(cast(FlowStore, store), store, queue_settings.read, self.clock, s, notify=self._notify)
         self.queues = Queues(store, cast(DeadLetterStore, store), queue_settings, self.flow, self.clock,
                              notify=self._notify, publish=self._published)  # fmt: skip
-        # Only some logs number events out of commit order, or delete old events: asked once, here.
+        # Only some logs number events out of commit order (the store says so in its capabilities).
         self.event_log = EventLog(
             store, cast(EventLogStore, store), self.bus, self.clock, s,
-            settling=store if isinstance(store, SettlingEventLog) else None,
-            pruning=store if isinstance(store, EventPruneStore) else None,
+            settling=cast(SettlingEventLog, store) if store.capabilities.settled_events else None,
+            pruning=cast(EventPruneStore, store),
         )  # fmt: skip
         self.health = Health(store, lambda: self.transports.health())
+        #: The live workers: who runs what, and the rescue of dead ones (their jobs fail through the
+        #: transitions, which exist by the time the fleet rescues).
+        self.fleet = Fleet(
+            store.workers(), self.clock, expiry=self.settings.lease_seconds,
+            fail_jobs=lambda failures: self.transitions.fail_jobs(failures),
+        )  # fmt: skip
+        #: The worker protocol: every transition of a running job, instrumented (:mod:`.transitions`).
+        self.transitions = Transitions(
+            store, self.clock, self.tasks, self.bus, notifier=self.notifier, fleet=self.fleet,
+            flow=self.flow, runs=lambda: self.runs, signatures=lambda: self.signatures,
+        )  # fmt: skip
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
@@ -190,19 +193,16 @@ class Engine:
     def packs(self) -> PackRegistry:
         """The task pack registry (:mod:`jobengine.packs`); ConfigError if the store keeps no packs."""
         if self._packs is None:
-            from jobengine.backends.blobs import blob_store_for
             from jobengine.packs.registry import registry_for
 
-            blobs = blob_store_for(self.store, self.settings)
+            blobs = self.store.blob_store(self.settings)
             self._packs = registry_for(self.store, blobs, self.settings, self.clock)
         return self._packs
 
     def webhook_store(self) -> WebhookStore:
         """The webhook port of this engine's store (jobengine.webhooks)."""
         if self._webhook_store is None:
-            from jobengine.backends.webhooks import webhook_store_for
-
-            self._webhook_store = webhook_store_for(self.store, self.settings)
+            self._webhook_store = self.store.webhook_store(self.settings)
         return self._webhook_store
 
     @property
@@ -214,15 +214,6 @@ class Engine:
             s = self.settings
             self._webhooks = Webhooks(self, lambda: open_rate_limiter(s.webhook_rate_limiter, s.webhook_redis_url))
         return self._webhooks
-
-    @property
-    def fleet(self) -> Fleet:
-        """The live workers (:class:`jobengine.fleet.Fleet`): who runs what, and the rescue of dead ones."""
-        if self._fleet is None:
-            self._fleet = Fleet(
-                self.store.workers(), self.clock, expiry=self.settings.lease_seconds, fail_jobs=self.fail_jobs
-            )
-        return self._fleet
 
     def notifier(self) -> Notifier:
         if self._notifier is None:
@@ -272,7 +263,6 @@ class Engine:
         """The scheduler's passes and leaders (:class:`jobengine.scheduler.passes.SchedulerPasses`), which
         a :class:`~jobengine.scheduler.loop.SchedulerLoop` drives."""
         if self._scheduler is None:
-            from jobengine.ports.schedules import SchedulingBackend
             from jobengine.scheduler.passes import SchedulerPasses
 
             store = self.store
@@ -280,7 +270,7 @@ class Engine:
                 self._scheduling_store(), jobs=store, clock=self.clock, tasks=self.tasks,
                 planners=self._planner_registry(), runs=self.runs, published=self._published,
                 jobs_created=self._jobs_created,
-                leaders=store.leader if isinstance(store, SchedulingBackend) else None,
+                leaders=store.leader,
                 misfire_grace=self.settings.scheduler_misfire_grace,
             )  # fmt: skip
         return self._scheduler
@@ -292,11 +282,8 @@ class Engine:
             self._planners = PlannerRegistry()
         return self._planners
 
-    def _scheduling_store(self) -> SchedulingStore | None:
-        """The scheduling ports of the store; None for a store without them."""
-        from jobengine.ports.schedules import SchedulingBackend
-
-        return self.store.scheduling() if isinstance(self.store, SchedulingBackend) else None
+    def _scheduling_store(self) -> SchedulingStore:
+        return self.store.scheduling()
 
     async def _pack_template(self, spec: ScheduleSpec) -> ScheduleSpec:
         from jobengine.packs.jobs import resolve_schedule
@@ -473,13 +460,16 @@ class Engine:
         if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)
             return await self.transports.enqueue(jobs, now, phases, connection=connection, watermarks=watermarks)
         if connection is not None:
-            if not isinstance(store, TransactionalStore):
+            if not store.capabilities.transactional_enqueue:
                 raise ConfigError("connection: this store cannot enqueue inside a caller's transaction")
-            return (await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)).jobs
+            inserted = await cast("TransactionalStore", store).insert_jobs_in(
+                connection, jobs, now, phases, watermarks=watermarks
+            )
+            return inserted.jobs
         if watermarks:
-            if not isinstance(store, WatermarkStore):
+            if not store.capabilities.watermarks:
                 raise ConfigError("watermark: this store does not keep watermarks")
-            inserted = await store.insert_jobs(jobs, now, phases, watermarks=watermarks)
+            inserted = await cast("WatermarkStore", store).insert_jobs(jobs, now, phases, watermarks=watermarks)
         else:
             inserted = await store.insert_jobs(jobs, now, phases)
         self._published(inserted.events)
@@ -609,132 +599,13 @@ class Engine:
                     return job
                 await asyncio.sleep(poll)
 
-    # -- maintenance --------------------------------------------------------------------------------
-    async def rescue_jobs(self) -> Changed:
-        """Jobs whose lease expired (their worker died) count a failed attempt and run again now."""
-        now = self.clock.now()
-        expired = await self.store.expired_jobs(now, 1000)
-        failures = [
-            Failure(
-                job.id,
-                job.lease_token,
-                AttemptError(
-                    job.attempt,
-                    now,
-                    "LeaseExpired",
-                    f"lease of worker {job.lease_worker} expired",
-                    None,
-                    job.lease_worker,
-                ),
-                FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD,
-                # Keep its place in line: the worker died, not the job's turn.
-                retry_at=min(now, job.run_at),
-                only_if_expired_at=now,
-            )
-            for job in expired
-            if job.lease_token is not None
-        ]
-        if not failures:
-            return Changed()
-        changed = await self.fail_jobs(failures)  # the one failure path: signatures and run summaries too
-        self.notifier().notify()
-        return changed
-
+    # -- maintenance ---------------------------------------------------------------------------------
     async def prune(self, limit: int = 10_000) -> Pruned:
         now = self.clock.now()
         s = self.settings
         pruned = await self.store.prune_jobs(now - s.stale_after, now - s.delete_after, now, limit)
         self._published(pruned.events)
         return pruned
-
-    # -- the worker's source (instrumented transitions) ---------------------------------------------
-    async def fetch_jobs(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> list[Job]:
-        """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
-        concurrency limit or flow limits is claimed under its rule (:meth:`FlowControl.claim_plan`). ``tasks`` /
-        ``tenant`` restrict the claim to those task names (a worker's: it claims only what it can run) /
-        that tenant (a remote worker's key)."""
-        now = self.clock.now()
-        jobs: list[Job] = []
-        for group, n, rule in await self.flow.claim_plan(queues, limit):
-            n = min(n, limit - len(jobs))
-            if n <= 0:
-                break
-            if rule is not None:  # engine.flow: decided inside the store's claim transaction
-                changed = await self.flow.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
-            else:
-                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
-            self._published(changed.events)
-            jobs.extend(changed.jobs)
-        if any(j.run_id is not None for j in jobs):
-            await self.runs.started(jobs)
-        return jobs
-
-    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
-        return await self.fleet.register(info)
-
-    async def beat_worker(self, worker: WorkerId) -> bool:
-        return await self.fleet.beat(worker)
-
-    async def unregister_worker(self, worker: WorkerId) -> None:
-        await self.fleet.unregister(worker)
-
-    async def rescue_dead_workers(self) -> Changed:
-        """The jobs of workers whose process is gone run again now (:meth:`Fleet.rescue_dead`)."""
-        changed = await self.fleet.rescue_dead()
-        if changed.jobs:
-            self.notifier().notify()
-        return changed
-
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
-        now = self.clock.now()
-        return await self.store.heartbeat_jobs(leases, now + lease_seconds, now)
-
-    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
-        changed = await self.store.save_phases(updates, self.clock.now())
-        self._published(changed.events)
-        return changed
-
-    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
-        changed = await self.store.complete_jobs(completions, self.clock.now())
-        self._published(changed.events)
-        self.flow.observe(changed.jobs)
-        if len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs):
-            self.notifier().notify()  # dependents became runnable
-        if any(j.run_id is not None for j in changed.jobs):  # else the scheduler's modules stay unloaded
-            await self.runs.ended(changed.jobs)
-        return changed
-
-    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
-        """Every failed attempt passes here (the worker's, the rescuer's): it is fingerprinted, a failure
-        with a non-retryable signature goes to dead instead of retrying, and after the store recorded the
-        failures their signatures and the summaries of their runs are updated (best effort)."""
-        failures, prints = await self.signatures.prepare(failures)
-        changed = await self.store.fail_jobs(failures, self.clock.now())
-        self._published(changed.events)
-        self.flow.observe(changed.jobs)
-        await self.signatures.record(prints, changed)
-        if any(j.run_id is not None for j in changed.jobs):
-            await self.runs.ended(changed.jobs)
-        return changed
-
-    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
-        changed = await self.store.release_jobs(leases, self.clock.now())
-        self._published(changed.events)
-        if changed.jobs:
-            self.notifier().notify()
-        return changed
-
-    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
-        return await self.flow.next_run_at(queues, tasks)
 
     # -- workers ------------------------------------------------------------------------------------
     def worker(self, **overrides: Any) -> Worker:
@@ -755,7 +626,7 @@ class Engine:
         for key in overrides:
             if not hasattr(options, key):
                 raise ConfigError(f"{key}: not a worker option")
-        source = self.transports.source() if self.settings.queue.broker else self
+        source = self.transports.source() if self.settings.queue.broker else self.transitions
         worker = Worker(source, replace(options, **overrides))
         self._workers.append(worker)
         return worker

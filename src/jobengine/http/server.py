@@ -149,7 +149,7 @@ class ApiMaintenance:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _rescue(self) -> None:
-        changed = await self.engine.rescue_jobs()
+        changed = await self.engine.transitions.rescue_jobs()
         if changed.jobs:
             log.warning("rescued %d jobs whose lease expired", len(changed.jobs))
 

@@ -284,12 +284,7 @@ def event_to_json(e: PackEvent) -> dict[str, Any]:
             "reason": e.reason}  # fmt: skip
 
 
-def registry_for(store: object, blobs: BlobStore, settings: Settings, clock: Clock) -> PackRegistry:
-    """The registry over ``store`` (metadata) and ``blobs`` (content) configured from ``settings``;
-    ConfigError if the store keeps no packs."""
-    from jobengine.errors import ConfigError
-
-    if not isinstance(store, PackStore):
-        raise ConfigError("packs: this store does not keep task packs")
+def registry_for(store: PackStore, blobs: BlobStore, settings: Settings, clock: Clock) -> PackRegistry:
+    """The registry over ``store`` (metadata) and ``blobs`` (content) configured from ``settings``."""
     limits = Limits(max_compressed=settings.packs_max_bytes)
     return PackRegistry(store, blobs, clock, four_eyes=four_eyes_from(settings), limits=limits)

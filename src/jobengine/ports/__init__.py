@@ -2,6 +2,6 @@
 
 from jobengine.ports.leader import Leader
 from jobengine.ports.notifier import Notifier
-from jobengine.ports.store import Store, StoreCapabilities
+from jobengine.ports.store import Capabilities, Store
 
-__all__ = ["Leader", "Notifier", "Store", "StoreCapabilities"]
+__all__ = ["Capabilities", "Leader", "Notifier", "Store"]

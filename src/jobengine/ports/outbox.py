@@ -1,4 +1,4 @@
-"""The store side of broker delivery (an optional port beside the Store): the outbox, and claims by id.
+"""The store side of broker delivery (part of every Store): the outbox, and claims by id.
 
 With a broker transport (Redis, NATS) a job must reach the broker exactly when it exists in the store, and a
 message must never start a job twice. So:
@@ -14,8 +14,8 @@ message must never start a job twice. So:
   else (running elsewhere, finished, cancelled, not due yet, unknown) is simply absent from the result.
   A duplicate delivery therefore claims nothing, and every later change stays fenced by the lease token.
 
-The SQLite and PostgreSQL stores implement it (tables: migration ``0004_outbox``); the engine checks
-``isinstance(store, OutboxStore)`` once, when a broker transport is configured.
+Every store implements it (tables: migration ``0004_outbox``). :class:`TransactionalOutboxStore` is optional:
+a store that has it says so in ``capabilities.transactional_outbox``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Task pack registry storage (an optional port, next to the Store of the same backend).
+"""Task pack registry storage (part of every Store).
 
 A pack version is immutable: ``(name, version)`` names one sha256 forever. The content (the ``.tar.gz``)
 is not kept here but in a :class:`~jobengine.ports.blobs.BlobStore`, once per digest; the metadata row

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -31,19 +31,43 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import JobState
 from jobengine.ports.notifier import Notifier
+from jobengine.ports.outbox import OutboxStore
+from jobengine.ports.packs import PackStore
 from jobengine.ports.workers import WorkerRegistry
+
+if TYPE_CHECKING:
+    from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.leader import Leader
+    from jobengine.ports.schedules import SchedulingStore
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
-class StoreCapabilities:
-    #: True when the store's notifier wakes workers in other processes (not only this one).
-    cross_process_notify: bool
-    #: True when several processes may share the store (false for `database: memory`: its path is private).
+class Capabilities:
+    """What a store can do beyond the :class:`Store` port, declared by the store and read by its callers
+    (instead of probing its class). A feature that needs one it lacks raises ConfigError naming the option."""
+
+    #: Several processes may share the store (false for `database: memory`: its path is private).
     shared: bool
+    #: The store's notifier wakes workers in other processes, not only in this one.
+    cross_process_notify: bool
+    #: Jobs can be inserted in the caller's own open transaction
+    #: (:class:`~jobengine.ports.transactional.TransactionalStore`).
+    transactional_enqueue: bool = False
+    #: Jobs and their outbox rows can be inserted in the caller's own open transaction
+    #: (:class:`~jobengine.ports.outbox.TransactionalOutboxStore`).
+    transactional_outbox: bool = False
+    #: Jobs can carry watermarks (:class:`~jobengine.ports.watermarks.WatermarkStore`).
+    watermarks: bool = False
+    #: The event log answers reads of settled events only (:class:`~jobengine.ports.eventlog.SettlingEventLog`).
+    settled_events: bool = False
 
 
-class Store(Protocol):
-    capabilities: StoreCapabilities
+class Store(OutboxStore, PackStore, Protocol):
+    """Every backend's store; ``capabilities`` says which optional ports it implements as well."""
+
+    capabilities: Capabilities
 
     async def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied. Idempotent."""
@@ -57,6 +81,24 @@ class Store(Protocol):
 
     def workers(self) -> WorkerRegistry:
         """The registry of live workers (:mod:`jobengine.ports.workers`); the same object every call."""
+        ...
+
+    def scheduling(self) -> SchedulingStore:
+        """The schedules, runs and failure signatures of this store (:mod:`jobengine.ports.schedules`)."""
+        ...
+
+    def leader(self, name: str) -> Leader:
+        """A Leader for ``name`` among every process of this store (the scheduler uses ``scheduler``)."""
+        ...
+
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """A new webhook store (:mod:`jobengine.ports.webhooks`) over this store's database, its secrets
+        sealed as ``settings`` say (:mod:`jobengine.backends.webhooks`); the caller closes it."""
+        ...
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """The blob store for pack content that ``settings`` choose with this store
+        (:func:`jobengine.settings.blob_store_kind`); ConfigError when the combination cannot work."""
         ...
 
     # -- transitions --------------------------------------------------------------------------------

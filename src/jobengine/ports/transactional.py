@@ -3,7 +3,8 @@
 A store that offers it takes the caller's connection (for PostgreSQL a ``psycopg.AsyncConnection``, typed
 ``object`` here because the port names no driver), writes the jobs with the application's data, and leaves
 commit and rollback to the caller: rolled back, the jobs never existed; committed, they run (workers are
-woken by the store's NOTIFY, delivered at commit).
+woken by the store's NOTIFY, delivered at commit). A store that offers it says so in
+``capabilities.transactional_enqueue``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Watermarks: per (source, key) high-water marks for ordered incremental processing (an optional port).
+"""Watermarks: per (source, key) high-water marks for ordered incremental processing (an optional port:
+``capabilities.watermarks``).
 
 A job may carry watermarks. The store raises ``watermark(source, key)`` to the job's value in the same
 transaction that marks the job succeeded, and never before; a job that fails, dies or is cancelled leaves

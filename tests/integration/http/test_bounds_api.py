@@ -100,11 +100,13 @@ async def test_a_row_stored_out_of_the_bounds_still_reads(any_api: Api) -> None:
     # As a row stored before the bounds: past the checks of the constructor, straight to the store.
     late.run_at, early.run_at = YEAR_10000, YEAR_0  # type: ignore[misc]
     await engine.enqueue_many([late, early])
-    [claimed] = await engine.fetch_jobs(["default"], 1, WorkerId("w"), 30.0, tenant="acme")
+    [claimed] = await engine.transitions.fetch_jobs(["default"], 1, WorkerId("w"), 30.0, tenant="acme")
     assert claimed.id == early.id
     phase = Phase("one", PhaseState.RUNNING, 0.5, started_at=YEAR_10000, finished_at=YEAR_0)
     assert claimed.lease_token is not None
-    await engine.save_phases([PhaseUpdate(claimed.id, LeaseToken(claimed.lease_token), (phase,), None, None)])
+    await engine.transitions.save_phases(
+        [PhaseUpdate(claimed.id, LeaseToken(claimed.lease_token), (phase,), None, None)]
+    )
     async with any_api.client() as acme:
         listed = await acme.get("/api/v1/jobs")
         assert listed.status_code == 200

@@ -45,11 +45,13 @@ async def fill(engine: Engine) -> None:
                  for i in range(BATCH)]  # fmt: skip
         await engine.enqueue_many(batch)
     await engine.enqueue_many([engine.new_job("report", {"i": i}, tenant="globex") for i in range(JOBS // 100)])
-    claimed = await engine.fetch_jobs(["q0", "q1", "q2", "q3"], JOBS // 50, WorkerId("scale-test"), 3600)
+    claimed = await engine.transitions.fetch_jobs(["q0", "q1", "q2", "q3"], JOBS // 50, WorkerId("scale-test"), 3600)
     now = time.time()
     half, quarter = claimed[: len(claimed) // 2], claimed[len(claimed) // 2 : len(claimed) * 3 // 4]
-    await engine.complete_jobs([Completion(j.id, j.lease_token, {"ok": True}) for j in half if j.lease_token])
-    await engine.fail_jobs([
+    await engine.transitions.complete_jobs(
+        [Completion(j.id, j.lease_token, {"ok": True}) for j in half if j.lease_token]
+    )
+    await engine.transitions.fail_jobs([
         Failure(j.id, j.lease_token, AttemptError(1, now, "ValueError", f"bad row {j.id}"), FailOutcome.DEAD)
         for j in quarter if j.lease_token
     ])  # fmt: skip

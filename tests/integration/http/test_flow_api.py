@@ -62,7 +62,7 @@ async def test_flow_limits_are_validated_field_by_field(make_api: MakeApi) -> No
             "/api/v1/queues/a/flow", json={"rate": 4, "adaptive": True, "rate_floor": 1, "rate_ceiling": 8}
         )
         assert r.status_code == 200 and r.json()["current_rate"] == 4
-        await api.engine.fetch_jobs(["a"], 10, WorkerId("w"), 30.0)  # a claim starts the adaptive limiter
+        await api.engine.transitions.fetch_jobs(["a"], 10, WorkerId("w"), 30.0)  # a claim starts the adaptive limiter
         metrics = (await http.get("/metrics")).text
         assert 'jobengine_flow_adaptive_rate{queue="a"} 4.0' in metrics
         assert 'jobengine_flow_rate_limit{queue="q"} 5.0' in metrics
@@ -89,8 +89,8 @@ async def test_saturated_service_sheds_low_priority_and_keeps_high(make_api: Mak
         with pytest.raises(Overloaded):
             await api.engine.enqueue("t", queue="b", tenant="acme")
         # Drain below the threshold: low priority is accepted again.
-        jobs = await api.engine.fetch_jobs(["a", "b"], 10, WorkerId("w"), 30.0)
-        await api.engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
+        jobs = await api.engine.transitions.fetch_jobs(["a", "b"], 10, WorkerId("w"), 30.0)
+        await api.engine.transitions.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
         r = await http.post("/api/v1/jobs", json={"task": "t", "queue": "b", "priority": 0})
         assert r.status_code == 201
 
@@ -100,8 +100,8 @@ async def test_scale_report_in_api_and_metrics(make_api: MakeApi) -> None:
         engine = api.engine
         for _ in range(30):
             await engine.enqueue("t", queue="s", tenant="acme")
-        jobs = await engine.fetch_jobs(["s"], 10, WorkerId("w"), 30.0)
-        await engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
+        jobs = await engine.transitions.fetch_jobs(["s"], 10, WorkerId("w"), 30.0)
+        await engine.transitions.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
         r = await http.get("/api/v1/queues/s/scale")
         assert r.status_code == 200, r.text
         s = r.json()
@@ -118,7 +118,7 @@ async def test_flow_depth_is_the_tenants_own_and_every_tenants_for_metrics(make_
         for tenant, n in (("acme", 2), ("globex", 3)):
             for _ in range(n):
                 await api.engine.enqueue("t", queue="shared", tenant=tenant)
-        jobs = await api.engine.fetch_jobs(["shared"], 1, WorkerId("w"), 30.0)  # running: not depth
+        jobs = await api.engine.transitions.fetch_jobs(["shared"], 1, WorkerId("w"), 30.0)  # running: not depth
         assert len(jobs) == 1 and jobs[0].tenant == "acme"
         seen: dict[str, int] = {}
         for tenant in ("acme", "globex"):

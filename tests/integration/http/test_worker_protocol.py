@@ -60,7 +60,7 @@ async def test_an_expired_lease_is_rescued_and_the_old_worker_is_fenced_out(api:
     job = (await acme.post("/api/v1/jobs", json={"task": "slow"})).json()
     [first] = await claim(acme, tasks=["slow"], lease_seconds=1.0)
     await asyncio.sleep(1.1)
-    rescued = await api.engine.rescue_jobs()
+    rescued = await api.engine.transitions.rescue_jobs()
     assert [j.id for j in rescued.jobs] == [job["id"]]
     [second] = await claim(acme, worker_id="w2", tasks=["slow"], lease_seconds=30.0)
     assert second["job"]["id"] == job["id"] and second["job"]["attempt"] == 2

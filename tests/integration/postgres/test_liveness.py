@@ -44,7 +44,7 @@ async def test_a_terminated_session_is_not_a_dead_worker(store: PostgresStore, p
         for _ in range(3):  # the storm: every session goes, the worker's liveness session with them
             assert await _terminate_all(postgres_dsn) >= 1
             for _ in range(25):  # 2.5 s of looks by another process, past its 1 s grace every time
-                rescued = await rescuer_side.rescue_dead_workers()
+                rescued = await rescuer_side.transitions.rescue_dead_workers()
                 assert rescued.jobs == [], "a live worker's job was rescued after its session was terminated"
                 await asyncio.sleep(0.1)
         assert {w.id for w in await rescuer_side.fleet.live()} == {worker.id}

@@ -66,13 +66,13 @@ async def test_overlap_skip_never_overlaps_runs(engine: Engine, clock: ManualClo
     await engine.schedules.create(every(10, overlap=OverlapPolicy.SKIP))
     clock.set(T0 + 10)
     (first,) = await engine.scheduler.fire_due_schedules()
-    (job,) = await engine.fetch_jobs(["default"], 10, WorkerId("w"), 300)
+    (job,) = await engine.transitions.fetch_jobs(["default"], 10, WorkerId("w"), 300)
     for t in (20, 30, 40):  # the job runs for 35 s
         clock.set(T0 + t)
         assert await engine.scheduler.fire_due_schedules() == []
     clock.set(T0 + 45)
     assert job.lease_token is not None
-    await engine.complete_jobs([Completion(job.id, job.lease_token)])
+    await engine.transitions.complete_jobs([Completion(job.id, job.lease_token)])
     done = await engine.runs.get(first.id)
     assert done.state is RunState.COMPLETED and done.finished_at == T0 + 45
     clock.set(T0 + 50)
@@ -90,12 +90,12 @@ async def test_overlap_queue_runs_one_after_another(engine: Engine, clock: Manua
     (waiting,) = await engine.scheduler.fire_due_schedules()
     assert waiting.state is RunState.PLANNING
     assert await engine.scheduler.plan_waiting_runs() == []  # the first is still queued
-    (job,) = await engine.fetch_jobs(["default"], 10, WorkerId("w"), 300)
+    (job,) = await engine.transitions.fetch_jobs(["default"], 10, WorkerId("w"), 300)
     assert job.lease_token is not None
-    await engine.complete_jobs([Completion(job.id, job.lease_token)])
+    await engine.transitions.complete_jobs([Completion(job.id, job.lease_token)])
     (planned,) = await engine.scheduler.plan_waiting_runs()
     assert planned.id == waiting.id and planned.state is RunState.QUEUED and planned.tick == T0 + 20
-    (job2,) = await engine.fetch_jobs(["default"], 10, WorkerId("w"), 300)
+    (job2,) = await engine.transitions.fetch_jobs(["default"], 10, WorkerId("w"), 300)
     assert job2.run_id == waiting.id
 
 

@@ -38,7 +38,7 @@ async def start_run(engine: Engine, name: str) -> tuple[str, Job]:
     """Trigger a one-job run of a schedule of its own and claim its job: (run id, the running job)."""
     await engine.schedules.create(ScheduleSpec(name=name, every=86_400, template=JobTemplate(task="work", queue=name)))
     run = await engine.schedules.trigger(name, reason="test")
-    (job,) = await engine.fetch_jobs([name], 10, WorkerId("w"), 86_400)
+    (job,) = await engine.transitions.fetch_jobs([name], 10, WorkerId("w"), 86_400)
     assert job.run_id == run.id and job.lease_token is not None
     return run.id, job
 
@@ -53,10 +53,10 @@ async def test_a_retention_pass_deletes_only_runs_that_ended_before_the_retentio
 ) -> None:
     old_run, old_job = await start_run(engine, "old")
     running_run, _ = await start_run(engine, "running")  # as old, but never ends
-    await engine.complete_jobs([done(old_job)])  # ends at T0
+    await engine.transitions.complete_jobs([done(old_job)])  # ends at T0
     clock.set(T0 + 500)
     young_run, young_job = await start_run(engine, "young")
-    await engine.complete_jobs([done(young_job)])  # ends at T0 + 500
+    await engine.transitions.complete_jobs([done(young_job)])  # ends at T0 + 500
     assert (await engine.runs.get(old_run)).finished_at == T0
     assert (await engine.runs.get(young_run)).state is RunState.COMPLETED
 

@@ -25,7 +25,7 @@ def fan_out(items: int = 3, name: str = "fan", **template: object) -> ScheduleSp
 
 
 async def claim_all(engine: Engine) -> list[Job]:
-    return await engine.fetch_jobs(["default"], 100, WorkerId("w"), 300)
+    return await engine.transitions.fetch_jobs(["default"], 100, WorkerId("w"), 300)
 
 
 def failed(job: Job, engine: Engine, message: str = "boom", outcome: FailOutcome = FailOutcome.DEAD) -> Failure:
@@ -42,15 +42,17 @@ async def test_a_summary_follows_its_jobs(engine: Engine, clock: ManualClock) ->
     jobs = await claim_all(engine)
     assert (await engine.runs.get(run.id)).state is RunState.RUNNING
     clock.advance(4)
-    await engine.complete_jobs([Completion(jobs[0].id, jobs[0].lease_token or "")])
-    await engine.fail_jobs([failed(jobs[1], engine, outcome=FailOutcome.RETRY)])  # will retry: not an outcome
+    await engine.transitions.complete_jobs([Completion(jobs[0].id, jobs[0].lease_token or "")])
+    await engine.transitions.fail_jobs(
+        [failed(jobs[1], engine, outcome=FailOutcome.RETRY)]
+    )  # will retry: not an outcome
     mid = await engine.runs.get(run.id)
     assert (mid.summary.succeeded, mid.summary.dead, mid.summary.pending) == (1, 0, 2)
-    await engine.fail_jobs([failed(jobs[2], engine)])
+    await engine.transitions.fail_jobs([failed(jobs[2], engine)])
     clock.advance(10)
     (again,) = await claim_all(engine)
     clock.advance(2)
-    await engine.complete_jobs([Completion(again.id, again.lease_token or "")])
+    await engine.transitions.complete_jobs([Completion(again.id, again.lease_token or "")])
     done = await engine.runs.get(run.id)
     assert done.state is RunState.ERROR  # one job ended dead
     assert (done.summary.succeeded, done.summary.dead, done.summary.duration_max) == (2, 1, 4.0)
@@ -69,13 +71,13 @@ async def test_trigger_cancel_and_retry_by_hand(engine: Engine, clock: ManualClo
     assert (run.trigger, run.actor, run.reason, run.tick, run.summary.total) == (
         RunTrigger.MANUAL, "bob", "backfill after the outage", None, 2)  # fmt: skip
     first, second = await claim_all(engine)
-    await engine.complete_jobs([Completion(first.id, first.lease_token or "")])
+    await engine.transitions.complete_jobs([Completion(first.id, first.lease_token or "")])
     cancelled = await engine.runs.cancel(run.id, reason="wrong data", actor="carol")
     assert cancelled.state is RunState.CANCELLED
     assert (await engine.get_job(second.id)).cancel_requested  # running: asked to stop
     with pytest.raises(IllegalState, match="already cancelled"):
         await engine.runs.cancel(run.id, actor="carol")
-    await engine.fail_jobs([failed(second, engine, outcome=FailOutcome.CANCELLED)])
+    await engine.transitions.fail_jobs([failed(second, engine, outcome=FailOutcome.CANCELLED)])
     ended = await engine.runs.get(run.id)
     assert (ended.state, ended.summary.succeeded, ended.summary.cancelled) == (RunState.CANCELLED, 1, 1)
     retry = await engine.runs.retry(run.id, actor="dave")
@@ -107,12 +109,12 @@ async def test_a_retried_job_reopens_its_run(engine: Engine, clock: ManualClock)
     await engine.schedules.create(fan_out(1))
     run = await engine.schedules.trigger("fan", reason="now", actor="bob")
     (job,) = await claim_all(engine)
-    await engine.fail_jobs([failed(job, engine)])
+    await engine.transitions.fail_jobs([failed(job, engine)])
     assert (await engine.runs.get(run.id)).state is RunState.ERROR
     await engine.retry(job.id)
     assert (await engine.runs.get(run.id)).state is RunState.RUNNING
     (job,) = await claim_all(engine)
-    await engine.complete_jobs([Completion(job.id, job.lease_token or "")])
+    await engine.transitions.complete_jobs([Completion(job.id, job.lease_token or "")])
     assert (await engine.runs.get(run.id)).state is RunState.COMPLETED
 
 

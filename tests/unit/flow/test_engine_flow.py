@@ -31,14 +31,16 @@ async def test_adaptive_rate_rises_under_success_and_halves_under_errors() -> No
         for _ in range(20):
             await engine.enqueue("t", queue="q")
         clock.advance(10)  # the bucket refills
-        jobs = await engine.fetch_jobs(["q"], 100, WorkerId("w"), 30.0)
+        jobs = await engine.transitions.fetch_jobs(["q"], 100, WorkerId("w"), 30.0)
         assert 0 < len(jobs) <= 8  # never more than the bucket holds
         clock.advance(0.5)
         if round_ < 3:
-            await engine.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
+            await engine.transitions.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in jobs])
         else:
             err = AttemptError(1, clock.now(), "Boom", "boom")
-            await engine.fail_jobs([Failure(j.id, j.lease_token or "", err, FailOutcome.DEAD) for j in jobs])
+            await engine.transitions.fail_jobs(
+                [Failure(j.id, j.lease_token or "", err, FailOutcome.DEAD) for j in jobs]
+            )
         clock.advance(AIMD_INTERVAL)
         rates.append(engine.flow.rate(limits))
     assert rates[:3] == sorted(rates[:3]) and rates[2] > 4.0  # success: up, additively
@@ -53,13 +55,13 @@ async def test_rate_limit_holds_claims_back_and_loses_nothing() -> None:
     await engine.flow.set_limits("q", rate=2.0, burst=2)
     for _ in range(10):
         await engine.enqueue("t", queue="q")
-    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
-    assert await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0) == []
-    nxt = await engine.next_run_at(["q"])
+    assert len(await engine.transitions.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
+    assert await engine.transitions.fetch_jobs(["q"], 10, WorkerId("w"), 30.0) == []
+    nxt = await engine.transitions.next_run_at(["q"])
     assert nxt is not None and clock.now() < nxt <= clock.now() + 0.5  # the pump comes back for the next token
     clock.advance(1.0)
-    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
+    assert len(await engine.transitions.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 2
     counts = await engine.count_jobs()
     assert counts[("q", JobState.QUEUED)] == 6 and counts[("q", JobState.RUNNING)] == 4
     await engine.flow.clear_limits("q")
-    assert len(await engine.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 6
+    assert len(await engine.transitions.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 6

@@ -1,12 +1,14 @@
 """Blob stores for pack content (:class:`~jobengine.ports.blobs.BlobStore`) and the choice among them.
 
-:func:`blob_store_for` is called by ``Engine.packs`` (the composition root); the rules for the default are
-in :func:`jobengine.settings.blob_store_kind`. The ``database`` backends live beside their store
+Each store builds its own (``store.blob_store(settings)``) through :func:`choose_blob_store`, giving what
+only it knows: its kind, its own ``pack_blobs`` table and where its files go by default. The rules for
+the default are in :func:`jobengine.settings.blob_store_kind`. The ``database`` backends live beside their store
 (``backends/{sqlite,postgres}/blobs.py``); ``filesystem`` and ``s3`` here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,29 +20,30 @@ if TYPE_CHECKING:
     from jobengine.settings import Settings
 
 
-def blob_store_for(store: object, settings: Settings) -> BlobStore:
-    """The blob store ``settings`` choose for ``store`` (ConfigError when the combination cannot work)."""
-    from jobengine.backends.sqlite import SqliteStore
-
-    postgres = _postgres_store()
-    if isinstance(store, SqliteStore):
-        store_kind = "sqlite"
-    elif postgres is not None and isinstance(store, postgres):
-        store_kind = "postgres"
-    else:
-        raise ConfigError(f"packs: the {type(store).__name__} store does not keep task packs")
+def choose_blob_store(
+    settings: Settings,
+    store_kind: str,
+    database: Callable[[], BlobStore],
+    *,
+    beside: Path | None = None,
+    legacy_rows: bool = True,
+) -> BlobStore:
+    """The blob store ``settings`` choose for a store of ``store_kind`` (sqlite, postgres);
+    ConfigError when the combination cannot work. ``database``: the store's own blob table; ``beside``:
+    the default directory of the filesystem blob store (none: ``packs_blob_dir`` is required);
+    ``legacy_rows``: content may also be in the store's table, from before external blob stores."""
     kind = blob_store_kind(settings, store_kind)
     if kind == "database":
-        return _database_blobs(store)
-    primary = _external(kind, store, store_kind, settings)
+        return database()
+    primary = _external(kind, store_kind, settings, beside)
+    if not legacy_rows:
+        return primary
     from jobengine.backends.blobs.fallback import WithLegacyRows
 
-    return WithLegacyRows(primary, _database_blobs(store))  # content uploaded before 0009 is in pack_blobs
+    return WithLegacyRows(primary, database())
 
 
-def _external(kind: str, store: object, store_kind: str, settings: Settings) -> BlobStore:
-    from jobengine.backends.sqlite import SqliteStore
-
+def _external(kind: str, store_kind: str, settings: Settings, beside: Path | None) -> BlobStore:
     if kind == "s3":
         from jobengine.backends.blobs.s3 import S3BlobStore
 
@@ -50,26 +53,6 @@ def _external(kind: str, store: object, store_kind: str, settings: Settings) -> 
 
     if settings.packs_blob_dir:
         return FilesystemBlobStore(Path(settings.packs_blob_dir).expanduser())
-    if isinstance(store, SqliteStore):
-        return FilesystemBlobStore(Path(store.path + ".packs"))
+    if beside is not None:
+        return FilesystemBlobStore(beside)
     raise ConfigError(f"packs_blob_dir: required for the filesystem blob store with the {store_kind} store")
-
-
-def _database_blobs(store: object) -> BlobStore:
-    from jobengine.backends.sqlite import SqliteStore
-
-    if isinstance(store, SqliteStore):
-        from jobengine.backends.sqlite.blobs import SqliteBlobStore
-
-        return SqliteBlobStore(store)
-    from jobengine.backends.postgres.blobs import PostgresBlobStore
-
-    return PostgresBlobStore(store)  # type: ignore[arg-type]  # isinstance-checked above
-
-
-def _postgres_store() -> type | None:
-    try:
-        from jobengine.backends.postgres import PostgresStore
-    except ImportError:  # no psycopg: it cannot be a PostgreSQL store
-        return None
-    return PostgresStore

@@ -80,11 +80,14 @@ from jobengine.core.models import (
     overall_progress,
 )
 from jobengine.errors import StoreError, StoreUnavailable
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
     from jobengine.backends.sql.schedules import SqlScheduling
+    from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -186,7 +189,14 @@ class PostgresStore(
     SqlPacksMixin,
     PostgresFlowMixin,
 ):
-    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+    capabilities = Capabilities(
+        shared=True,
+        cross_process_notify=True,
+        transactional_enqueue=True,
+        transactional_outbox=True,
+        watermarks=True,
+        settled_events=True,
+    )
 
     def __init__(
         self,
@@ -454,6 +464,21 @@ class PostgresStore(
     def leader(self, name: str) -> PostgresLeader:
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
         return PostgresLeader(self.dsn, name, schema=self.schema)
+
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """Webhooks in this schema, on the store's pool; secrets sealed with ``secret_keys``, never a key in
+        the database."""
+        from jobengine.backends.sql.webhooks import SqlWebhookStore
+        from jobengine.backends.webhooks import secret_box
+
+        return SqlWebhookStore(self.db, secret_box(settings))
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """Pack content: by default in this schema's ``pack_blobs`` table, which every host shares."""
+        from jobengine.backends.blobs import choose_blob_store
+        from jobengine.backends.postgres.blobs import PostgresBlobStore
+
+        return choose_blob_store(settings, "postgres", lambda: PostgresBlobStore(self))
 
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""

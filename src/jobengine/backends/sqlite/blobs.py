@@ -3,8 +3,12 @@ through the store's own connection (one writer thread)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from jobengine.backends.sql.blobs import SqlBlobStore
-from jobengine.backends.sqlite.store import SqliteStore
+
+if TYPE_CHECKING:
+    from jobengine.backends.sqlite.store import SqliteStore
 
 
 class SqliteBlobStore(SqlBlobStore):

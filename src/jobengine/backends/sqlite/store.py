@@ -33,6 +33,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from jobengine.backends.sql.keys import SqlKeysMixin
@@ -56,7 +57,7 @@ from jobengine.core.models import (
 )
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, StoreUnavailable
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
@@ -94,7 +95,7 @@ class SqliteStore(
     Driver errors surface as StoreError / StoreUnavailable.
     """
 
-    capabilities = StoreCapabilities(cross_process_notify=True, shared=True)
+    capabilities = Capabilities(cross_process_notify=True, shared=True)
 
     def __init__(
         self,
@@ -227,6 +228,21 @@ class SqliteStore(
         """A lease-row leader for ``name`` among every process using this file (``leader_lease_seconds``)."""
         return SqliteLeader(self, name, lease_seconds=self._leader_lease_seconds)
 
+    def webhook_store(self, settings: Settings) -> WebhookStore:
+        """Webhooks in this file, their secrets sealed with ``secret_keys`` or else the key file beside it."""
+        from jobengine.backends.sql.webhooks import SqlWebhookStore
+        from jobengine.backends.webhooks import secret_box
+
+        return SqlWebhookStore(self.db, secret_box(settings, self.path))
+
+    def blob_store(self, settings: Settings) -> BlobStore:
+        """Pack content: by default in files beside this one (``<database>.packs``)."""
+        from jobengine.backends.blobs import choose_blob_store
+
+        from .blobs import SqliteBlobStore
+
+        return choose_blob_store(settings, "sqlite", lambda: SqliteBlobStore(self), beside=Path(self.path + ".packs"))
+
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         if not jobs:
@@ -335,7 +351,10 @@ def _same(value: T) -> T:
 
 if TYPE_CHECKING:
     from jobengine.backends.sql.schedules import SqlScheduling
+    from jobengine.ports.blobs import BlobStore
     from jobengine.ports.store import Store
+    from jobengine.ports.webhooks import WebhookStore
+    from jobengine.settings import Settings
 
     def _conforms(store: SqliteStore) -> Store:  # mypy checks SqliteStore against the port here
         return store

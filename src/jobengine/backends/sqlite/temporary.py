@@ -14,7 +14,7 @@ import tempfile
 import weakref
 from pathlib import Path
 
-from jobengine.ports.store import StoreCapabilities
+from jobengine.ports.store import Capabilities
 
 from .store import SqliteStore
 
@@ -31,7 +31,7 @@ class TemporarySqliteStore(SqliteStore):
     """
 
     #: No other process knows the path, so no other process shares it.
-    capabilities = StoreCapabilities(cross_process_notify=True, shared=False)
+    capabilities = Capabilities(cross_process_notify=True, shared=False)
 
     def __init__(self, *, leader_lease_seconds: float = 5.0) -> None:
         directory = tempfile.mkdtemp(prefix="jobengine-memory-")

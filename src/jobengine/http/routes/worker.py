@@ -121,7 +121,7 @@ async def claim(body: ClaimIn, request: Request, principal: Worker) -> Response:
         ctx.settings.claim_max_wait,
     )  # fmt: skip
     while True:
-        jobs = await engine.fetch_jobs(
+        jobs = await engine.transitions.fetch_jobs(
             body.queues, body.limit, WorkerId(body.worker_id), body.lease_seconds,
             tasks=body.tasks, tenant=principal.tenant,
         )  # fmt: skip
@@ -138,7 +138,7 @@ async def heartbeat(body: HeartbeatIn, request: Request, principal: Worker) -> R
     engine = context(request).engine
     owned = await _owned(engine, principal.tenant, [x.job_id for x in body.leases])
     leases = [Lease(JobId(x.job_id), LeaseToken(x.token)) for x in body.leases if x.job_id in owned]
-    hb = await engine.heartbeat_jobs(leases, body.lease_seconds)
+    hb = await engine.transitions.heartbeat_jobs(leases, body.lease_seconds)
     asked = list(dict.fromkeys(x.job_id for x in body.leases))
     return json_response({
         "held": [i for i in asked if i in hb.held], "lost": [i for i in asked if i not in hb.held],
@@ -151,7 +151,7 @@ async def save_phases(body: PhasesBatchIn, request: Request, principal: Worker) 
     """Store phase records (progress, results, checkpoints) of running jobs, fenced by their tokens."""
     engine = context(request).engine
     owned = await _owned(engine, principal.tenant, [u.job_id for u in body.updates])
-    changed = await engine.save_phases([_phase(u, u.job_id) for u in body.updates if u.job_id in owned])
+    changed = await engine.transitions.save_phases([_phase(u, u.job_id) for u in body.updates if u.job_id in owned])
     held = {j.id for j in changed.jobs}
     asked = list(dict.fromkeys(u.job_id for u in body.updates))
     return json_response({"held": [i for i in asked if i in held], "lost": [i for i in asked if i not in held]})
@@ -171,9 +171,9 @@ async def report(body: ReportIn, request: Request, principal: Worker) -> Respons
                    if c.job_id in owned]  # fmt: skip
     failures = [_failure(engine, owned[f.job_id], f) for f in body.failures if f.job_id in owned]
     releases = [Lease(JobId(r.job_id), LeaseToken(r.token)) for r in body.releases if r.job_id in owned]
-    done = await engine.complete_jobs(completions) if completions else None
-    failed = await engine.fail_jobs(failures) if failures else None
-    released = await engine.release_jobs(releases) if releases else None
+    done = await engine.transitions.complete_jobs(completions) if completions else None
+    failed = await engine.transitions.fail_jobs(failures) if failures else None
+    released = await engine.transitions.release_jobs(releases) if releases else None
     out = {
         "completed": _applied([c.job_id for c in completions], done.jobs if done else [], JobState.SUCCEEDED),
         "failed": _applied([f.job_id for f in failures], failed.jobs if failed else [], None),
@@ -195,7 +195,7 @@ async def job_heartbeat(job_id: JobIdPath, body: JobHeartbeatIn, request: Reques
     """Extend one lease; 409 if it is lost (stop the job, report nothing)."""
     engine = context(request).engine
     job = await engine.get_job(job_id, principal.tenant)
-    hb = await engine.heartbeat_jobs([Lease(job.id, LeaseToken(body.token))], body.lease_seconds)
+    hb = await engine.transitions.heartbeat_jobs([Lease(job.id, LeaseToken(body.token))], body.lease_seconds)
     if job.id not in hb.held:
         raise _lost(job_id)
     expires = (await engine.get_job(job_id, principal.tenant)).lease_expires_at
@@ -207,7 +207,7 @@ async def job_phases(job_id: JobIdPath, body: PhasesIn, request: Request, princi
     """Store the job's phase records, progress and checkpoints; 409 if the lease is lost."""
     engine = context(request).engine
     await engine.get_job(job_id, principal.tenant)
-    if not (await engine.save_phases([_phase(body, job_id)])).jobs:
+    if not (await engine.transitions.save_phases([_phase(body, job_id)])).jobs:
         raise _lost(job_id)
     return json_response({"held": [job_id], "lost": []})
 
@@ -217,7 +217,7 @@ async def job_complete(job_id: JobIdPath, body: CompleteIn, request: Request, pr
     """The attempt succeeded with ``result``; 409 if the lease is lost (the report is refused)."""
     engine = context(request).engine
     job = await engine.get_job(job_id, principal.tenant)
-    changed = await engine.complete_jobs([Completion(job.id, LeaseToken(body.token), body.result)])
+    changed = await engine.transitions.complete_jobs([Completion(job.id, LeaseToken(body.token), body.result)])
     if not _applied([job_id], changed.jobs, JobState.SUCCEEDED):
         raise _lost(job_id)
     return json_response({"completed": [job_id], "failed": [], "released": [], "refused": []})
@@ -229,7 +229,7 @@ async def job_fail(job_id: JobIdPath, body: FailIn, request: Request, principal:
     cancelled); 409 if the lease is lost."""
     engine = context(request).engine
     job = await engine.get_job(job_id, principal.tenant)
-    changed = await engine.fail_jobs([_failure(engine, job, body)])
+    changed = await engine.transitions.fail_jobs([_failure(engine, job, body)])
     if not _applied([job_id], changed.jobs, None):
         raise _lost(job_id)
     return json_response({"completed": [], "failed": [job_id], "released": [], "refused": []})
@@ -240,7 +240,7 @@ async def job_release(job_id: JobIdPath, body: ReleaseIn, request: Request, prin
     """Give the job back (queued, the attempt not spent): the worker is shutting down. 409 if not held."""
     engine = context(request).engine
     job = await engine.get_job(job_id, principal.tenant)
-    changed = await engine.release_jobs([Lease(job.id, LeaseToken(body.token))])
+    changed = await engine.transitions.release_jobs([Lease(job.id, LeaseToken(body.token))])
     if not _applied([job_id], changed.jobs, JobState.QUEUED):
         raise _lost(job_id)
     return json_response({"completed": [], "failed": [], "released": [job_id], "refused": []})

@@ -1,0 +1,272 @@
+"""The worker protocol: every job transition a worker (in process, over HTTP, over a broker) asks for.
+
+Each transition is one store call followed by one ``after`` step: its events are published on the bus,
+workers are woken when jobs became runnable, and the observers learn what changed (flow control, run
+summaries, failure signatures, through the hooks below). Nothing else writes a transition of a running
+job, so a worker that holds a :class:`Transitions` cannot bypass that bookkeeping. ``engine.transitions``
+is the engine's; it is what :meth:`Engine.worker` hands the worker as its source. Usage::
+
+    jobs = await engine.transitions.fetch_jobs(["default"], 10, WorkerId("w1"), 30.0)
+    await engine.transitions.complete_jobs([Completion(j.id, j.lease_token, "ok") for j in jobs])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from jobengine.core.flow.select import ClaimRule
+from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.models import (
+    AttemptError,
+    Changed,
+    Completion,
+    Event,
+    FailOutcome,
+    Failure,
+    Heartbeat,
+    Job,
+    Lease,
+    NewJob,
+    PhaseUpdate,
+)
+from jobengine.core.states import JobState
+
+if TYPE_CHECKING:
+    from jobengine.bus import EventBus
+    from jobengine.core.clock import Clock
+    from jobengine.core.signatures import Fingerprint
+    from jobengine.fleet import Fleet
+    from jobengine.ports.notifier import Notifier
+    from jobengine.ports.store import Store
+    from jobengine.ports.workers import WorkerInfo
+    from jobengine.tasks import TaskRegistry
+
+#: Expired leases one rescue pass takes; the next pass takes the rest.
+RESCUE_BATCH = 1000
+
+
+class FlowHooks(Protocol):
+    """Flow control as the transitions see it: which queues are claimed under which rule, and what it
+    learns from finished attempts."""
+
+    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]:
+        """Paused queues left out; each limited queue its own claim under its rule; the rest together."""
+        ...
+
+    async def claim_limited(
+        self,
+        rule: ClaimRule,
+        n: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None,
+        tenant: str | None,
+    ) -> Changed: ...
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None) -> float | None: ...
+
+    def observe(self, jobs: Sequence[Job]) -> None:
+        """Finished attempts: the scale window and the adaptive limiters learn them."""
+        ...
+
+    async def admit(self, jobs: Sequence[NewJob]) -> None:
+        """Raise QueueFull / Overloaded before ``jobs`` are written; record their arrival."""
+        ...
+
+
+class RunHooks(Protocol):
+    """Run summaries, kept as their jobs move (best effort: the scheduler reconciles what is missed)."""
+
+    async def started(self, jobs: Sequence[Job]) -> None: ...
+
+    async def ended(self, jobs: Sequence[Job]) -> None: ...
+
+    async def reopened(self, jobs: Sequence[Job]) -> None: ...
+
+
+class SignatureHooks(Protocol):
+    """Failure signatures: fingerprinted before the store records a failure, counted after."""
+
+    async def prepare(self, failures: Sequence[Failure]) -> tuple[list[Failure], dict[JobId, Fingerprint]]:
+        """The failures to record (one that would retry with a non-retryable signature goes dead instead),
+        and the fingerprint of each."""
+        ...
+
+    async def record(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None: ...
+
+
+class Transitions:
+    """The instrumented transitions of running jobs (:class:`jobengine.worker.source.WorkerSource`).
+
+    ``notifier`` is a callable: the notifier is opened on first use. ``fleet`` is the registry of live
+    workers; it fails the jobs of dead workers through :meth:`fail_jobs`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        tasks: TaskRegistry,
+        bus: EventBus,
+        *,
+        notifier: Callable[[], Notifier],
+        fleet: Fleet,
+        flow: FlowHooks,
+        runs: Callable[[], RunHooks],
+        signatures: Callable[[], SignatureHooks],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.tasks = tasks
+        self.bus = bus
+        self._notifier = notifier
+        self.fleet = fleet
+        self.flow = flow
+        # Built on first use: a worker that runs only plain jobs and never fails one never loads them.
+        self._runs = runs
+        self._signatures = signatures
+
+    def notifier(self) -> Notifier:
+        return self._notifier()
+
+    # -- claims -------------------------------------------------------------------------------------
+    async def fetch_jobs(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` runnable jobs of ``queues``. Paused queues are left out and a queue with a
+        concurrency limit or flow limits is claimed under its rule (:meth:`FlowHooks.claim_plan`).
+        ``tasks`` / ``tenant`` restrict the claim to those task names (a worker's: it claims only what it
+        can run) / that tenant (a remote worker's key)."""
+        now = self.clock.now()
+        jobs: list[Job] = []
+        for group, n, rule in await self.flow.claim_plan(queues, limit):
+            n = min(n, limit - len(jobs))
+            if n <= 0:
+                break
+            if rule is not None:  # decided inside the store's claim transaction
+                changed = await self.flow.claim_limited(rule, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
+            else:
+                changed = await self.store.fetch_jobs(group, n, worker, lease_seconds, now, tasks=tasks, tenant=tenant)
+            self._publish(changed.events)
+            jobs.extend(changed.jobs)
+        if any(j.run_id is not None for j in jobs):
+            await self._runs().started(jobs)
+        return jobs
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+        """When a worker that found nothing should look again (None: when woken, or at its poll)."""
+        return await self.flow.next_run_at(queues, tasks)
+
+    # -- running jobs -------------------------------------------------------------------------------
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
+        now = self.clock.now()
+        return await self.store.heartbeat_jobs(leases, now + lease_seconds, now)
+
+    async def save_phases(self, updates: Sequence[PhaseUpdate]) -> Changed:
+        changed = await self.store.save_phases(updates, self.clock.now())
+        await self._after(changed)
+        return changed
+
+    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
+        changed = await self.store.complete_jobs(completions, self.clock.now())
+        # More jobs than completions, or a queued one: dependents became runnable.
+        woke = len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs)
+        await self._after(changed, finished=True, wake=woke)
+        return changed
+
+    async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
+        """Every failed attempt passes here (the worker's, the rescuer's): it is fingerprinted, a failure
+        with a non-retryable signature goes to dead instead of retrying, and after the store recorded the
+        failures their signatures and the summaries of their runs are updated (best effort)."""
+        failures, prints = await self._signatures().prepare(failures)
+        changed = await self.store.fail_jobs(failures, self.clock.now())
+        await self._after(changed, finished=True, prints=prints)
+        return changed
+
+    async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
+        changed = await self.store.release_jobs(leases, self.clock.now())
+        await self._after(changed, wake=bool(changed.jobs))
+        return changed
+
+    # -- rescue -------------------------------------------------------------------------------------
+    async def rescue_jobs(self) -> Changed:
+        """Jobs whose lease expired (their worker died) count a failed attempt and run again now."""
+        now = self.clock.now()
+        expired = await self.store.expired_jobs(now, RESCUE_BATCH)
+        failures = [
+            Failure(
+                job.id,
+                job.lease_token,
+                AttemptError(
+                    job.attempt,
+                    now,
+                    "LeaseExpired",
+                    f"lease of worker {job.lease_worker} expired",
+                    None,
+                    job.lease_worker,
+                ),
+                FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD,
+                # Keep its place in line: the worker died, not the job's turn.
+                retry_at=min(now, job.run_at),
+                only_if_expired_at=now,
+            )
+            for job in expired
+            if job.lease_token is not None
+        ]
+        if not failures:
+            return Changed()
+        changed = await self.fail_jobs(failures)  # the one failure path: signatures and run summaries too
+        self.notifier().notify()
+        return changed
+
+    # -- the registry of live workers ---------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self.fleet.register(info)
+
+    async def beat_worker(self, worker: WorkerId) -> bool:
+        return await self.fleet.beat(worker)
+
+    async def unregister_worker(self, worker: WorkerId) -> None:
+        await self.fleet.unregister(worker)
+
+    async def rescue_dead_workers(self) -> Changed:
+        """The jobs of workers whose process is gone run again now (:meth:`Fleet.rescue_dead`)."""
+        changed = await self.fleet.rescue_dead()
+        if changed.jobs:
+            self.notifier().notify()
+        return changed
+
+    # -- after every transition ---------------------------------------------------------------------
+    def _publish(self, events: Sequence[Event]) -> None:
+        if events:
+            self.bus.publish(events)
+
+    async def _after(
+        self,
+        changed: Changed,
+        *,
+        finished: bool = False,
+        wake: bool = False,
+        prints: Mapping[JobId, Fingerprint] | None = None,
+    ) -> None:
+        """Publish the events; for ``finished`` attempts, let flow control observe them, count their
+        signatures (``prints``) and update their runs; ``wake`` the workers."""
+        self._publish(changed.events)
+        if finished:
+            self.flow.observe(changed.jobs)
+        if wake:
+            self.notifier().notify()
+        if prints is not None:
+            await self._signatures().record(prints, changed)
+        if finished and any(j.run_id is not None for j in changed.jobs):
+            await self._runs().ended(changed.jobs)
