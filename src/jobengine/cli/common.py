@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from jobengine.engine import Engine
+from jobengine.engine.compose import open_store
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
 
@@ -103,10 +104,8 @@ def rebind(engine: Engine, settings: Settings) -> Engine:
     Used when ``--db`` overrides the database of an ``--app`` engine: the app's engine never opened its
     store (``start()`` was not called), so it is simply replaced.
     """
-    bound = Engine.from_settings(settings, engine.clock)
-    bound.tasks = engine.tasks
-    bound.bus = engine.bus
-    bound._planners = engine._planners  # the app's planners (None: it registered none)
+    bound = Engine(open_store(settings.database, settings), settings, engine.clock, tasks=engine.tasks, bus=engine.bus)
+    bound._planners = engine._planners  # the app's planners (None: it registered none), read on first use
     return bound
 
 

@@ -101,12 +101,22 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
 
 
 class Engine:
-    def __init__(self, store: Store, settings: Settings | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        *,
+        tasks: TaskRegistry | None = None,
+        bus: EventBus | None = None,
+    ) -> None:
+        """``tasks`` / ``bus``: share another engine's task registry and event bus (the services hold them from
+        here on, so they are given now, never assigned later)."""
         self.store = store
         self.settings = settings or Settings()
         self.clock: Clock = clock or SystemClock()
-        self.tasks = TaskRegistry()
-        self.bus = EventBus()
+        self.tasks = tasks if tasks is not None else TaskRegistry()
+        self.bus = bus if bus is not None else EventBus()
         self._notifier: Notifier | None = None
         self._portal: _Portal | None = None
         self._workers: list[Worker] = []
