@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -80,12 +80,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 F = TypeVar("F", bound=TaskFn)
-
-# Engine.new_job builds a NewJob by position: a field added or moved before ``timeout`` fails here, at import.
-_NEW_JOB_ORDER = ("task", "payload", "queue", "priority", "run_at", "max_attempts", "idempotency_key", "depends_on",
-                  "tenant", "timeout")  # fmt: skip
-if tuple(f.name for f in fields(NewJob))[: len(_NEW_JOB_ORDER)] != _NEW_JOB_ORDER:
-    raise ImportError("engine.py: Engine.new_job's positional NewJob no longer matches core.models.NewJob")
 
 
 def _seconds(value: float | datetime | timedelta | None, field: str) -> float | None:

@@ -8,7 +8,6 @@ enqueue).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 from jobengine.core import codec
@@ -22,7 +21,7 @@ except ImportError:  # pragma: no cover - the postgres extra installs it
     _orjson = None  # type: ignore[assignment]
 
 #: (expression, name) of the job columns, in the order :func:`job_from_row` reads them.
-_COLUMNS: tuple[tuple[str, str], ...] = (
+JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "id"),
     ("tenant", "tenant"),
     ("queue", "queue"),
@@ -54,19 +53,19 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedule_id", "schedule_id"),
     ("has_dependents", "has_dependents"),
 )
-N_JOB_COLUMNS = len(_COLUMNS)
+N_JOB_COLUMNS = len(JOB_COLUMNS)
 #: Where has_dependents is among the job columns (the store reads it to choose a transition's slow path).
-HAS_DEPENDENTS = [name for _, name in _COLUMNS].index("has_dependents")
+HAS_DEPENDENTS = [name for _, name in JOB_COLUMNS].index("has_dependents")
 
 
 def job_columns(table: str) -> str:
     """The job columns read from ``table`` (an alias), casts named after their column: for SELECT/RETURNING."""
-    return ", ".join(f"{table}.{expr} AS {name}" if "::" in expr else f"{table}.{expr}" for expr, name in _COLUMNS)
+    return ", ".join(f"{table}.{expr} AS {name}" if "::" in expr else f"{table}.{expr}" for expr, name in JOB_COLUMNS)
 
 
 def job_names(table: str) -> str:
     """The same columns, by name, from a CTE that returned :func:`job_columns`."""
-    return ", ".join(f"{table}.{name}" for _, name in _COLUMNS)
+    return ", ".join(f"{table}.{name}" for _, name in JOB_COLUMNS)
 
 
 _STATES = {s.value: s for s in JobState}
@@ -90,12 +89,6 @@ def _phases(text: str) -> tuple[Phase, ...]:
 
 def _errors(text: str) -> tuple[AttemptError, ...]:
     return () if text == "[]" else tuple(AttemptError.from_json(e) for e in loads(text))
-
-
-# Job is built positionally (on the hot path twice per job: docs/decisions/0020-positional-construction.md),
-# so the columns must be the dataclass's fields in their order: a Job field added or moved fails here, at import.
-if [name for _, name in _COLUMNS] != [f.name for f in fields(Job)]:
-    raise ImportError("backends/postgres/rows.py: _COLUMNS no longer matches the fields of core.models.Job")
 
 
 def job_from_row(r: Sequence[Any], o: int = 0) -> Job:
