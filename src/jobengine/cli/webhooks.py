@@ -203,7 +203,4 @@ def resend(
         return delivery_to_json(await engine.webhooks.resend(delivery_id, tenant))
 
     item = with_engine(config, db, go)
-    if json_out:
-        output.print_json(item)
-        return
-    output.stdout().print(f"resending {escape(delivery_id)} (due now)")
+    output.emit(json_out, item, f"resending {escape(delivery_id)} (due now)")
