@@ -9,7 +9,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -63,6 +63,21 @@ async def open_engine(settings: Settings, *, must_exist: bool = False) -> AsyncI
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+def with_engine(
+    config: Path | None, db: str | None, action: Callable[[Engine], Awaitable[T]], *, must_exist: bool = True
+) -> T:
+    """What ``action`` returns, run on an engine over ``--config`` with ``--db`` on top (``open_engine``).
+
+    The settings load before anything is opened, so a bad config fails before the database is touched."""
+    settings = load_settings(config, database=db)
+
+    async def go() -> T:
+        async with open_engine(settings, must_exist=must_exist) as engine:
+            return await action(engine)
+
+    return run(go())
 
 
 def load_app(target: str) -> Engine:

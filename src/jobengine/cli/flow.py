@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, with_engine
 from jobengine.core.flow.limits import FlowLimits
 from jobengine.errors import NotFound
 
@@ -35,13 +35,7 @@ def _print_limits(limits: dict[str, FlowLimits], json_out: bool) -> None:
 
 
 def _limits(db: str | None, config: Path | None) -> dict[str, FlowLimits]:
-    settings = load_settings(config, database=db)
-
-    async def go() -> dict[str, FlowLimits]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.flow.limits(fresh=True)
-
-    return run(go())
+    return with_engine(config, db, lambda engine: engine.flow.limits(fresh=True))
 
 
 @flow_app.command("list")
@@ -82,16 +76,10 @@ def set_limits(
     json_out: JsonFlag = False,
 ) -> None:
     """Replace the queue's flow limits (options left out are unset)."""
-    settings = load_settings(config, database=db)
     fields: dict[str, Any] = {"rate": rate, "burst": burst, "rate_per": rate_per, "concurrency": concurrency,
                               "concurrency_key": concurrency_key, "soft_limit": soft_limit, "hard_limit": hard_limit,
                               "adaptive": adaptive, "rate_floor": rate_floor, "rate_ceiling": rate_ceiling}  # fmt: skip
-
-    async def go() -> FlowLimits:
-        async with open_engine(settings) as engine:
-            return await engine.flow.set_limits(queue, **fields)
-
-    limits = run(go())
+    limits = with_engine(config, db, lambda engine: engine.flow.set_limits(queue, **fields), must_exist=False)
     _print_limits({queue: limits}, json_out)
 
 
@@ -100,13 +88,7 @@ def clear(
     queue: Annotated[str, typer.Argument(help="The queue.")], db: DbOption = None, config: ConfigOption = None
 ) -> None:
     """Remove the queue's stored flow limits (configured ones, if any, apply again)."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> None:
-        async with open_engine(settings, must_exist=True) as engine:
-            await engine.flow.clear_limits(queue)
-
-    run(go())
+    with_engine(config, db, lambda engine: engine.flow.clear_limits(queue))
     output.stdout().print(f"flow limits of {escape(queue)} cleared")
 
 
@@ -119,13 +101,7 @@ def scale(
 ) -> None:
     """Depth and running jobs of the queue (throughput and latencies are a serving process's: see
     ``GET /api/v1/queues/{queue}/scale``)."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> dict[str, Any]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return asdict(await engine.flow.scale(queue))
-
-    report = run(go())
+    report = asdict(with_engine(config, db, lambda engine: engine.flow.scale(queue)))
     if json_out:
         output.print_json(report)
         return

@@ -19,11 +19,12 @@ from jobengine.cli.common import (
     open_engine,
     run,
     started,
+    with_engine,
 )
 from jobengine.core.models import Job, JobFilter, Json
 from jobengine.core.states import JobState
+from jobengine.engine import Engine
 from jobengine.errors import InvalidJob
-from jobengine.ports.workers import WorkerInfo
 from jobengine.serialize import job_to_json, worker_to_json
 
 jobs_app = typer.Typer(name="jobs", help="Inspect and manage stored jobs.", no_args_is_help=True, rich_markup_mode=None)
@@ -69,13 +70,6 @@ def parse_states(value: str | None) -> tuple[JobState, ...]:
             known = ", ".join(s.value for s in JobState)
             raise InvalidJob("state", f"unknown state {name.strip()!r} (one of {known})") from None
     return tuple(states)
-
-
-def _print_job(job: Job, as_json: bool, message: str) -> None:
-    if as_json:
-        output.print_json(job_to_json(job))
-    else:
-        output.stdout().print(message)
 
 
 def enqueue(
@@ -125,7 +119,7 @@ def enqueue(
             )  # fmt: skip
 
     job = run(go())
-    _print_job(job, as_json, job.id)
+    output.emit(as_json, job_to_json(job), job.id)
 
 
 @jobs_app.command("list")
@@ -141,19 +135,8 @@ def list_jobs(
 ) -> None:
     """List jobs, newest first."""
     job_filter = JobFilter(tenant=tenant, states=parse_states(state), queue=queue, task=task, limit=limit)
-    settings = load_settings(config, database=db)
-
-    async def go() -> list[Job]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.list_jobs(job_filter)
-
-    jobs = run(go())
-    if as_json:
-        output.print_json([job_to_json(j) for j in jobs])
-    elif not jobs:
-        output.stdout().print("no jobs match")
-    else:
-        output.stdout().print(output.jobs_table(jobs))
+    jobs = with_engine(config, db, lambda engine: engine.list_jobs(job_filter))
+    output.emit_list(as_json, jobs, job_to_json, output.jobs_table, "no jobs match")
 
 
 @jobs_app.command("show")
@@ -165,20 +148,15 @@ def show_job(
     config: ConfigOption = None,
 ) -> None:
     """Show one job: its fields, phases with progress, failed attempts and latest events."""
-    settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Job, list[Any], str | None]:
-        async with open_engine(settings, must_exist=True) as engine:
-            job = await engine.get_job(job_id)
-            history = await engine.events(job_id=job.id, limit=10_000) if events and not as_json else []
-            waiting = (await engine.fleet.waiting_reasons([job])).get(job.id)
-            return job, history[-events:] if events else [], waiting
+    async def go(engine: Engine) -> tuple[Job, list[Any], str | None]:
+        job = await engine.get_job(job_id)
+        history = await engine.events(job_id=job.id, limit=10_000) if events and not as_json else []
+        waiting = (await engine.fleet.waiting_reasons([job])).get(job.id)
+        return job, history[-events:] if events else [], waiting
 
-    job, history, waiting = run(go())
-    if as_json:
-        output.print_json(job_to_json(job, waiting))
-    else:
-        output.stdout().print(output.job_detail(job, history, waiting))
+    job, history, waiting = with_engine(config, db, go)
+    output.emit(as_json, job_to_json(job, waiting), output.job_detail(job, history, waiting))
 
 
 @jobs_app.command("cancel")
@@ -190,18 +168,12 @@ def cancel_job(
     config: ConfigOption = None,
 ) -> None:
     """Cancel a job that has not run yet, or ask its worker to stop a running one."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> Job:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.cancel(job_id, reason)
-
-    job = run(go())
+    job = with_engine(config, db, lambda engine: engine.cancel(job_id, reason))
     if job.state is JobState.CANCELLED:
         message = f"cancelled {job.id}"
     else:
         message = f"cancel requested for {job.id}: it is {job.state.value}; its worker stops it at its next heartbeat"
-    _print_job(job, as_json, message)
+    output.emit(as_json, job_to_json(job), message)
 
 
 @jobs_app.command("retry")
@@ -212,14 +184,8 @@ def retry_job(
     config: ConfigOption = None,
 ) -> None:
     """Queue a dead, cancelled or failed job again now, with a fresh attempt budget."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> Job:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.retry(job_id)
-
-    job = run(go())
-    _print_job(job, as_json, f"queued {job.id} again ({job.max_attempts} attempts)")
+    job = with_engine(config, db, lambda engine: engine.retry(job_id))
+    output.emit(as_json, job_to_json(job), f"queued {job.id} again ({job.max_attempts} attempts)")
 
 
 def workers(
@@ -228,16 +194,5 @@ def workers(
     config: ConfigOption = None,
 ) -> None:
     """List the live workers: host, pid, queues, tasks, packs, version, jobs in hand, when seen last."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> list[WorkerInfo]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.fleet.live()
-
-    found = run(go())
-    if as_json:
-        output.print_json([worker_to_json(w) for w in found])
-    elif not found:
-        output.stdout().print("no live workers")
-    else:
-        output.stdout().print(output.workers_table(found))
+    found = with_engine(config, db, lambda engine: engine.fleet.live())
+    output.emit_list(as_json, found, worker_to_json, output.workers_table, "no live workers")

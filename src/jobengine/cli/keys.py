@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, with_engine
 from jobengine.core.clock import iso
 from jobengine.core.keys import SCOPES
 from jobengine.errors import ConfigError
@@ -43,13 +43,8 @@ def create(
         raise ConfigError(f"scope: give at least one --scope ({', '.join(SCOPES)}) or --admin")
     if scope and admin:
         raise ConfigError("scope: give --scope or --admin, not both")
-    settings = load_settings(config, database=db)
-
-    async def go() -> tuple[ApiKey, str]:
-        async with open_engine(settings) as engine:
-            return await engine.keys.create(tenant, ["admin"] if admin else list(scope or []), name)
-
-    key, text = run(go())
+    scopes = ["admin"] if admin else list(scope or [])
+    key, text = with_engine(config, db, lambda engine: engine.keys.create(tenant, scopes, name), must_exist=False)
     if json_out:
         output.print_json({**key_to_json(key), "key": text})
         return
@@ -67,13 +62,7 @@ def list_keys(
     json_out: JsonFlag = False,
 ) -> None:
     """List keys (ids, tenants, scopes; never the keys themselves)."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> list[ApiKey]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.keys.list(tenant)
-
-    keys = run(go())
+    keys = with_engine(config, db, lambda engine: engine.keys.list(tenant))
     if json_out:
         output.print_json([key_to_json(k) for k in keys])
         return
@@ -91,11 +80,5 @@ def revoke(
     config: ConfigOption = None,
 ) -> None:
     """Revoke a key: requests with it get 401 (within api_key_cache_seconds on running servers)."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> ApiKey:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.keys.revoke(key_id)
-
-    key = run(go())
+    key = with_engine(config, db, lambda engine: engine.keys.revoke(key_id))
     output.stdout().print(f"revoked {key.id} (tenant {escape(key.tenant)})")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
@@ -20,6 +20,8 @@ from jobengine.core.clock import to_datetime
 from jobengine.core.models import Event, Job, Phase, PhaseState
 from jobengine.core.states import JobState
 from jobengine.ports.workers import WorkerInfo
+
+T = TypeVar("T")
 
 STATE_STYLES: Final[Mapping[str, str]] = {
     JobState.BLOCKED: "magenta",
@@ -78,6 +80,26 @@ def print_error(message: str) -> None:
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def emit(as_json: bool, body: Any, text: RenderableType) -> None:
+    """``body`` as JSON under ``--json``, else ``text`` for a person."""
+    if as_json:
+        print_json(body)
+    else:
+        stdout().print(text)
+
+
+def emit_list(
+    as_json: bool, items: Sequence[T], to_json: Callable[[T], Any], table: Callable[[list[T]], Table], empty: str
+) -> None:
+    """A listing: one JSON object per item under ``--json``, else ``empty`` when there are none, else the table."""
+    if as_json:
+        print_json([to_json(i) for i in items])
+    elif not items:
+        stdout().print(empty)
+    else:
+        stdout().print(table(list(items)))
 
 
 def short_id(job_id: str | None) -> str:

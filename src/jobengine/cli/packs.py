@@ -95,12 +95,10 @@ def build(
     built = build_pack(directory)
     target = out or Path(f"{built.manifest.name}-{built.manifest.version}.tar.gz")
     target.write_bytes(built.data)
-    if json_out:
-        output.print_json({"path": str(target), "name": built.manifest.name, "version": built.manifest.version,
-                           "sha256": built.sha256, "size": len(built.data), "files": built.files})  # fmt: skip
-        return
-    output.stdout().print(f"built {escape(str(target))}: {built.manifest.name}@{built.manifest.version}, "
-                          f"{built.files} files, {len(built.data)} bytes, sha256:{built.sha256}")  # fmt: skip
+    output.emit(json_out, {"path": str(target), "name": built.manifest.name, "version": built.manifest.version,
+                           "sha256": built.sha256, "size": len(built.data), "files": built.files},
+                f"built {escape(str(target))}: {built.manifest.name}@{built.manifest.version}, "
+                f"{built.files} files, {len(built.data)} bytes, sha256:{built.sha256}")  # fmt: skip
 
 
 @pack_app.command("push")
@@ -116,12 +114,9 @@ def push(
     r = _call(url, key, "POST", "/api/v1/packs", content=data,
               headers={"Content-Type": "application/gzip", "X-Content-SHA256": digest})  # fmt: skip
     v = r.json()
-    if json_out:
-        output.print_json(v)
-        return
     verb = "uploaded" if r.status_code == 201 else "already there:"
-    output.stdout().print(f"{verb} {escape(v['name'])}@{escape(v['version'])} sha256:{v['sha256']} ({v['status']}"
-                          + (f": {escape(v['status_reason'])}" if v.get("status_reason") else "") + ")")  # fmt: skip
+    output.emit(json_out, v, f"{verb} {escape(v['name'])}@{escape(v['version'])} sha256:{v['sha256']} ({v['status']}"
+                + (f": {escape(v['status_reason'])}" if v.get("status_reason") else "") + ")")  # fmt: skip
 
 
 @pack_app.command("list")
@@ -207,10 +202,7 @@ def _action(ref: str, which: str, url: str, key: str | None, reason: str | None,
     name, version = _split(ref)
     body = {"reason": reason} if reason is not None else None
     v = _call(url, key, "POST", f"/api/v1/packs/{name}/versions/{version}/{which}", json=body).json()
-    if json_out:
-        output.print_json(v)
-        return
-    output.stdout().print(f"{escape(v['name'])}@{escape(v['version'])} is {v['status']}")
+    output.emit(json_out, v, f"{escape(v['name'])}@{escape(v['version'])} is {v['status']}")
 
 
 ReasonOption = Annotated[str | None, typer.Option("--reason", help="Why (required to reject or deprecate).")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -16,15 +17,14 @@ from jobengine.cli.common import (
     DbOption,
     JsonFlag,
     actor_of,
-    load_settings,
-    open_engine,
-    run,
+    with_engine,
 )
 from jobengine.cli.jobs import parse_time
 from jobengine.core.clock import iso, to_datetime
 from jobengine.core.models import Job
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
-from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
+from jobengine.core.signatures import SignatureFilter, SignatureStatus
+from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
 
@@ -115,27 +115,12 @@ def list_runs(
         tenant=tenant, states=_enum_list(RunState, state, "state"), trigger=triggers[0] if triggers else None,
         created_after=_time(since, "since"), created_before=_time(until, "until"), limit=limit,
     )  # fmt: skip
-    settings = load_settings(config, database=db)
 
-    async def go() -> list[Run]:
-        async with open_engine(settings, must_exist=True) as engine:
-            f = base
-            if schedule is not None:
-                found = await engine.schedules.get(schedule, tenant)
-                f = RunFilter(**{**_fields(base), "schedule_id": found.id})
-            return await engine.runs.list(f)
+    async def go(engine: Engine) -> list[Run]:
+        f = base if schedule is None else replace(base, schedule_id=(await engine.schedules.get(schedule, tenant)).id)
+        return await engine.runs.list(f)
 
-    runs = run(go())
-    if as_json:
-        output.print_json([run_to_json(r) for r in runs])
-    elif not runs:
-        output.stdout().print("no runs match")
-    else:
-        output.stdout().print(runs_table(runs))
-
-
-def _fields(f: RunFilter) -> dict[str, Any]:
-    return {name: getattr(f, name) for name in RunFilter.__dataclass_fields__}
+    output.emit_list(as_json, with_engine(config, db, go), run_to_json, runs_table, "no runs match")
 
 
 @runs_app.command("show")
@@ -146,14 +131,12 @@ def show_run(
     config: ConfigOption = None,
 ) -> None:
     """Show a run, its summary and its jobs."""
-    settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Run, list[Segment], list[Job]]:
-        async with open_engine(settings, must_exist=True) as engine:
-            found = await engine.runs.get(run_id)
-            return found, await engine.runs.segments(found.id), await engine.runs.jobs(found.id)
+    async def go(engine: Engine) -> tuple[Run, list[Segment], list[Job]]:
+        found = await engine.runs.get(run_id)
+        return found, await engine.runs.segments(found.id), await engine.runs.jobs(found.id)
 
-    found, segments, jobs = run(go())
+    found, segments, jobs = with_engine(config, db, go)
     if as_json:
         body = run_to_json(found)
         body["segments"] = [segment_to_json(s) for s in segments]
@@ -182,17 +165,8 @@ def cancel_run(
     config: ConfigOption = None,
 ) -> None:
     """Cancel a run and its jobs that have not ended."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> Run:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.runs.cancel(run_id, reason=reason, actor=actor_of(actor))
-
-    done = run(go())
-    if as_json:
-        output.print_json(run_to_json(done))
-    else:
-        output.stdout().print(f"cancelled run {done.id}")
+    done = with_engine(config, db, lambda engine: engine.runs.cancel(run_id, reason=reason, actor=actor_of(actor)))
+    output.emit(as_json, run_to_json(done), f"cancelled run {done.id}")
 
 
 @runs_app.command("retry")
@@ -204,17 +178,8 @@ def retry_run(
     config: ConfigOption = None,
 ) -> None:
     """Run the dead and cancelled jobs of an ended run again, as a new run."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> Run:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.runs.retry(run_id, actor=actor_of(actor))
-
-    new = run(go())
-    if as_json:
-        output.print_json(run_to_json(new))
-    else:
-        output.stdout().print(f"run {new.id} retries {new.summary.total} job(s) of {run_id}")
+    new = with_engine(config, db, lambda engine: engine.runs.retry(run_id, actor=actor_of(actor)))
+    output.emit(as_json, run_to_json(new), f"run {new.id} retries {new.summary.total} job(s) of {run_id}")
 
 
 @signatures_app.command("list")
@@ -228,13 +193,7 @@ def list_signatures(
 ) -> None:
     """List failure signatures, most recently seen first."""
     f = SignatureFilter(tenant=tenant, statuses=_enum_list(SignatureStatus, status, "status"), limit=limit)
-    settings = load_settings(config, database=db)
-
-    async def go() -> list[Signature]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.signatures.list(f)
-
-    found = run(go())
+    found = with_engine(config, db, lambda engine: engine.signatures.list(f))
     if as_json:
         output.print_json([signature_to_json(s) for s in found])
         return
@@ -263,17 +222,9 @@ def update_signature(
     config: ConfigOption = None,
 ) -> None:
     """Set a signature's status, or mark it non-retryable (its new failures go straight to dead)."""
-    settings = load_settings(config, database=db)
     non_retryable = None if retryable is None else not retryable
-
-    async def go() -> Signature:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.signatures.update(
-                key, tenant=tenant, status=status, non_retryable=non_retryable, actor=actor_of(actor)
-            )
-
-    s = run(go())
-    if as_json:
-        output.print_json(signature_to_json(s))
-    else:
-        output.stdout().print(f"signature {s.key}: {s.status.value}, {'non-' if s.non_retryable else ''}retryable")
+    s = with_engine(config, db, lambda engine: engine.signatures.update(
+        key, tenant=tenant, status=status, non_retryable=non_retryable, actor=actor_of(actor)
+    ))  # fmt: skip
+    flag = "non-" if s.non_retryable else ""
+    output.emit(as_json, signature_to_json(s), f"signature {s.key}: {s.status.value}, {flag}retryable")

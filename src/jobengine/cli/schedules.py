@@ -25,6 +25,7 @@ from jobengine.cli.common import (
     load_settings,
     open_engine,
     run,
+    with_engine,
 )
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
@@ -155,13 +156,6 @@ def schedules_table(schedules: list[Schedule]) -> Table:
     return table
 
 
-def _print_schedule(schedule: Schedule, as_json: bool, message: str) -> None:
-    if as_json:
-        output.print_json(schedule_to_json(schedule))
-    else:
-        output.stdout().print(message)
-
-
 @schedules_app.command("create")
 def create(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Unique within the tenant.", show_default=False)],
@@ -204,17 +198,16 @@ def create(
         tenant=tenant,
         **_spec_fields(cron, every, tz, overlap, misfire, catch_up, jitter),
     )
-    settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Schedule, str | None]:
-        async with open_engine(settings) as engine:
-            warning = await _check_task(engine, task)
-            return await engine.schedules.create(spec, actor=actor_of(actor)), warning
+    async def go(engine: Engine) -> tuple[Schedule, str | None]:
+        warning = await _check_task(engine, task)
+        return await engine.schedules.create(spec, actor=actor_of(actor)), warning
 
-    schedule, warning = run(go())
+    schedule, warning = with_engine(config, db, go, must_exist=False)
     _warn(warning)
     next_at = iso(schedule.next_fire_at) or "never (paused)"
-    _print_schedule(schedule, as_json, f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}")
+    message = f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}"
+    output.emit(as_json, schedule_to_json(schedule), message)
 
 
 @schedules_app.command("list")
@@ -225,19 +218,9 @@ def list_schedules(
     config: ConfigOption = None,
 ) -> None:
     """List schedules by tenant and name."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> list[Schedule]:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.schedules.list(ScheduleFilter(tenant=tenant, limit=10_000))
-
-    schedules = run(go())
-    if as_json:
-        output.print_json([schedule_to_json(s) for s in schedules])
-    elif not schedules:
-        output.stdout().print("no schedules")
-    else:
-        output.stdout().print(schedules_table(schedules))
+    every = ScheduleFilter(tenant=tenant, limit=10_000)
+    schedules = with_engine(config, db, lambda engine: engine.schedules.list(every))
+    output.emit_list(as_json, schedules, schedule_to_json, schedules_table, "no schedules")
 
 
 @schedules_app.command("show")
@@ -250,18 +233,16 @@ def show(
     config: ConfigOption = None,
 ) -> None:
     """Show a schedule, its next fire times and its latest runs."""
-    settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Schedule, Simulation | None, list[Any]]:
+    async def go(engine: Engine) -> tuple[Schedule, Simulation | None, list[Any]]:
         from jobengine.core.runs import RunFilter
 
-        async with open_engine(settings, must_exist=True) as engine:
-            schedule = await engine.schedules.get(ref, tenant)
-            preview = await engine.schedules.simulate(schedule.id, count=5) if schedule.enabled else None
-            history = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
-            return schedule, preview, history
+        schedule = await engine.schedules.get(ref, tenant)
+        preview = await engine.schedules.simulate(schedule.id, count=5) if schedule.enabled else None
+        history = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
+        return schedule, preview, history
 
-    schedule, preview, history = run(go())
+    schedule, preview, history = with_engine(config, db, go)
     if as_json:
         output.print_json(schedule_to_json(schedule))
         return
@@ -307,19 +288,17 @@ def update(
     template_changes = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
     if rename is not None:
         changes["name"] = rename
-    settings = load_settings(config, database=db)
 
-    async def go() -> tuple[Schedule, str | None]:
-        async with open_engine(settings, must_exist=True) as engine:
-            warning = await _check_task(engine, task) if task is not None else None
-            if template_changes:
-                current = await engine.schedules.get(ref, tenant)
-                changes["template"] = {**current.spec.template.to_json(), **template_changes}
-            return await engine.schedules.update(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
+    async def go(engine: Engine) -> tuple[Schedule, str | None]:
+        warning = await _check_task(engine, task) if task is not None else None
+        if template_changes:
+            current = await engine.schedules.get(ref, tenant)
+            changes["template"] = {**current.spec.template.to_json(), **template_changes}
+        return await engine.schedules.update(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
 
-    schedule, warning = run(go())
+    schedule, warning = with_engine(config, db, go)
     _warn(warning)
-    _print_schedule(schedule, as_json, f"updated {escape(schedule.name)} (version {schedule.version})")
+    output.emit(as_json, schedule_to_json(schedule), f"updated {escape(schedule.name)} (version {schedule.version})")
 
 
 def _simple(action: str, verb: str) -> Any:
@@ -331,16 +310,10 @@ def _simple(action: str, verb: str) -> Any:
         db: DbOption = None,
         config: ConfigOption = None,
     ) -> None:
-        settings = load_settings(config, database=db)
-
-        async def go() -> Schedule:
-            async with open_engine(settings, must_exist=True) as engine:
-                method = getattr(engine.schedules, action)
-                result: Schedule = await method(ref, tenant=tenant, actor=actor_of(actor))
-                return result
-
-        schedule = run(go())
-        _print_schedule(schedule, as_json, f"{verb} {escape(schedule.name)}")
+        schedule: Schedule = with_engine(
+            config, db, lambda engine: getattr(engine.schedules, action)(ref, tenant=tenant, actor=actor_of(actor))
+        )
+        output.emit(as_json, schedule_to_json(schedule), f"{verb} {escape(schedule.name)}")
 
     return command
 
@@ -354,13 +327,7 @@ def delete(
     ref: Ref, tenant: TenantOption = None, actor: ActorOption = None, db: DbOption = None, config: ConfigOption = None
 ) -> None:
     """Delete a schedule (its runs and their jobs stay)."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> None:
-        async with open_engine(settings, must_exist=True) as engine:
-            await engine.schedules.delete(ref, tenant=tenant, actor=actor_of(actor))
-
-    run(go())
+    with_engine(config, db, lambda engine: engine.schedules.delete(ref, tenant=tenant, actor=actor_of(actor)))
     output.stdout().print(f"deleted {escape(ref)}")
 
 
@@ -375,17 +342,10 @@ def trigger(
     config: ConfigOption = None,
 ) -> None:
     """Fire a run now, by hand."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> Any:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.schedules.trigger(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
-
-    fired = run(go())
-    if as_json:
-        output.print_json(run_to_json(fired))
-    else:
-        output.stdout().print(f"run {fired.id}: {fired.state.value}, {fired.summary.total} job(s)")
+    fired = with_engine(
+        config, db, lambda engine: engine.schedules.trigger(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
+    )
+    output.emit(as_json, run_to_json(fired), f"run {fired.id}: {fired.state.value}, {fired.summary.total} job(s)")
 
 
 @schedules_app.command("simulate")

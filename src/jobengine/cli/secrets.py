@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, with_engine
 from jobengine.secretbox import new_key
 
 secrets_app = typer.Typer(
@@ -26,14 +26,6 @@ def generate_key() -> None:
 @secrets_app.command("rotate")
 def rotate(db: DbOption = None, config: ConfigOption = None, json_out: JsonFlag = False) -> None:
     """Seal every stored secret with the first key: those in clear and those of an older key."""
-    settings = load_settings(config, database=db)
-
-    async def go() -> int:
-        async with open_engine(settings, must_exist=True) as engine:
-            return await engine.webhooks.reseal_secrets()
-
-    changed = run(go())
-    if json_out:
-        output.print_json({"resealed": changed})
-        return
-    output.stdout().print(f"sealed {changed} row(s) of stored secrets with the first of the secret keys")
+    changed = with_engine(config, db, lambda engine: engine.webhooks.reseal_secrets())
+    message = f"sealed {changed} row(s) of stored secrets with the first of the secret keys"
+    output.emit(json_out, {"resealed": changed}, message)

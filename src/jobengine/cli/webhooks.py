@@ -4,19 +4,17 @@ webhook endpoints of a tenant and their deliveries (the same checks as the API: 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, load_settings, open_engine, run
+from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, with_engine
 from jobengine.core.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
 from jobengine.core.webhooks.model import InvalidWebhook, check_filter
 from jobengine.engine import Engine
-
-T = TypeVar("T")
 
 webhooks_app = typer.Typer(
     name="webhooks", help="Manage webhook endpoints and deliveries.", no_args_is_help=True, rich_markup_mode=None
@@ -24,16 +22,6 @@ webhooks_app = typer.Typer(
 
 Tenant = Annotated[str, typer.Option(help="The tenant the endpoint belongs to.")]
 EndpointId = Annotated[str, typer.Argument(help="The endpoint's id (we_…).")]
-
-
-def _with_engine(db: str | None, config: Any, fn: Callable[[Engine], Awaitable[T]], must_exist: bool = True) -> T:
-    settings = load_settings(config, database=db)
-
-    async def go() -> T:
-        async with open_engine(settings, must_exist=must_exist) as engine:
-            return await fn(engine)
-
-    return run(go())
 
 
 def filter_text(flt: dict[str, list[str]]) -> str:
@@ -84,7 +72,7 @@ def create(
         )  # fmt: skip
         return endpoint_to_json(endpoint, with_secret=True)
 
-    _print_endpoint(_with_engine(db, config, go, must_exist=False), json_out)
+    _print_endpoint(with_engine(config, db, go, must_exist=False), json_out)
 
 
 @webhooks_app.command("list")
@@ -99,7 +87,7 @@ def list_endpoints(
     async def go(engine: Engine) -> list[dict[str, Any]]:
         return [endpoint_to_json(e) for e in await engine.webhooks.list_endpoints(tenant)]
 
-    items = _with_engine(db, config, go)
+    items = with_engine(config, db, go)
     if json_out:
         output.print_json(items)
         return
@@ -119,7 +107,7 @@ def _one(
         return endpoint_to_json(result if result is not None else
                                 await engine.webhooks.get_endpoint(endpoint_id, tenant))  # fmt: skip
 
-    _print_endpoint(_with_engine(db, config, go), json_out)
+    _print_endpoint(with_engine(config, db, go), json_out)
 
 
 @webhooks_app.command("show")
@@ -153,14 +141,14 @@ def rotate(endpoint_id: EndpointId, tenant: Tenant = "default",
         endpoint = await engine.webhooks.rotate_secret(endpoint_id, tenant, overlap=overlap)
         return endpoint_to_json(endpoint, with_secret=True)
 
-    _print_endpoint(_with_engine(db, config, go), json_out)
+    _print_endpoint(with_engine(config, db, go), json_out)
 
 
 @webhooks_app.command("delete")
 def delete(endpoint_id: EndpointId, tenant: Tenant = "default", db: DbOption = None,
            config: ConfigOption = None) -> None:  # fmt: skip
     """Delete the endpoint with its deliveries."""
-    _with_engine(db, config, lambda e: e.webhooks.delete_endpoint(endpoint_id, tenant))
+    with_engine(config, db, lambda e: e.webhooks.delete_endpoint(endpoint_id, tenant))
     output.stdout().print(f"deleted {escape(endpoint_id)}")
 
 
@@ -187,7 +175,7 @@ def deliveries(
             out.append(item)
         return out
 
-    items = _with_engine(db, config, go)
+    items = with_engine(config, db, go)
     if json_out:
         output.print_json(items)
         return
@@ -214,8 +202,5 @@ def resend(
     async def go(engine: Engine) -> dict[str, Any]:
         return delivery_to_json(await engine.webhooks.resend(delivery_id, tenant))
 
-    item = _with_engine(db, config, go)
-    if json_out:
-        output.print_json(item)
-        return
-    output.stdout().print(f"resending {escape(delivery_id)} (due now)")
+    item = with_engine(config, db, go)
+    output.emit(json_out, item, f"resending {escape(delivery_id)} (due now)")

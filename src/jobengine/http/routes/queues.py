@@ -7,7 +7,7 @@ action. Queue names in paths cannot contain ``/``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
@@ -47,6 +47,13 @@ def queue_to_json(info: QueueInfo) -> dict[str, object]:
     }
 
 
+async def _updated(request: Request, principal: Principal, queue: str, **changes: Any) -> Response:
+    """The queue as the tenant sees it once ``changes`` (shared by every tenant) are stored."""
+    engine = context(request).engine
+    await engine.queues.update(queue, **changes)
+    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
+
+
 @router.get("/queues", response_model=QueueList, responses=READ)
 async def list_queues(request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]) -> Response:
     """Every queue with jobs of the tenant or with settings: the tenant's counts by state, paused, limit."""
@@ -67,18 +74,14 @@ async def pause_queue(
     queue: QueuePath, request: Request, principal: Annotated[Principal, Depends(require("queues:write"))]
 ) -> Response:
     """Stop workers from claiming jobs of the queue (jobs running now finish). Enqueueing still works."""
-    engine = context(request).engine
-    await engine.queues.update(queue, paused=True)
-    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
+    return await _updated(request, principal, queue, paused=True)
 
 
 @router.post("/queues/{queue}/resume", response_model=QueueOut, responses=WRITE)
 async def resume_queue(
     queue: QueuePath, request: Request, principal: Annotated[Principal, Depends(require("queues:write"))]
 ) -> Response:
-    engine = context(request).engine
-    await engine.queues.update(queue, paused=False)
-    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
+    return await _updated(request, principal, queue, paused=False)
 
 
 @router.put("/queues/{queue}/limits", response_model=QueueOut, responses=WRITE)
@@ -89,9 +92,7 @@ async def set_queue_limits(
     principal: Annotated[Principal, Depends(require("queues:write"))],
 ) -> Response:
     """At most ``concurrency`` jobs of the queue run at once, over all workers (null removes the limit)."""
-    engine = context(request).engine
-    await engine.queues.update(queue, concurrency=body.concurrency, unlimited=body.concurrency is None)
-    return json_response(queue_to_json(await engine.queues.get(queue, principal.tenant)))
+    return await _updated(request, principal, queue, concurrency=body.concurrency, unlimited=body.concurrency is None)
 
 
 # -- dead-letter -------------------------------------------------------------------------------------
