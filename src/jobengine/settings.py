@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -232,64 +232,39 @@ class Settings:
     scale_target_seconds: float = setting(60.0, "the drain time the recommended worker count aims at")
 
     def __post_init__(self) -> None:
-        positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval", "liveness_interval")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
-        if self.postgres_pool_size < 1:
-            raise ConfigError("postgres_pool_size: must be at least 1")
-        if self.worker_concurrency < 1:
-            raise ConfigError("worker_concurrency: must be at least 1")
-        if self.grace_period < 0:
-            raise ConfigError("grace_period: must be >= 0 seconds")
+        _refuse(self, _not_positive, _POSITIVE, "lease_seconds", "poll_interval", "rescue_interval",
+                "retention_interval", "liveness_interval")  # fmt: skip
+        _refuse(self, lambda v: v < 1, "must be at least 1", "postgres_pool_size", "worker_concurrency")
+        _refuse(self, _negative, "must be >= 0 seconds", "grace_period")
         if not 0 <= self.worker_flush_spacing <= 10:
             raise ConfigError("worker_flush_spacing: must be between 0 and 10 seconds")
         if self.delete_after < self.stale_after:
             raise ConfigError("delete_after: must be >= stale_after")
         if self.heartbeat_interval and self.heartbeat_interval >= self.lease_seconds:
             raise ConfigError("heartbeat_interval: must be shorter than lease_seconds")
-        if self.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ConfigError("sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA")
-        if self.sqlite_worker_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ConfigError("sqlite_worker_synchronous: one of OFF, NORMAL, FULL, EXTRA")
-        scheduler = ("scheduler_poll_interval", "scheduler_lease_seconds", "scheduler_reconcile_interval")
-        for name in scheduler:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
+        _refuse(self, lambda v: v.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"),
+                "one of OFF, NORMAL, FULL, EXTRA", "sqlite_synchronous", "sqlite_worker_synchronous")  # fmt: skip
+        _refuse(self, _not_positive, _POSITIVE, "scheduler_poll_interval", "scheduler_lease_seconds",
+                "scheduler_reconcile_interval")  # fmt: skip
         if self.scheduler_misfire_grace <= self.scheduler_lease_seconds + self.scheduler_poll_interval:
             raise ConfigError(
                 "scheduler_misfire_grace: must be longer than scheduler_lease_seconds + scheduler_poll_interval "
                 "(else a leader fail-over would count on-time ticks as missed)"
             )
-        if self.signature_cache_seconds < 0:
-            raise ConfigError("signature_cache_seconds: must be >= 0 seconds")
-        more_positive = (
-            "sse_keepalive",
-            "sse_poll_interval",
-            "event_settle_grace",
-            "idempotency_ttl",
-            "claim_max_wait",
-            "dashboard_refresh_seconds",
-            "dashboard_session_seconds",
-        )
-        for name in more_positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
+        _refuse(self, _negative, "must be >= 0 seconds", "signature_cache_seconds")
+        _refuse(self, _not_positive, _POSITIVE, "sse_keepalive", "sse_poll_interval", "event_settle_grace",
+                "idempotency_ttl", "claim_max_wait", "dashboard_refresh_seconds",
+                "dashboard_session_seconds")  # fmt: skip
         if self.run_retention < 0:
             raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
-        if self.event_retention < 0 or self.api_key_cache_seconds < 0:
-            raise ConfigError("event_retention: must be >= 0 seconds" if self.event_retention < 0
-                              else "api_key_cache_seconds: must be >= 0 seconds")  # fmt: skip
+        _refuse(self, _negative, "must be >= 0 seconds", "event_retention", "api_key_cache_seconds")
         if not 0 <= self.api_port < 65536:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
-        if self.api_max_body_bytes < 1024:
-            raise ConfigError("api_max_body_bytes: must be at least 1024")
+        _refuse(self, lambda v: v < 1024, "must be at least 1024", "api_max_body_bytes")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
-        if self.packs_max_bytes < 1024:
-            raise ConfigError("packs_max_bytes: must be at least 1024")
-        if self.sse_buffer < 1:
-            raise ConfigError("sse_buffer: must be at least 1")
+        _refuse(self, lambda v: v < 1024, "must be at least 1024", "packs_max_bytes")
+        _refuse(self, lambda v: v < 1, "must be at least 1", "sse_buffer")
         _check_blobs(self)
         _check_webhooks(self)
         _check_flow(self)
@@ -395,25 +370,16 @@ def _check_webhooks(s: Settings) -> None:
         raise ConfigError("webhook_rate_limiter: one of noop, local, redis")
     if s.webhook_rate_limiter == "redis" and not s.webhook_redis_url:
         raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
-    if s.webhook_rate_limit < 1:
-        raise ConfigError("webhook_rate_limit: must be at least 1")
-    if s.webhook_concurrency < 1:
-        raise ConfigError("webhook_concurrency: must be at least 1")
-    positive = ("webhook_rate_window", "webhook_timeout", "webhook_retry_base", "webhook_retry_max_delay",
-                "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
-    for name in positive:
-        if getattr(s, name) <= 0:
-            raise ConfigError(f"{name}: must be a positive number of seconds")
+    _refuse(s, lambda v: v < 1, "must be at least 1", "webhook_rate_limit", "webhook_concurrency")
+    _refuse(s, _not_positive, _POSITIVE, "webhook_rate_window", "webhook_timeout", "webhook_retry_base",
+            "webhook_retry_max_delay", "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
     if not 0 <= s.webhook_retry_jitter < 1:
         raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
     if not 0 <= s.webhook_rate_margin <= 10:
         raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
-    if s.webhook_secret_overlap < 0:
-        raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
-    if s.inbound_max_body_bytes < 1024:
-        raise ConfigError("inbound_max_body_bytes: must be at least 1024")
-    if s.inbound_tolerance <= 0:
-        raise ConfigError("inbound_tolerance: must be a positive number of seconds")
+    _refuse(s, _negative, "must be >= 0 seconds", "webhook_secret_overlap")
+    _refuse(s, lambda v: v < 1024, "must be at least 1024", "inbound_max_body_bytes")
+    _refuse(s, _not_positive, _POSITIVE, "inbound_tolerance")
     # A signed timestamp is accepted from tolerance before to tolerance after its time: its id must be
     # remembered at least that long, or a replay late in that span would pass.
     if s.inbound_replay_window < 2 * s.inbound_tolerance:
@@ -432,18 +398,30 @@ def _check_webhooks(s: Settings) -> None:
 
 
 def _check_flow(s: Settings) -> None:
-    for name in ("flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight"):
-        if getattr(s, name) < 0:
-            raise ConfigError(f"{name}: must be >= 0 (0: off)")
+    _refuse(s, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight")
     if s.flow_soft_limit and s.flow_hard_limit and s.flow_soft_limit > s.flow_hard_limit:
         raise ConfigError("flow_soft_limit: must not be above flow_hard_limit")
-    for name in ("shed_latency", "flow_cache_seconds"):
-        if getattr(s, name) < 0:
-            raise ConfigError(f"{name}: must be >= 0 seconds")
-    for name in ("flow_retry_after", "scale_target_seconds"):
-        if getattr(s, name) <= 0:
-            raise ConfigError(f"{name}: must be a positive number of seconds")
+    _refuse(s, _negative, "must be >= 0 seconds", "shed_latency", "flow_cache_seconds")
+    _refuse(s, _not_positive, _POSITIVE, "flow_retry_after", "scale_target_seconds")
     parse_flow_limits(s.flow_limits)
+
+
+_POSITIVE = "must be a positive number of seconds"
+
+
+def _not_positive(value: Any) -> bool:
+    return bool(value <= 0)
+
+
+def _negative(value: Any) -> bool:
+    return bool(value < 0)
+
+
+def _refuse(s: Settings, bad: Callable[[Any], bool], rule: str, *names: str) -> None:
+    """ConfigError ``name: rule`` for the first of ``names`` whose value is ``bad``."""
+    for name in names:
+        if bad(getattr(s, name)):
+            raise ConfigError(f"{name}: {rule}")
 
 
 def _boolean(value: object) -> bool:
