@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jobengine.core.flow.config import parse_flow_limits
 from jobengine.core.flow.pressure import ShedPolicy
 from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
+
+_T = TypeVar("_T")
+
+
+def setting(default: _T, doc: str) -> _T:
+    """A field with its default and the meaning ``settings_doc`` renders into docs/configuration.md."""
+    return field(default=default, metadata={"doc": doc})
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,201 +32,134 @@ class Settings:
     into docs/configuration.md, and a test holds that file equal to its output."""
 
     # -- storage --
-    database: str = field(
-        default="./jobengine.db",
-        metadata={
-            "doc": "a SQLite file path (`./jobengine.db`), `sqlite:///path`, `postgresql://...`, or `memory`: "
-            "SQLite in a temporary file, gone when the process ends"
-        },
+    database: str = setting(
+        "./jobengine.db",
+        "a SQLite file path (`./jobengine.db`), `sqlite:///path`, `postgresql://...`, or `memory`: "
+        "SQLite in a temporary file, gone when the process ends",
     )
-    sqlite_synchronous: str = field(
-        default="FULL",
-        metadata={
-            "doc": "SQLite's durability for enqueues and operator actions: `FULL` survives power loss, `NORMAL` "
-            "survives process crashes and is faster (`OFF`, `EXTRA` also accepted)"
-        },
+    sqlite_synchronous: str = setting(
+        "FULL",
+        "SQLite's durability for enqueues and operator actions: `FULL` survives power loss, `NORMAL` "
+        "survives process crashes and is faster (`OFF`, `EXTRA` also accepted)",
     )
     #: Never more than sqlite_synchronous; see backends/sqlite/store.py.
-    sqlite_worker_synchronous: str = field(
-        default="NORMAL",
-        metadata={
-            "doc": "the level of a worker's own transitions (claim, heartbeat, complete, fail, release): NORMAL "
-            "loses no acknowledged job on power loss, only worker progress, which is redone"
-        },
+    sqlite_worker_synchronous: str = setting(
+        "NORMAL",
+        "the level of a worker's own transitions (claim, heartbeat, complete, fail, release): NORMAL "
+        "loses no acknowledged job on power loss, only worker progress, which is redone",
     )
-    postgres_schema: str = field(
-        default="jobengine", metadata={"doc": "the schema that holds jobengine's tables in a `postgresql://` database"}
+    postgres_schema: str = setting(
+        "jobengine", "the schema that holds jobengine's tables in a `postgresql://` database"
     )
-    postgres_pool_size: int = field(
-        default=10,
-        metadata={
-            "doc": "PostgreSQL: pooled sessions per process and event loop (plus one for that loop's calls in "
-            "sequence, and the notifier's)"
-        },
+    postgres_pool_size: int = setting(
+        10,
+        "PostgreSQL: pooled sessions per process and event loop (plus one for that loop's calls in "
+        "sequence, and the notifier's)",
     )
     # -- workers --
-    worker_concurrency: int = field(default=10, metadata={"doc": "jobs in flight per worker process"})
-    worker_queues: tuple[str, ...] = field(
-        default=(), metadata={"doc": "queues a worker claims from; empty: every queue of the registered tasks"}
+    worker_concurrency: int = setting(10, "jobs in flight per worker process")
+    worker_queues: tuple[str, ...] = setting(
+        (), "queues a worker claims from; empty: every queue of the registered tasks"
     )
-    lease_seconds: float = field(
-        default=30.0,
-        metadata={"doc": "a job whose worker stops heartbeating for this long runs again elsewhere"},
+    lease_seconds: float = setting(30.0, "a job whose worker stops heartbeating for this long runs again elsewhere")
+    heartbeat_interval: float = setting(
+        0.0, "how often leases are extended and progress saved; 0: a third of the lease"
     )
-    heartbeat_interval: float = field(
-        default=0.0, metadata={"doc": "how often leases are extended and progress saved; 0: a third of the lease"}
-    )
-    poll_interval: float = field(
-        default=1.0, metadata={"doc": "the longest an idle worker sleeps without a notification"}
-    )
-    rescue_interval: float = field(default=5.0, metadata={"doc": "how often expired leases are swept"})
+    poll_interval: float = setting(1.0, "the longest an idle worker sleeps without a notification")
+    rescue_interval: float = setting(5.0, "how often expired leases are swept")
     #: The liveness their store holds for them: jobengine.ports.workers.
-    liveness_interval: float = field(
-        default=0.5,
-        metadata={
-            "doc": "how often a worker looks for workers whose process is gone; their running jobs run again at "
-            "once instead of after their lease"
-        },
+    liveness_interval: float = setting(
+        0.5,
+        "how often a worker looks for workers whose process is gone; their running jobs run again at "
+        "once instead of after their lease",
     )
-    refuse_unknown_tasks: bool = field(
-        default=False,
-        metadata={
-            "doc": "refuse an enqueue whose task no live worker runs and this process does not know (422 naming "
-            "the task); off: such a job waits, and says why"
-        },
+    refuse_unknown_tasks: bool = setting(
+        False,
+        "refuse an enqueue whose task no live worker runs and this process does not know (422 naming "
+        "the task); off: such a job waits, and says why",
     )
-    fetch_batch: int = field(default=0, metadata={"doc": "jobs a worker claims per fetch; 0: up to its free slots"})
-    grace_period: float = field(
-        default=30.0, metadata={"doc": "how long a stopping worker (SIGTERM) waits for its running jobs"}
-    )
+    fetch_batch: int = setting(0, "jobs a worker claims per fetch; 0: up to its free slots")
+    grace_period: float = setting(30.0, "how long a stopping worker (SIGTERM) waits for its running jobs")
     #: WorkerOptions.flush_spacing.
-    worker_flush_spacing: float = field(
-        default=0.05,
-        metadata={
-            "doc": "a worker reports finished jobs at most once per this many seconds: fewer commits, a job's "
-            "outcome stored up to this much later (a job others depend on is stored at once); 0: at once"
-        },
+    worker_flush_spacing: float = setting(
+        0.05,
+        "a worker reports finished jobs at most once per this many seconds: fewer commits, a job's "
+        "outcome stored up to this much later (a job others depend on is stored at once); 0: at once",
     )
     # -- retention --
-    retention_interval: float = field(
-        default=60.0, metadata={"doc": "how often finished jobs are marked stale and deleted"}
-    )
-    stale_after: float = field(
-        default=7 * 86400.0, metadata={"doc": "seconds after it finished that a job becomes `stale`"}
-    )
-    delete_after: float = field(
-        default=30 * 86400.0,
-        metadata={"doc": "seconds after it finished that a stale job is deleted (at least `stale_after`)"},
+    retention_interval: float = setting(60.0, "how often finished jobs are marked stale and deleted")
+    stale_after: float = setting(7 * 86400.0, "seconds after it finished that a job becomes `stale`")
+    delete_after: float = setting(
+        30 * 86400.0, "seconds after it finished that a stale job is deleted (at least `stale_after`)"
     )
     # -- the scheduler (jobengine scheduler / up) --
-    scheduler_poll_interval: float = field(
-        default=1.0, metadata={"doc": "longest sleep between scheduler passes; how soon a new schedule is seen"}
+    scheduler_poll_interval: float = setting(
+        1.0, "longest sleep between scheduler passes; how soon a new schedule is seen"
     )
-    scheduler_lease_seconds: float = field(
-        default=5.0, metadata={"doc": "the SQLite scheduler leader's lease (PostgreSQL uses an advisory lock)"}
+    scheduler_lease_seconds: float = setting(
+        5.0, "the SQLite scheduler leader's lease (PostgreSQL uses an advisory lock)"
     )
     #: Longer than a leader fail-over (the lease plus a poll), so a fail-over loses no tick.
-    scheduler_misfire_grace: float = field(
-        default=15.0,
-        metadata={
-            "doc": "a tick seen later than this after its time counts as missed (misfire policy); sooner, it "
-            "fires as on time. Longer than `scheduler_lease_seconds` + `scheduler_poll_interval`"
-        },
+    scheduler_misfire_grace: float = setting(
+        15.0,
+        "a tick seen later than this after its time counts as missed (misfire policy); sooner, it "
+        "fires as on time. Longer than `scheduler_lease_seconds` + `scheduler_poll_interval`",
     )
-    scheduler_reconcile_interval: float = field(
-        default=10.0, metadata={"doc": "how often scheduler runs are checked against their jobs"}
+    scheduler_reconcile_interval: float = setting(10.0, "how often scheduler runs are checked against their jobs")
+    signature_cache_seconds: float = setting(
+        2.0, "a failure signature marked non-retryable in another process applies within this time"
     )
-    signature_cache_seconds: float = field(
-        default=2.0,
-        metadata={"doc": "a failure signature marked non-retryable in another process applies within this time"},
+    event_retention: float = setting(
+        0.0, "seconds events are kept (0: forever); an SSE client resuming from older gets `reset`"
     )
-    event_retention: float = field(
-        default=0.0,
-        metadata={"doc": "seconds events are kept (0: forever); an SSE client resuming from older gets `reset`"},
-    )
-    run_retention: float = field(
-        default=30 * 86400.0, metadata={"doc": "seconds ended runs and tick records are kept (0: forever)"}
-    )
+    run_retention: float = setting(30 * 86400.0, "seconds ended runs and tick records are kept (0: forever)")
     # -- the HTTP API (jobengine serve / up) --
-    api_host: str = field(
-        default="127.0.0.1",
-        metadata={"doc": "where the API listens (not a loopback address: refused while no API key exists)"},
+    api_host: str = setting(
+        "127.0.0.1", "where the API listens (not a loopback address: refused while no API key exists)"
     )
-    api_port: int = field(default=8080, metadata={"doc": "the API's TCP port (0: any free port)"})
-    api_max_body_bytes: int = field(default=1_048_576, metadata={"doc": "larger request bodies get 413"})
-    api_key_cache_seconds: float = field(
-        default=5.0, metadata={"doc": "an API key revoked in another process is refused within this time"}
-    )
-    idempotency_ttl: float = field(
-        default=86400.0, metadata={"doc": "how long a POST's first answer is replayed for its Idempotency-Key"}
-    )
-    sse_keepalive: float = field(
-        default=15.0, metadata={"doc": "seconds between keep-alive comments on an idle event stream"}
-    )
-    sse_buffer: int = field(
-        default=1000,
-        metadata={"doc": "events buffered per stream; a client that stops reading is dropped past it"},
-    )
-    sse_poll_interval: float = field(
-        default=1.0, metadata={"doc": "an idle stream looks for other processes' events this often"}
-    )
+    api_port: int = setting(8080, "the API's TCP port (0: any free port)")
+    api_max_body_bytes: int = setting(1_048_576, "larger request bodies get 413")
+    api_key_cache_seconds: float = setting(5.0, "an API key revoked in another process is refused within this time")
+    idempotency_ttl: float = setting(86400.0, "how long a POST's first answer is replayed for its Idempotency-Key")
+    sse_keepalive: float = setting(15.0, "seconds between keep-alive comments on an idle event stream")
+    sse_buffer: int = setting(1000, "events buffered per stream; a client that stops reading is dropped past it")
+    sse_poll_interval: float = setting(1.0, "an idle stream looks for other processes' events this often")
     #: See jobengine.feed.
-    event_settle_grace: float = field(
-        default=5.0,
-        metadata={
-            "doc": "PostgreSQL: a hole in the event ids younger than this may be a transaction still open; SSE "
-            "streams and the webhook fan-out wait for it to fill, and after this take it for a rollback"
-        },
+    event_settle_grace: float = setting(
+        5.0,
+        "PostgreSQL: a hole in the event ids younger than this may be a transaction still open; SSE "
+        "streams and the webhook fan-out wait for it to fill, and after this take it for a rollback",
     )
-    claim_max_wait: float = field(default=30.0, metadata={"doc": "the longest long-poll of a remote worker's claim"})
+    claim_max_wait: float = setting(30.0, "the longest long-poll of a remote worker's claim")
     # -- task packs (jobengine.packs; docs/packs.md) --
-    packs_four_eyes: str = field(
-        default="auto",
-        metadata={
-            "doc": "`on`, `off` or `auto` (on unless `api_host` is a loopback address): an uploader cannot approve "
-            "their own pack"
-        },
+    packs_four_eyes: str = setting(
+        "auto",
+        "`on`, `off` or `auto` (on unless `api_host` is a loopback address): an uploader cannot approve their own pack",
     )
-    packs_max_bytes: int = field(
-        default=16 * 1024 * 1024, metadata={"doc": "largest pack archive accepted (compressed)"}
-    )
-    worker_packs: tuple[str, ...] = field(
-        default=(), metadata={"doc": "`name@version` (or `name@stable`) of approved packs a worker loads"}
-    )
-    packs_cache_dir: str = field(
-        default="", metadata={"doc": "where workers unpack packs, by digest (empty: `~/.cache/jobengine/packs`)"}
-    )
+    packs_max_bytes: int = setting(16 * 1024 * 1024, "largest pack archive accepted (compressed)")
+    worker_packs: tuple[str, ...] = setting((), "`name@version` (or `name@stable`) of approved packs a worker loads")
+    packs_cache_dir: str = setting("", "where workers unpack packs, by digest (empty: `~/.cache/jobengine/packs`)")
     #: See blob_store_kind below and docs/packs.md.
-    packs_blob_store: str = field(
-        default="",
-        metadata={
-            "doc": "where pack content lives: `filesystem`, `s3` or `database`; empty: filesystem on SQLite, "
-            "database on PostgreSQL (s3 on either when `packs_s3_bucket` is set)"
-        },
+    packs_blob_store: str = setting(
+        "",
+        "where pack content lives: `filesystem`, `s3` or `database`; empty: filesystem on SQLite, "
+        "database on PostgreSQL (s3 on either when `packs_s3_bucket` is set)",
     )
-    packs_blob_dir: str = field(
-        default="",
-        metadata={"doc": "filesystem blob store: the directory (empty: beside the SQLite file, `<database>.packs`)"},
+    packs_blob_dir: str = setting(
+        "", "filesystem blob store: the directory (empty: beside the SQLite file, `<database>.packs`)"
     )
-    packs_s3_bucket: str = field(
-        default="",
-        metadata={
-            "doc": "s3 blob store: the bucket (`pip install 'jobengine[s3]'`; credentials from the usual AWS_* "
-            "environment or profile)"
-        },
+    packs_s3_bucket: str = setting(
+        "",
+        "s3 blob store: the bucket (`pip install 'jobengine[s3]'`; credentials from the usual AWS_* "
+        "environment or profile)",
     )
-    packs_s3_prefix: str = field(default="", metadata={"doc": "s3 blob store: the key prefix"})
-    packs_s3_endpoint: str = field(
-        default="", metadata={"doc": "s3 blob store: an S3-compatible endpoint (empty: AWS)"}
-    )
-    packs_s3_region: str = field(default="", metadata={"doc": "s3 blob store: the region"})
+    packs_s3_prefix: str = setting("", "s3 blob store: the key prefix")
+    packs_s3_endpoint: str = setting("", "s3 blob store: an S3-compatible endpoint (empty: AWS)")
+    packs_s3_region: str = setting("", "s3 blob store: the region")
     # -- the dashboard and secrets at rest --
-    dashboard_refresh_seconds: float = field(
-        default=1.0, metadata={"doc": "how often the dashboard's live overview re-reads its figures"}
-    )
-    dashboard_session_seconds: float = field(
-        default=43200.0,
-        metadata={"doc": "a dashboard login lasts this long (ended sooner by logout or revoking its key)"},
+    dashboard_refresh_seconds: float = setting(1.0, "how often the dashboard's live overview re-reads its figures")
+    dashboard_session_seconds: float = setting(
+        43200.0, "a dashboard login lasts this long (ended sooner by logout or revoking its key)"
     )
     #: jobengine.secretbox.
     secret_keys: tuple[str, ...] = field(
@@ -233,58 +173,40 @@ class Settings:
         },
     )
     # -- webhooks (jobengine.webhooks; checked by webhooks/config.py) --
-    webhook_rate_limiter: str = field(
-        default="local",
-        metadata={"doc": "`noop`, `local` (one process) or `redis` (shared by every process: `webhook_redis_url`)"},
+    webhook_rate_limiter: str = setting(
+        "local", "`noop`, `local` (one process) or `redis` (shared by every process: `webhook_redis_url`)"
     )
-    webhook_redis_url: str = field(default="", metadata={"doc": "the Redis of the `redis` rate limiter"})
-    webhook_rate_limit: int = field(
-        default=120,
-        metadata={"doc": "deliveries per `webhook_rate_window` per endpoint (an endpoint may override)"},
+    webhook_redis_url: str = setting("", "the Redis of the `redis` rate limiter")
+    webhook_rate_limit: int = setting(
+        120, "deliveries per `webhook_rate_window` per endpoint (an endpoint may override)"
     )
-    webhook_rate_window: float = field(default=60.0, metadata={"doc": "the rate limit's window, in seconds"})
-    webhook_rate_margin: float = field(
-        default=0.1,
-        metadata={
-            "doc": "the limiter counts each window this much longer, so that a receiver whose deliveries arrive "
-            "with a latency varying by less than it never sees more than the limit in one window"
-        },
+    webhook_rate_window: float = setting(60.0, "the rate limit's window, in seconds")
+    webhook_rate_margin: float = setting(
+        0.1,
+        "the limiter counts each window this much longer, so that a receiver whose deliveries arrive "
+        "with a latency varying by less than it never sees more than the limit in one window",
     )
-    webhook_timeout: float = field(default=10.0, metadata={"doc": "seconds per delivery attempt (connect + answer)"})
-    webhook_retry_base: float = field(
-        default=5.0,
-        metadata={"doc": "first retry delay; doubles per failed attempt, at most `webhook_retry_max_delay`"},
+    webhook_timeout: float = setting(10.0, "seconds per delivery attempt (connect + answer)")
+    webhook_retry_base: float = setting(
+        5.0, "first retry delay; doubles per failed attempt, at most `webhook_retry_max_delay`"
     )
-    webhook_retry_max_delay: float = field(default=3600.0, metadata={"doc": "the longest delay between retries"})
-    webhook_retry_window: float = field(
-        default=3 * 86400.0, metadata={"doc": "a delivery is retried for this long, then given up"}
+    webhook_retry_max_delay: float = setting(3600.0, "the longest delay between retries")
+    webhook_retry_window: float = setting(3 * 86400.0, "a delivery is retried for this long, then given up")
+    webhook_retry_jitter: float = setting(0.2, "each delay is multiplied by a random factor in [1 - j, 1 + j]")
+    webhook_poll_interval: float = setting(1.0, "longest sleep of the webhook dispatcher between passes")
+    webhook_concurrency: int = setting(10, "deliveries in flight per process")
+    webhook_secret_overlap: float = setting(
+        86400.0, "after a rotation the previous signing secret still signs this long"
     )
-    webhook_retry_jitter: float = field(
-        default=0.2, metadata={"doc": "each delay is multiplied by a random factor in [1 - j, 1 + j]"}
+    webhook_allow_hosts: tuple[str, ...] = setting(
+        (), "host names / CIDRs exempt from the SSRF checks (development, tests: `localhost`)"
     )
-    webhook_poll_interval: float = field(
-        default=1.0, metadata={"doc": "longest sleep of the webhook dispatcher between passes"}
-    )
-    webhook_concurrency: int = field(default=10, metadata={"doc": "deliveries in flight per process"})
-    webhook_secret_overlap: float = field(
-        default=86400.0, metadata={"doc": "after a rotation the previous signing secret still signs this long"}
-    )
-    webhook_allow_hosts: tuple[str, ...] = field(
-        default=(),
-        metadata={"doc": "host names / CIDRs exempt from the SSRF checks (development, tests: `localhost`)"},
-    )
-    inbound_max_body_bytes: int = field(
-        default=65536, metadata={"doc": "an inbound event's JSON body; larger ones get 413"}
-    )
-    inbound_tolerance: float = field(
-        default=300.0, metadata={"doc": "a Standard Webhooks timestamp further than this from now is refused"}
-    )
-    inbound_replay_window: float = field(
-        default=86400.0,
-        metadata={
-            "doc": "how long an inbound event's id (webhook-id, or the signature of a `sha256=` signed body) is "
-            "remembered: the same id again within it is a replay, refused (409)"
-        },
+    inbound_max_body_bytes: int = setting(65536, "an inbound event's JSON body; larger ones get 413")
+    inbound_tolerance: float = setting(300.0, "a Standard Webhooks timestamp further than this from now is refused")
+    inbound_replay_window: float = setting(
+        86400.0,
+        "how long an inbound event's id (webhook-id, or the signature of a `sha256=` signed body) is "
+        "remembered: the same id again within it is a replay, refused (409)",
     )
     # -- the queue transport: the ``queue:`` section, see jobengine.core.queue_config --
     queue: QueueConfig = field(
@@ -294,103 +216,55 @@ class Settings:
         },
     )
     # -- flow control (jobengine.core.flow; docs/flow.md) --
-    flow_limits: str = field(
-        default="",
-        metadata={"doc": "JSON (or a YAML mapping): `{queue: {rate, burst, concurrency, hard_limit, ...}}`"},
+    flow_limits: str = setting("", "JSON (or a YAML mapping): `{queue: {rate, burst, concurrency, hard_limit, ...}}`")
+    flow_soft_limit: int = setting(
+        0, "every queue's default soft depth limit: past it enqueues are accepted with a pressure warning (0: none)"
     )
-    flow_soft_limit: int = field(
-        default=0,
-        metadata={
-            "doc": "every queue's default soft depth limit: past it enqueues are accepted with a pressure warning "
-            "(0: none)"
-        },
+    flow_hard_limit: int = setting(
+        0, "every queue's default hard depth limit: a batch that would pass it is refused with 429 (0: none)"
     )
-    flow_hard_limit: int = field(
-        default=0,
-        metadata={
-            "doc": "every queue's default hard depth limit: a batch that would pass it is refused with 429 (0: none)"
-        },
-    )
-    flow_retry_after: float = field(default=5.0, metadata={"doc": "the Retry-After of a refused enqueue"})
-    flow_cache_seconds: float = field(
-        default=0.5, metadata={"doc": "how long depth counts and stored limits are trusted"}
-    )
-    shed_depth: int = field(
-        default=0, metadata={"doc": "load shedding: saturated from this many runnable jobs in all (0: off)"}
-    )
-    shed_in_flight: int = field(
-        default=0, metadata={"doc": "load shedding: saturated from this many running jobs (0: off)"}
-    )
-    shed_latency: float = field(
-        default=0.0,
-        metadata={"doc": "load shedding: saturated from this p95 wait before start, in seconds (0: off)"},
-    )
-    shed_min_priority: int = field(
-        default=0, metadata={"doc": "while saturated, new jobs below this priority are refused (503)"}
-    )
-    scale_target_seconds: float = field(
-        default=60.0, metadata={"doc": "the drain time the recommended worker count aims at"}
-    )
+    flow_retry_after: float = setting(5.0, "the Retry-After of a refused enqueue")
+    flow_cache_seconds: float = setting(0.5, "how long depth counts and stored limits are trusted")
+    shed_depth: int = setting(0, "load shedding: saturated from this many runnable jobs in all (0: off)")
+    shed_in_flight: int = setting(0, "load shedding: saturated from this many running jobs (0: off)")
+    shed_latency: float = setting(0.0, "load shedding: saturated from this p95 wait before start, in seconds (0: off)")
+    shed_min_priority: int = setting(0, "while saturated, new jobs below this priority are refused (503)")
+    scale_target_seconds: float = setting(60.0, "the drain time the recommended worker count aims at")
 
     def __post_init__(self) -> None:
-        positive = ("lease_seconds", "poll_interval", "rescue_interval", "retention_interval", "liveness_interval")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
-        if self.postgres_pool_size < 1:
-            raise ConfigError("postgres_pool_size: must be at least 1")
-        if self.worker_concurrency < 1:
-            raise ConfigError("worker_concurrency: must be at least 1")
-        if self.grace_period < 0:
-            raise ConfigError("grace_period: must be >= 0 seconds")
+        _refuse(self, _not_positive, _POSITIVE, "lease_seconds", "poll_interval", "rescue_interval",
+                "retention_interval", "liveness_interval")  # fmt: skip
+        _refuse(self, lambda v: v < 1, "must be at least 1", "postgres_pool_size", "worker_concurrency")
+        _refuse(self, _negative, "must be >= 0 seconds", "grace_period")
         if not 0 <= self.worker_flush_spacing <= 10:
             raise ConfigError("worker_flush_spacing: must be between 0 and 10 seconds")
         if self.delete_after < self.stale_after:
             raise ConfigError("delete_after: must be >= stale_after")
         if self.heartbeat_interval and self.heartbeat_interval >= self.lease_seconds:
             raise ConfigError("heartbeat_interval: must be shorter than lease_seconds")
-        if self.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ConfigError("sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA")
-        if self.sqlite_worker_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ConfigError("sqlite_worker_synchronous: one of OFF, NORMAL, FULL, EXTRA")
-        scheduler = ("scheduler_poll_interval", "scheduler_lease_seconds", "scheduler_reconcile_interval")
-        for name in scheduler:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
+        _refuse(self, lambda v: v.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"),
+                "one of OFF, NORMAL, FULL, EXTRA", "sqlite_synchronous", "sqlite_worker_synchronous")  # fmt: skip
+        _refuse(self, _not_positive, _POSITIVE, "scheduler_poll_interval", "scheduler_lease_seconds",
+                "scheduler_reconcile_interval")  # fmt: skip
         if self.scheduler_misfire_grace <= self.scheduler_lease_seconds + self.scheduler_poll_interval:
             raise ConfigError(
                 "scheduler_misfire_grace: must be longer than scheduler_lease_seconds + scheduler_poll_interval "
                 "(else a leader fail-over would count on-time ticks as missed)"
             )
-        if self.signature_cache_seconds < 0:
-            raise ConfigError("signature_cache_seconds: must be >= 0 seconds")
-        more_positive = (
-            "sse_keepalive",
-            "sse_poll_interval",
-            "event_settle_grace",
-            "idempotency_ttl",
-            "claim_max_wait",
-            "dashboard_refresh_seconds",
-            "dashboard_session_seconds",
-        )
-        for name in more_positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be a positive number of seconds")
+        _refuse(self, _negative, "must be >= 0 seconds", "signature_cache_seconds")
+        _refuse(self, _not_positive, _POSITIVE, "sse_keepalive", "sse_poll_interval", "event_settle_grace",
+                "idempotency_ttl", "claim_max_wait", "dashboard_refresh_seconds",
+                "dashboard_session_seconds")  # fmt: skip
         if self.run_retention < 0:
             raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
-        if self.event_retention < 0 or self.api_key_cache_seconds < 0:
-            raise ConfigError("event_retention: must be >= 0 seconds" if self.event_retention < 0
-                              else "api_key_cache_seconds: must be >= 0 seconds")  # fmt: skip
+        _refuse(self, _negative, "must be >= 0 seconds", "event_retention", "api_key_cache_seconds")
         if not 0 <= self.api_port < 65536:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
-        if self.api_max_body_bytes < 1024:
-            raise ConfigError("api_max_body_bytes: must be at least 1024")
+        _refuse(self, lambda v: v < 1024, "must be at least 1024", "api_max_body_bytes")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
-        if self.packs_max_bytes < 1024:
-            raise ConfigError("packs_max_bytes: must be at least 1024")
-        if self.sse_buffer < 1:
-            raise ConfigError("sse_buffer: must be at least 1")
+        _refuse(self, lambda v: v < 1024, "must be at least 1024", "packs_max_bytes")
+        _refuse(self, lambda v: v < 1, "must be at least 1", "sse_buffer")
         _check_blobs(self)
         _check_webhooks(self)
         _check_flow(self)
@@ -496,25 +370,16 @@ def _check_webhooks(s: Settings) -> None:
         raise ConfigError("webhook_rate_limiter: one of noop, local, redis")
     if s.webhook_rate_limiter == "redis" and not s.webhook_redis_url:
         raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
-    if s.webhook_rate_limit < 1:
-        raise ConfigError("webhook_rate_limit: must be at least 1")
-    if s.webhook_concurrency < 1:
-        raise ConfigError("webhook_concurrency: must be at least 1")
-    positive = ("webhook_rate_window", "webhook_timeout", "webhook_retry_base", "webhook_retry_max_delay",
-                "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
-    for name in positive:
-        if getattr(s, name) <= 0:
-            raise ConfigError(f"{name}: must be a positive number of seconds")
+    _refuse(s, lambda v: v < 1, "must be at least 1", "webhook_rate_limit", "webhook_concurrency")
+    _refuse(s, _not_positive, _POSITIVE, "webhook_rate_window", "webhook_timeout", "webhook_retry_base",
+            "webhook_retry_max_delay", "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
     if not 0 <= s.webhook_retry_jitter < 1:
         raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
     if not 0 <= s.webhook_rate_margin <= 10:
         raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
-    if s.webhook_secret_overlap < 0:
-        raise ConfigError("webhook_secret_overlap: must be >= 0 seconds")
-    if s.inbound_max_body_bytes < 1024:
-        raise ConfigError("inbound_max_body_bytes: must be at least 1024")
-    if s.inbound_tolerance <= 0:
-        raise ConfigError("inbound_tolerance: must be a positive number of seconds")
+    _refuse(s, _negative, "must be >= 0 seconds", "webhook_secret_overlap")
+    _refuse(s, lambda v: v < 1024, "must be at least 1024", "inbound_max_body_bytes")
+    _refuse(s, _not_positive, _POSITIVE, "inbound_tolerance")
     # A signed timestamp is accepted from tolerance before to tolerance after its time: its id must be
     # remembered at least that long, or a replay late in that span would pass.
     if s.inbound_replay_window < 2 * s.inbound_tolerance:
@@ -533,18 +398,30 @@ def _check_webhooks(s: Settings) -> None:
 
 
 def _check_flow(s: Settings) -> None:
-    for name in ("flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight"):
-        if getattr(s, name) < 0:
-            raise ConfigError(f"{name}: must be >= 0 (0: off)")
+    _refuse(s, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight")
     if s.flow_soft_limit and s.flow_hard_limit and s.flow_soft_limit > s.flow_hard_limit:
         raise ConfigError("flow_soft_limit: must not be above flow_hard_limit")
-    for name in ("shed_latency", "flow_cache_seconds"):
-        if getattr(s, name) < 0:
-            raise ConfigError(f"{name}: must be >= 0 seconds")
-    for name in ("flow_retry_after", "scale_target_seconds"):
-        if getattr(s, name) <= 0:
-            raise ConfigError(f"{name}: must be a positive number of seconds")
+    _refuse(s, _negative, "must be >= 0 seconds", "shed_latency", "flow_cache_seconds")
+    _refuse(s, _not_positive, _POSITIVE, "flow_retry_after", "scale_target_seconds")
     parse_flow_limits(s.flow_limits)
+
+
+_POSITIVE = "must be a positive number of seconds"
+
+
+def _not_positive(value: Any) -> bool:
+    return bool(value <= 0)
+
+
+def _negative(value: Any) -> bool:
+    return bool(value < 0)
+
+
+def _refuse(s: Settings, bad: Callable[[Any], bool], rule: str, *names: str) -> None:
+    """ConfigError ``name: rule`` for the first of ``names`` whose value is ``bad``."""
+    for name in names:
+        if bad(getattr(s, name)):
+            raise ConfigError(f"{name}: {rule}")
 
 
 def _boolean(value: object) -> bool:

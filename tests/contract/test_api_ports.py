@@ -103,7 +103,7 @@ async def test_a_released_or_lapsed_claim_can_be_taken_again(store: Store) -> No
     assert (await idem.claim_idempotency_key("t", "k", "fp9", T0 + 10_001, 10, 3600)).state is ClaimState.CLAIMED
 
 
-async def test_queue_settings_and_running_counts(store: Store) -> None:
+async def test_queue_settings(store: Store) -> None:
     queues = _queues(store)
     assert await queues.list_queue_settings() == []
     await queues.set_queue_settings(QueueSettings("mail", paused=True, concurrency=None, updated_at=T0))
@@ -113,10 +113,6 @@ async def test_queue_settings_and_running_counts(store: Store) -> None:
         QueueSettings("mail", False, 7, T0 + 1),
         QueueSettings("media", False, 3, T0),
     ]
-    await enqueue(store, *[NewJob(task="t", queue=q) for q in ("mail", "mail", "media", "other")])
-    await claim(store, T0, queues=("mail", "media", "other"))
-    assert await queues.running_counts(["mail", "media"]) == {"mail": 2, "media": 1}
-    assert await queues.running_counts([]) == {}
 
 
 async def test_purging_the_dead_letter_deletes_only_dead_jobs(store: Store) -> None:

@@ -15,7 +15,6 @@ from jobengine.core.schedules import Schedule, ScheduleSpec
 from jobengine.core.signatures import Signature, SignatureStatus
 from jobengine.core.states import JobState
 
-SCHEDULE_COLUMNS: Final = "id, spec, version, cursor, next_fire_at, created_at, updated_at, created_by, updated_by"
 #: What :func:`schedule_values` gives, in order.
 SCHEDULE_WRITE_COLUMNS: Final = (
     "id, tenant, name, spec, enabled, version, cursor, next_fire_at, created_at, updated_at, created_by, updated_by"

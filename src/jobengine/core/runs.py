@@ -42,7 +42,6 @@ class RunState(StrEnum):
     ERROR = "error"
 
 
-ACTIVE_RUN_STATES: Final = frozenset({RunState.PLANNING, RunState.QUEUED, RunState.RUNNING})
 ENDED_RUN_STATES: Final = frozenset({RunState.COMPLETED, RunState.CANCELLED, RunState.ERROR})
 
 

@@ -53,17 +53,8 @@ class IllegalTransition(ValueError):
         self.target = target
 
 
-def can_transition(source: JobState, target: JobState) -> bool:
-    return target in _ALLOWED[source]
-
-
 def transition(source: JobState, target: JobState) -> JobState:
     """Return ``target`` if ``source → target`` is legal, else raise :class:`IllegalTransition`."""
     if target not in _ALLOWED[source]:
         raise IllegalTransition(source, target)
     return target
-
-
-def sources_of(target: JobState) -> frozenset[JobState]:
-    """Every state from which ``target`` can be reached (used to build guarded SQL updates)."""
-    return frozenset(s for s, targets in _ALLOWED.items() if target in targets)

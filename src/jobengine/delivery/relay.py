@@ -79,10 +79,6 @@ class OutboxRelay:
         self._home: asyncio.AbstractEventLoop | None = None  # the event loop the relay runs on
         self._next_sweep = 0.0
 
-    def kick(self) -> None:
-        """Rows were just committed in this process: look now."""
-        self._kick.set()
-
     def offer(self, rows: Sequence[OutboxRow]) -> None:
         """Rows this process just committed, born held for this relay: those due are published at once,
         without a claim (no store write on the way to a worker). Safe from any thread (``enqueue_sync``

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -30,8 +29,4 @@ class QueueSettingsStore(Protocol):
 
     async def set_queue_settings(self, settings: QueueSettings) -> QueueSettings:
         """Insert or replace the settings of ``settings.queue``."""
-        ...
-
-    async def running_counts(self, queues: Sequence[str]) -> dict[str, int]:
-        """Running jobs per queue (queues with none may be absent)."""
         ...

@@ -280,7 +280,3 @@ class Transport(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def message_ids(deliveries: Sequence[Delivery]) -> list[str]:
-    return [d.message.id for d in deliveries]

@@ -4,13 +4,11 @@ limits of the ``FlowStore`` port and ``prune_events``, mixed into both SQL store
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from jobengine.core import codec
 from jobengine.core.flow.limits import FlowLimits
 from jobengine.ports.queues import QueueSettings
 
-from .base import HasDb, marks
+from .base import HasDb
 
 
 class SqlQueuesMixin:
@@ -26,15 +24,6 @@ class SqlQueuesMixin:
         args = (settings.queue, bool(settings.paused), settings.concurrency, settings.updated_at)
         await self.db.write(lambda tx: tx.run(sql, args))
         return settings
-
-    async def running_counts(self: HasDb, queues: Sequence[str]) -> dict[str, int]:
-        names = list(dict.fromkeys(queues))
-        if not names:
-            return {}
-        # state = 'running' matches the partial index on leases: only running rows are read.
-        sql = f"SELECT queue, count(*) FROM {{s}}jobs WHERE state = 'running' AND queue IN ({marks(len(names))}) "
-        rows = await self.db.read(lambda tx: tx.rows(sql + "GROUP BY queue", names))
-        return {r[0]: int(r[1]) for r in rows}
 
     async def prune_events(self: HasDb, before: float, limit: int) -> int:
         # Ids grow with time, so the oldest by id are the oldest by time.

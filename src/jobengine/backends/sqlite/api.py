@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from jobengine.core import events as ev
 from jobengine.core.ids import JobId
@@ -15,10 +15,6 @@ from jobengine.core.models import Event
 from .rows import append_events, json_list, select_jobs
 
 T = TypeVar("T")
-
-_KEY_COLUMNS: Final = "id, tenant, name, scopes, secret_hash, created_at, revoked_at"
-_SESSION_COLUMNS: Final = "token_hash, key_id, tenant, created_at, expires_at, ended_at"
-_IDEM_COLUMNS: Final = "tenant, key, fingerprint, created_at, expires_at, locked_until, status, content_type, body"
 
 
 class _Runs(Protocol):
