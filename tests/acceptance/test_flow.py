@@ -90,7 +90,9 @@ def test_token_bucket_holds_10_per_second_across_2_workers(procs: Procs, tmp_pat
 def test_concurrency_limits_hold_across_2_worker_processes(procs: Procs, tmp_path: Path) -> None:
     db, ledger = procs.env["JOBENGINE_DATABASE"], Path(procs.env["LEDGER"])
     accounts = ["a", "b", "c", "d"]
-    _enqueue(db, [{"i": i, "sleep": 0.15, "account": accounts[i % 4]} for i in range(32)], queue_concurrency=3)
+    # Jobs of 0.6 s keep the limit busy for seconds, long enough for the second process to start and take
+    # some (with short jobs the first process can finish them all before the second is up).
+    _enqueue(db, [{"i": i, "sleep": 0.6, "account": accounts[i % 4]} for i in range(32)], queue_concurrency=3)
     procs.env.update(
         JOBENGINE_FLOW_LIMITS=json.dumps({"default": {"concurrency": 1, "concurrency_key": "payload.account"}}),
         JOBENGINE_POLL_INTERVAL="0.05",
