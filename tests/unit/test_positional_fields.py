@@ -6,8 +6,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 
-import pytest
-
+from jobengine.backends.postgres.rows import JOB_COLUMNS
 from jobengine.core.models import Job, NewJob
 from jobengine.engine import Engine
 
@@ -20,5 +19,4 @@ def test_newjob_fields_are_in_the_order_engine_new_job_passes_them() -> None:
 
 
 def test_postgres_job_columns_are_the_job_fields_in_order() -> None:
-    rows = pytest.importorskip("jobengine.backends.postgres.rows")
-    assert [name for _, name in rows.JOB_COLUMNS] == [f.name for f in fields(Job)]
+    assert [name for _, name in JOB_COLUMNS] == [f.name for f in fields(Job)]

@@ -24,7 +24,7 @@ from jobengine.errors import ConfigError, StoreError
 from jobengine.ports.leader import Leader
 from jobengine.ports.schedules import SchedulingStore, TickClaim
 from jobengine.ports.store import Store
-from jobengine.scheduler.planning import PlannerRegistry, plan
+from jobengine.scheduler.planning import PlannerRegistry, new_run, plan_run
 from jobengine.scheduler.runs import ENDED_JOB_STATES, Runs, job_duration
 from jobengine.scheduler.schedules import JobsCreated, Published, scheduling_store
 from jobengine.tasks import TaskRegistry
@@ -96,10 +96,12 @@ class SchedulerPasses:
             if not found:
                 await self._runs.cancel(run.id, reason="its schedule was deleted", actor="scheduler")
                 continue
-            planned = await plan(
-                self._planners, self._tasks, run.schedule_id, found[0].spec, run.id, run.trigger, now,
-                tick=run.tick, reason=run.reason, actor=run.actor, parent_id=run.parent_id, fired_by=run.fired_by,
+            spec = found[0].spec
+            again = new_run(
+                run.id, run.schedule_id, spec.tenant, run.trigger, now, tick=run.tick, reason=run.reason,
+                actor=run.actor, parent_id=run.parent_id, fired_by=run.fired_by,
             )  # fmt: skip
+            planned = await plan_run(self._planners, self._tasks, again, spec)
             planned = replace(planned, run=replace(planned.run, created_at=run.created_at))
             fired = await store.plan_waiting_run(planned, now)
             if fired is not None:
@@ -128,10 +130,10 @@ class SchedulerPasses:
         ticks = firing.plan_ticks(spec.cadence(), schedule.cursor, now, grace, spec.misfire, spec.catch_up)
         runs = []
         for tick in ticks.fire:
-            planned = await plan(
-                self._planners, self._tasks, schedule.id, spec, new_run_id(), RunTrigger.SCHEDULE, now,
-                tick=tick, fired_by=fired_by,
-            )  # fmt: skip
+            run = new_run(
+                new_run_id(), schedule.id, spec.tenant, RunTrigger.SCHEDULE, now, tick=tick, fired_by=fired_by
+            )
+            planned = await plan_run(self._planners, self._tasks, run, spec)
             runs.append(planned)
         events = (
             (firing.misfired_event(schedule.tenant, schedule.id, ticks, spec.misfire),)

@@ -165,28 +165,3 @@ def new_run(
         created_at=now, updated_at=now, tick=tick, reason=reason, actor=actor, parent_id=parent_id,
         fired_by=fired_by, trigger_data=trigger_data,
     )  # fmt: skip
-
-
-async def plan(
-    planners: PlannerRegistry,
-    tasks: TaskRegistry,
-    schedule_id: ScheduleId,
-    spec: ScheduleSpec,
-    run_id: RunId,
-    trigger: RunTrigger,
-    now: float,
-    *,
-    tick: float | None = None,
-    reason: str | None = None,
-    actor: str | None = None,
-    parent_id: RunId | None = None,
-    fired_by: str | None = None,
-    dry_run: bool = False,
-    trigger_data: Json = None,
-) -> PlannedRun:
-    """A new run of ``spec`` (:func:`new_run`) planned into its jobs (:func:`plan_run`)."""
-    run = new_run(
-        run_id, schedule_id, spec.tenant, trigger, now, tick=tick, reason=reason, actor=actor,
-        parent_id=parent_id, fired_by=fired_by, trigger_data=trigger_data,
-    )  # fmt: skip
-    return await plan_run(planners, tasks, run, spec, dry_run=dry_run)

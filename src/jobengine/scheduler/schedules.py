@@ -37,7 +37,7 @@ from jobengine.core.runs import Run, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
 from jobengine.errors import ConfigError, InvalidSchedule, NotFound
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
-from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, plan
+from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, new_run, plan_run
 from jobengine.tasks import TaskRegistry
 
 MAX_SIMULATION: Final = 1000
@@ -256,9 +256,12 @@ class Schedules:
         run_id: RunId,
         trigger: RunTrigger,
         now: float,
-        **options: Any,
+        *,
+        dry_run: bool = False,
+        **run_fields: Any,
     ) -> PlannedRun:
-        return await plan(self.planners, self._tasks, schedule_id, spec, run_id, trigger, now, **options)
+        run = new_run(run_id, schedule_id, spec.tenant, trigger, now, **run_fields)
+        return await plan_run(self.planners, self._tasks, run, spec, dry_run=dry_run)
 
     async def _pinned(self, spec: ScheduleSpec) -> ScheduleSpec:
         """A template naming a pack's task must name an approved version; it is pinned to that version's
