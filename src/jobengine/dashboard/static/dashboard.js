@@ -33,6 +33,25 @@
     if (el && el.dataset.series) draw(JSON.parse(el.dataset.series));
   });
   document.addEventListener("htmx:afterSettle", function (e) { localTimes(e.target); });
+  // A live list is not replaced under a field being typed in (a queue's limit): its newest frame is held
+  // and swapped in once the focus has left the list.
+  var held = null;
+  function flush() {
+    if (held && !held.target.contains(document.activeElement) && typeof htmx !== "undefined") {
+      var h = held; held = null;
+      htmx.swap(h.target, h.html, { swapStyle: "innerHTML" });
+    }
+  }
+  document.addEventListener("htmx:sseBeforeMessage", function (e) {
+    var a = document.activeElement;
+    if (a && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && e.target.contains(a)) {
+      e.preventDefault();
+      held = { target: e.target, html: e.detail.data };
+      a.addEventListener("blur", function () { setTimeout(flush, 0); }, { once: true });
+    } else {
+      held = null;
+    }
+  });
   document.addEventListener("htmx:sseMessage", function (e) {
     localTimes(document);
     if (e.detail && e.detail.type === "chart") draw(JSON.parse(e.detail.data));
