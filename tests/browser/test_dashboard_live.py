@@ -128,6 +128,11 @@ def test_the_workers_page_shows_worker_processes_come_and_go(page: Any, server: 
     for text in ("digest, report", "0 of 3", "local", os.uname().nodename):
         expect(row).to_contain_text(text)
     expect(row.locator("td").nth(3)).not_to_have_text("-")  # its version
+    with server.api() as api:  # a job in its hand, shown with a link
+        r = api.post("/api/v1/jobs", json={"task": "digest", "queue": "reports", "payload": {"sleep": 4}})
+        assert r.status_code == 201, r.text
+    expect(row.get_by_role("link", name="digest")).to_have_attribute("href", f"/jobs/{r.json()['id']}", timeout=LIVE)
+    expect(row).to_contain_text("1 of 3")
     second = procs.spawn("worker-b", "worker", "--app", app, "--queues", "reports",
                          env={"FLEET_TASKS": "report"})  # fmt: skip
     procs.wait_output(second, "started on queues", 120)

@@ -29,6 +29,8 @@ router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 PAGE = 50
 SIMULATED = 10
 SPARK_BUCKETS = 12
+#: Running jobs read for the workers page's "jobs in hand" (the tenant's; each worker shows a few).
+HELD_READ = 500
 #: A run's segments shown on its page.
 SEGMENTS_SHOWN = 500
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
@@ -63,9 +65,16 @@ async def queues_values(request: Request, session: Session) -> dict[str, Any]:
 
 # -- workers ----------------------------------------------------------------------------------------
 async def workers_values(request: Request, session: Session) -> dict[str, Any]:
-    """What the workers page shows (and its live stream re-renders)."""
-    workers = await visible_workers(engine(request), session.tenant)
-    return {"workers": workers, "counts": session.allows("metrics"), "now": time.time()}
+    """What the workers page shows (and its live stream re-renders): the live workers and, per worker, the
+    tenant's running jobs it holds (the count of every tenant's needs the scope ``metrics``)."""
+    eng = engine(request)
+    workers = await visible_workers(eng, session.tenant)
+    running = await eng.list_jobs(JobFilter(tenant=session.tenant, states=(JobState.RUNNING,), limit=HELD_READ))
+    held: dict[str, list[Job]] = {}
+    for job in running:
+        if job.lease_worker:
+            held.setdefault(job.lease_worker, []).append(job)
+    return {"workers": workers, "held": held, "counts": session.allows("metrics"), "now": time.time()}
 
 
 @router.get("/workers")
