@@ -42,7 +42,7 @@ async def test_every_list_streams_its_fragment_and_a_new_one_when_the_store_chan
             async with httpx.AsyncClient(base_url=service.url, cookies=cookies, timeout=60) as c:
                 firsts = {
                     "queues": "billing", "workers": "No worker is running", "schedules": "No schedules",
-                    "runs": "No runs yet", "failures": "No failures recorded", "packs": "jobengine packs push",
+                    "runs": "No runs yet", "failures": "No failures recorded", "packs": "jobengine pack push",
                 }  # fmt: skip
                 for name, text in firsts.items():
                     async with c.stream("GET", f"/ui/stream/list/{name}") as s:
