@@ -5,6 +5,7 @@ change without a reload when another process changes the store; the workers page
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,3 +166,19 @@ def test_job_events_read_as_fields(page: Any, server: Server) -> None:
     for _ in range(3):
         server.controls.next_phase(job_id)
     expect(events).to_contain_text("job.succeeded", timeout=LIVE)
+
+
+def test_event_times_show_in_the_readers_time_zone(page: Any, server: Server) -> None:
+    server.controls.flaky_fails.set()
+    try:
+        with server.api() as api:
+            r = api.post("/api/v1/jobs", json={"task": "flaky", "max_attempts": 2})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+        login(page, server, f"/jobs/{job_id}")
+        retry_at = page.locator("section[aria-labelledby='events-title'] time[datetime]").first
+        expect(retry_at).to_have_attribute("title", re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$"), timeout=LIVE)
+        assert retry_at.get_attribute("data-local") is None  # turned by dashboard.js
+        assert retry_at.inner_text() != retry_at.get_attribute("title")
+    finally:
+        server.controls.flaky_fails.clear()
