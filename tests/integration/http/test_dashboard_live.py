@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.dashboard.session import COOKIE
@@ -117,3 +118,17 @@ async def test_unknown_dashboard_paths_answer_a_page_and_the_api_keeps_problem_j
         r = await c.get("/nope")
         assert r.status_code == 404 and "text/html" in r.headers["content-type"]
         assert 'aria-label="Main"' not in r.text
+
+
+async def test_a_bug_in_a_page_answers_a_500_page_and_is_logged(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the page")
+
+    monkeypatch.setattr(api.engine.schedules, "list", broken)
+    async with browser(api, api.keys["acme"]) as c:
+        r = await c.get("/schedules")
+    assert r.status_code == 500 and r.headers["content-type"].startswith("text/html")
+    assert "the dashboard failed to show this page" in r.text and "a bug in the page" not in r.text
+    assert any("GET /schedules failed" in rec.getMessage() and rec.exc_info for rec in caplog.records)
