@@ -1,4 +1,5 @@
-"""The live view of ``jobengine up``: every event this process's engine publishes, one rich line each."""
+"""The live view of ``jobengine up``: every event this process's engine publishes, one rich line each;
+a phase's progress, saved every ``progress_every``, collapses into one line per job and phase."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import asyncio
 import contextlib
 
 from rich.console import Console
+from rich.control import Control
+from rich.segment import ControlType
 
 from jobengine.bus import Subscription
 from jobengine.cli import output
@@ -28,6 +31,7 @@ class LiveView:
         self.console = console
         self._sub: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
+        self._progress = ProgressLines()
 
     async def start(self) -> None:
         if self._sub is None:
@@ -58,4 +62,57 @@ class LiveView:
 
     def _print(self, event: Event) -> None:
         spec = self.engine.tasks.get(event.task) if event.task else None
-        self.console.print(output.event_line(event, len(spec.phase_names) if spec else 0), soft_wrap=True)
+        line = output.event_line(event, len(spec.phase_names) if spec else 0)
+        key = progress_key(event)
+        if key is None:
+            self._progress.forget()
+            self.console.print(line, soft_wrap=True)
+            return
+        fraction = event.data.get("progress")
+        step = round(float(fraction) * 100) if isinstance(fraction, int | float) else 0
+        terminal = self.console.is_terminal
+        if terminal and self._progress.last == key:
+            # Progress of the job and phase just printed rewrites that line in place.
+            self.console.control(Control((ControlType.CURSOR_UP, 1)), Control.move_to_column(0),
+                                 Control((ControlType.ERASE_IN_LINE, 2)))  # fmt: skip
+        elif not self._progress.worth_printing(key, step):
+            return
+        if terminal:  # one screen line exactly (cut, never wrapped), so the next one can replace it
+            self.console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+        else:
+            self.console.print(line, soft_wrap=True)
+        self._progress.printed(key, step)
+
+
+def progress_key(event: Event) -> tuple[str, str] | None:
+    """(job id, phase) of a phase's progress event, else None."""
+    data = event.data
+    if event.type != "job.phase" or data.get("phase_event") != "phase.progress" or not event.job_id:
+        return None
+    return (event.job_id, str(data.get("phase", "")))
+
+
+class ProgressLines:
+    """Which progress lines the live view collapses. On a terminal, progress of the job and phase printed
+    last rewrites that line in place. Otherwise (another line came between, or the output is a log) a job's
+    phase prints again only when its progress moved by ``LOG_STEP`` points or reached 100%, so a long phase
+    leaves a few lines, not one per save."""
+
+    LOG_STEP = 10
+
+    def __init__(self) -> None:
+        self.last: tuple[str, str] | None = None  # the key of the line printed last, if a progress line
+        self.steps: dict[tuple[str, str], int] = {}
+
+    def worth_printing(self, key: tuple[str, str], percent: int) -> bool:
+        before = self.steps.get(key)
+        return before is None or abs(percent - before) >= self.LOG_STEP or (percent >= 100 > before)
+
+    def printed(self, key: tuple[str, str], percent: int) -> None:
+        self.last = key
+        self.steps[key] = percent
+        if len(self.steps) > 10_000:  # jobs that never finish a phase: forget the oldest
+            self.steps.pop(next(iter(self.steps)))
+
+    def forget(self) -> None:
+        self.last = None

@@ -272,10 +272,19 @@ def details(event: Event, phase_count: int = 0) -> Text:
         index = data.get("index")
         step = data.get("phase_event", "").removeprefix("phase.")
         position = f"{index + 1}/{phase_count} " if isinstance(index, int) and phase_count else ""
-        add(f"phase {position}{data['phase']} {step}", "blue")
-        if isinstance(index, int) and phase_count:
+        fraction = data.get("progress")
+        if step == "progress" and isinstance(fraction, int | float):
+            add(f"phase {position}{data['phase']} {percent(clamp01(fraction))}", "blue")
+        else:
+            add(f"phase {position}{data['phase']} {step}", "blue")
+        overall = data.get("job_progress")
+        if isinstance(overall, int | float):  # the job's own progress, saved with each phase event
+            add(f"{bar(overall, 6)} {percent(clamp01(overall))}")
+        elif isinstance(index, int) and phase_count:
             done = index + (1 if step == "succeeded" else 0)
             add(f"{bar(done / phase_count, 6)} {percent(done / phase_count)}")
+        if step == "progress" and isinstance(data.get("message"), str) and data["message"]:
+            add(data["message"], "dim")
     if isinstance(data.get("duration"), int | float):
         add(f"in {data['duration']:.2f}s")
     if data.get("error"):
@@ -289,13 +298,29 @@ def details(event: Event, phase_count: int = 0) -> Text:
     return out
 
 
+#: Widths of the live view's type and task columns; a longer value is cut with an ellipsis, so columns
+#: never run into each other.
+TYPE_WIDTH: Final = 17
+TASK_WIDTH: Final = 14
+
+
+def column(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` characters: padded, or cut to end in an ellipsis."""
+    return f"{text:<{width}}" if len(text) <= width else text[: width - 1] + "…"
+
+
+def clamp01(fraction: float) -> float:
+    return max(0.0, min(1.0, fraction))
+
+
 def event_line(event: Event, phase_count: int = 0) -> Text:
     """One line of the live view: time, event type, task, short job id, then the details."""
     line = Text()
     line.append(clock_time(event.at), style="dim")
     line.append("  ")
-    line.append(f"{event.type.removeprefix('job.'):<16}", style=EVENT_STYLES.get(event.type, ""))
-    line.append(f"{(event.task or '-'):<14}", style="bold")
+    line.append(column(event.type.removeprefix("job."), TYPE_WIDTH), style=EVENT_STYLES.get(event.type, ""))
+    line.append(" ")
+    line.append(column(event.task or "-", TASK_WIDTH), style="bold")
     line.append(f" {short_id(event.job_id)}  ", style="dim")
     line.append_text(details(event, phase_count))
     return line

@@ -14,10 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 
 from jobengine.dashboard import stream, views_jobs, views_ops, views_packs
-from jobengine.dashboard.base import DashboardState
+from jobengine.dashboard.base import DashboardState, html_errors
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.stats import CountCache, Recorder
 from jobengine.http.context import ApiContext
@@ -34,3 +35,7 @@ def install(app: FastAPI, ctx: ApiContext) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
     for router in (views_jobs.router, views_ops.router, views_packs.router, stream.router):
         app.include_router(router)
+    # An unknown page or a wrong method outside the API answers a page with the layout; the API (and its
+    # OpenAPI document and docs) keep the problem+json handler installed before.
+    api_handler = app.exception_handlers[HTTPException]
+    app.add_exception_handler(HTTPException, html_errors(api_handler))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -58,6 +58,59 @@ def percent(progress: float | None) -> str:
     return f"{max(0.0, min(1.0, progress or 0.0)) * 100:.0f}%"
 
 
+#: Event fields that hold a fraction done (0..1), shown as a percentage.
+FRACTION_KEYS = frozenset({"progress", "job_progress"})
+#: Event fields that hold seconds elapsed or allowed, shown as a duration.
+SECONDS_KEYS = frozenset({"duration", "timeout", "delay", "elapsed", "lease_seconds", "waited"})
+#: A number in a time field is a UNIX time only from here on (smaller ones are offsets or counts).
+_UNIX_TIMES_FROM = 1e9
+
+
+def _is_time_key(key: str) -> bool:
+    return key in ("at", "tick", "deadline") or key.endswith("_at")
+
+
+def field_text(key: str, value: Json) -> str:
+    """One event field as a person reads it: fractions as percentages, UNIX times as timestamps, seconds
+    as durations, text without quotes, other floats rounded; lists and objects as compact JSON."""
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else ("yes" if value else "no")
+    if isinstance(value, int | float):
+        if key in FRACTION_KEYS and 0.0 <= value <= 1.0:
+            return percent(value)
+        if _is_time_key(key) and value >= _UNIX_TIMES_FROM:
+            return when(value)
+        if key in SECONDS_KEYS or key.endswith("_seconds"):
+            return duration(float(value))
+        return str(value) if isinstance(value, int) else f"{value:.4g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "), default=str)
+
+
+class EventField(NamedTuple):
+    key: str
+    text: str
+    #: The ISO 8601 form of a UNIX time (the page shows it in the reader's time zone), else "".
+    iso: str
+
+
+def _field(key: str, value: Json) -> EventField:
+    iso = ""
+    if _is_time_key(key) and isinstance(value, int | float) and not isinstance(value, bool):
+        moment = to_datetime(value) if value >= _UNIX_TIMES_FROM else None
+        iso = moment.isoformat() if moment is not None else ""
+    return EventField(key, field_text(key, value), iso)
+
+
+def event_fields(data: Json) -> list[EventField]:
+    """An event's data as fields in key order (see :func:`field_text`); data that is not an object is one
+    field named ``value``."""
+    if not isinstance(data, dict):
+        return [] if data is None else [_field("value", data)]
+    return [_field(str(k), v) for k, v in sorted(data.items())]
+
+
 def pretty(value: Json) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
@@ -83,7 +136,8 @@ def make_environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, ago=ago, duration=duration, percent=percent, pretty=pretty, sparkline=sparkline)
+    env.filters.update(when=when, ago=ago, duration=duration, percent=percent, pretty=pretty, sparkline=sparkline,
+                       event_fields=event_fields)  # fmt: skip
     return env
 
 

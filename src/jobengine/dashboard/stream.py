@@ -1,20 +1,24 @@
 """The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
 
 A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
-``overview`` for the overview) and, for the overview, the chart's series as JSON (event ``chart``). A job's
-stream re-reads and re-renders when the job has an event — the engine's event feed wakes it: the bus in
-this process, the store for other processes' commits (every ``sse_poll_interval``); workers save progress
-with a ``phase.progress`` event every ``progress_every`` — and at least every ``sse_keepalive``. The
-overview re-renders every ``dashboard_refresh_seconds``. A frame is sent only when its HTML changed. A
-stream ends when the server stops (the browser reconnects by itself), and within ``sse_keepalive`` of its
-session ending (logout, its key revoked, expiry).
+``overview`` for the overview, the list's name for a live list, ``run`` for a run's page) and, for the
+overview, the chart's series as JSON (event ``chart``). A job's stream re-reads and re-renders when the job
+has an event — the engine's event feed wakes it: the bus in this process, the store for other processes'
+commits (every ``sse_poll_interval``); workers save progress with a ``phase.progress`` event every
+``progress_every`` — and at least every ``sse_keepalive``. The overview, the lists (queues, workers,
+schedules, runs, failures, packs) and a run's page re-render every ``dashboard_refresh_seconds`` from the
+store, so what other processes did shows too. A frame is sent only when its HTML changed. A stream ends
+when the server stops (the browser reconnects by itself), and within ``sse_keepalive`` of its session
+ending (logout, its key revoked, expiry).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
 import anyio
 from fastapi import APIRouter
@@ -27,9 +31,18 @@ from starlette.types import Receive, Scope, Send
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
+from jobengine.dashboard.session import DashboardError
 from jobengine.dashboard.views_jobs import job_id_param, job_values, newest_events
-from jobengine.dashboard.views_ops import workers_values
-from jobengine.errors import NotFound
+from jobengine.dashboard.views_ops import (
+    failures_values,
+    queues_values,
+    run_values,
+    runs_values,
+    schedules_values,
+    workers_values,
+)
+from jobengine.dashboard.views_packs import packs_values
+from jobengine.errors import JobEngineError, NotFound
 from jobengine.http.context import ApiContext, context
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
@@ -115,22 +128,68 @@ async def job_stream(request: Request, job_id: str) -> Response:
     return _respond(frames(), request)
 
 
-@router.get("/ui/stream/workers")
-async def workers_stream(request: Request) -> Response:
-    session = await sess.require(request, "jobs:read")
+#: What a live list re-renders: its values for the session (the page's own query string applies).
+ListValues = Callable[[Request, sess.Session], Awaitable[Mapping[str, Any]]]
+
+#: The live lists: name (also the SSE event) -> the scope it needs, its fragment, its values.
+LISTS: Final[Mapping[str, tuple[str, str, ListValues]]] = MappingProxyType({
+    "workers": ("jobs:read", "_workers_live.html", workers_values),
+    "queues": ("jobs:read", "_queues_live.html", queues_values),
+    "schedules": ("schedules:read", "_schedules_live.html", schedules_values),
+    "runs": ("schedules:read", "_runs_live.html", runs_values),
+    "failures": ("schedules:read", "_failures_live.html", failures_values),
+    "packs": ("packs:read", "_packs_live.html", packs_values),
+})  # fmt: skip
+
+
+def _periodic(
+    request: Request, session: sess.Session, template: str, event: str, values: ListValues
+) -> AsyncIterator[ServerSentEvent]:
+    """Frames of ``template`` re-rendered every ``dashboard_refresh_seconds``, sent when the HTML changed.
+    Reading the store each time shows what other processes did, not only this one."""
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         ctx = context(request)
         st = state(request)
+        watch = _Watch(request, session)
         last = None
-        while not ctx.closing:
-            html = st.renderer.text("_workers_live.html", await workers_values(request, session))
+        while not ctx.closing and await watch.holds():
+            try:
+                found = await values(request, session)
+            except NotFound:
+                return  # deleted meanwhile (a run's retention): nothing more to show
+            except JobEngineError:
+                return  # the store is closing or down: the browser reconnects and is told
+            html = st.renderer.text(template, {**found, "session": session, "csrf": session.csrf})
             if html != last:
                 last = html
-                yield ServerSentEvent(html, event="workers")
+                yield ServerSentEvent(html, event=event)
             await anyio.sleep(st.refresh)
 
-    return _respond(frames(), request)
+    return frames()
+
+
+@router.get("/ui/stream/list/{name}")
+async def list_stream(request: Request, name: str) -> Response:
+    """A live list (``LISTS``), with the query string of the page it is on (filters, cursor)."""
+    found = LISTS.get(name)
+    if found is None:
+        raise DashboardError(404, f"no live list {name!r} ({', '.join(LISTS)})", "name")
+    scope, template, values = found
+    session = await sess.require(request, scope)
+    await values(request, session)  # a bad filter is a 422 page now, not a stream that ends at once
+    return _respond(_periodic(request, session, template, name, values), request)
+
+
+@router.get("/ui/stream/run/{run_id}")
+async def run_stream(request: Request, run_id: str) -> Response:
+    session = await sess.require(request, "schedules:read")
+
+    async def values(request: Request, session: sess.Session) -> Mapping[str, Any]:
+        return await run_values(request, session, run_id)
+
+    await values(request, session)  # an unknown or another tenant's run: 404 before streaming
+    return _respond(_periodic(request, session, "_run_live.html", "run", values), request)
 
 
 @router.get("/ui/stream/overview")

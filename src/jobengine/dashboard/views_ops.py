@@ -22,12 +22,17 @@ from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, render, see_other
 from jobengine.dashboard.overview import visible_workers
 from jobengine.dashboard.session import DashboardError, Session
+from jobengine.errors import NotFound
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
 PAGE = 50
 SIMULATED = 10
 SPARK_BUCKETS = 12
+#: Running jobs read for the workers page's "jobs in hand" (the tenant's; each worker shows a few).
+HELD_READ = 500
+#: A run's segments shown on its page.
+SEGMENTS_SHOWN = 500
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _REF_CHARS = _ID_CHARS | frozenset("@/")
 
@@ -51,11 +56,25 @@ def _cursor(request: Request) -> str | None:
     return value
 
 
+# -- queues -----------------------------------------------------------------------------------------
+async def queues_values(request: Request, session: Session) -> dict[str, Any]:
+    """What the queues page's live stream re-renders (the page itself is served by views_jobs)."""
+    queues = await engine(request).queues.list(session.tenant)
+    return {"queues": queues, "states": [s.value for s in JobState]}
+
+
 # -- workers ----------------------------------------------------------------------------------------
 async def workers_values(request: Request, session: Session) -> dict[str, Any]:
-    """What the workers page shows (and its live stream re-renders)."""
-    workers = await visible_workers(engine(request), session.tenant)
-    return {"workers": workers, "counts": session.allows("metrics"), "now": time.time()}
+    """What the workers page shows (and its live stream re-renders): the live workers and, per worker, the
+    tenant's running jobs it holds (the count of every tenant's needs the scope ``metrics``)."""
+    eng = engine(request)
+    workers = await visible_workers(eng, session.tenant)
+    running = await eng.list_jobs(JobFilter(tenant=session.tenant, states=(JobState.RUNNING,), limit=HELD_READ))
+    held: dict[str, list[Job]] = {}
+    for job in running:
+        if job.lease_worker:
+            held.setdefault(job.lease_worker, []).append(job)
+    return {"workers": workers, "held": held, "counts": session.allows("metrics"), "now": time.time()}
 
 
 @router.get("/workers")
@@ -65,11 +84,21 @@ async def workers_page(request: Request) -> Response:
 
 
 # -- schedules --------------------------------------------------------------------------------------
+async def schedules_values(request: Request, session: Session) -> dict[str, Any]:
+    schedules = await engine(request).schedules.list(ScheduleFilter(tenant=session.tenant, limit=500))
+    return {"schedules": schedules, "now": time.time()}
+
+
+async def schedule_names(request: Request, session: Session) -> dict[ScheduleId, str]:
+    """The tenant's schedules by id, to name a run's schedule instead of showing its id."""
+    schedules = await engine(request).schedules.list(ScheduleFilter(tenant=session.tenant, limit=1000))
+    return {s.id: s.name for s in schedules}
+
+
 @router.get("/schedules")
 async def schedules_page(request: Request) -> Response:
     session = await sess.require(request, "schedules:read")
-    schedules = await engine(request).schedules.list(ScheduleFilter(tenant=session.tenant, limit=500))
-    return render(request, "schedules.html", session, {"schedules": schedules, "now": time.time()})
+    return render(request, "schedules.html", session, await schedules_values(request, session))
 
 
 @router.get("/schedules/{ref}")
@@ -120,9 +149,8 @@ async def schedule_action(request: Request, ref: str, verb: str) -> Response:
 
 
 # -- runs -------------------------------------------------------------------------------------------
-@router.get("/runs")
-async def runs_page(request: Request) -> Response:
-    session = await sess.require(request, "schedules:read")
+async def runs_values(request: Request, session: Session) -> dict[str, Any]:
+    """The runs page (``?schedule=`` one schedule's, ``?cursor=`` older ones) and its live stream."""
     cursor = _cursor(request)
     schedule = request.query_params.get("schedule", "").strip() or None
     filt = RunFilter(
@@ -130,19 +158,41 @@ async def runs_page(request: Request) -> Response:
         limit=PAGE, before_id=RunId(cursor) if cursor else None,
     )  # fmt: skip
     runs = await engine(request).runs.list(filt)
-    values = {"runs": runs, "schedule": schedule or "", "next_cursor": runs[-1].id if len(runs) >= PAGE else None}
-    return render(request, "runs.html", session, values)
+    names = await schedule_names(request, session)
+    return {
+        "runs": runs, "schedule": schedule or "", "names": names, "query": request.url.query,
+        "next_cursor": runs[-1].id if len(runs) >= PAGE else None,
+    }  # fmt: skip
+
+
+@router.get("/runs")
+async def runs_page(request: Request) -> Response:
+    session = await sess.require(request, "schedules:read")
+    return render(request, "runs.html", session, await runs_values(request, session))
+
+
+async def run_values(request: Request, session: Session, run_id: str) -> dict[str, Any]:
+    """A run's page and its live stream: the run, its schedule's name, its segments with their jobs."""
+    eng = engine(request)
+    run = await eng.runs.get(_ref(run_id, "run"), session.tenant)
+    segments = await eng.runs.segments(run.id, session.tenant)
+    jobs = {j.id: j for j in await eng.get_jobs([s.job_id for s in segments[:SEGMENTS_SHOWN]], session.tenant)}
+    try:
+        schedule_name: str | None = (await eng.schedules.get(run.schedule_id, session.tenant)).name
+    except NotFound:
+        schedule_name = None  # the schedule was deleted; its runs stay
+    failed = run.summary.dead + run.summary.cancelled
+    return {
+        "run": run, "segments": segments[:SEGMENTS_SHOWN], "jobs": jobs, "total": len(segments),
+        "more": max(0, len(segments) - SEGMENTS_SHOWN), "schedule_name": schedule_name,
+        "can_retry": run.ended and failed > 0, "failed": failed, "session": session, "csrf": session.csrf,
+    }  # fmt: skip
 
 
 @router.get("/runs/{run_id}")
 async def run_page(request: Request, run_id: str) -> Response:
     session = await sess.require(request, "schedules:read")
-    eng = engine(request)
-    run = await eng.runs.get(_ref(run_id, "run"), session.tenant)
-    segments = await eng.runs.segments(run.id, session.tenant)
-    jobs = {j.id: j for j in await eng.get_jobs([s.job_id for s in segments[:500]], session.tenant)}
-    values = {"run": run, "segments": segments[:500], "jobs": jobs, "more": max(0, len(segments) - 500)}
-    return render(request, "run.html", session, values)
+    return render(request, "run.html", session, await run_values(request, session, run_id))
 
 
 @router.post("/runs/{run_id}/{verb}")
@@ -173,9 +223,7 @@ def _spark(samples: list[Job], error_type: str, first: float, now: float) -> lis
     return counts
 
 
-@router.get("/failures")
-async def failures_page(request: Request) -> Response:
-    session = await sess.require(request, "schedules:read")
+async def failures_values(request: Request, session: Session) -> dict[str, Any]:
     eng = engine(request)
     signatures = await eng.signatures.list(SignatureFilter(tenant=session.tenant, limit=PAGE))
     ids = list(dict.fromkeys(i for s in signatures for i in s.sample_job_ids))
@@ -185,7 +233,13 @@ async def failures_page(request: Request) -> Response:
     for s in signatures:
         samples = [jobs[i] for i in s.sample_job_ids if i in jobs]
         rows.append({"sig": s, "samples": samples, "spark": _spark(samples, s.error_type, s.first_seen, now)})
-    return render(request, "failures.html", session, {"rows": rows, "now": now})
+    return {"rows": rows, "now": now}
+
+
+@router.get("/failures")
+async def failures_page(request: Request) -> Response:
+    session = await sess.require(request, "schedules:read")
+    return render(request, "failures.html", session, await failures_values(request, session))
 
 
 @router.post("/failures/{key}/{verb}")

@@ -91,14 +91,19 @@ def diff_rows(old: PackVersion, new: PackVersion) -> list[tuple[str, str]]:
     return rows
 
 
-@router.get("/packs")
-async def packs_page(request: Request) -> Response:
-    session = await sess.require(request, "packs:read")
+async def packs_values(request: Request, session: Session) -> dict[str, Any]:
+    """The packs page (``?q=`` a search) and its live stream."""
     q = request.query_params.get("q", "").strip()
     if len(q) > 200:
         raise DashboardError(422, "at most 200 characters", "q")
     packs = await _registry(request).search(q or None)
-    return render(request, "packs.html", session, {"packs": packs, "q": q})
+    return {"packs": packs, "q": q}
+
+
+@router.get("/packs")
+async def packs_page(request: Request) -> Response:
+    session = await sess.require(request, "packs:read")
+    return render(request, "packs.html", session, await packs_values(request, session))
 
 
 @router.get("/packs/{name}")

@@ -1,6 +1,17 @@
-// jobengine dashboard: the overview chart (uPlot). Everything else is htmx + SSE; pages work without this.
+// jobengine dashboard: the overview chart (uPlot) and times in the reader's zone. Everything else is
+// htmx + SSE; pages work without this (times then stay in UTC).
 (function () {
   "use strict";
+  function localTimes(root) {
+    var els = (root || document).querySelectorAll("time[data-local]");
+    for (var i = 0; i < els.length; i++) {
+      var d = new Date(els[i].getAttribute("datetime"));
+      if (isNaN(d.getTime())) continue;
+      els[i].title = els[i].textContent;
+      els[i].textContent = d.toLocaleString();
+      els[i].removeAttribute("data-local");
+    }
+  }
   var plot = null;
   function draw(series) {
     var el = document.getElementById("chart");
@@ -17,10 +28,32 @@
     window.addEventListener("resize", function () { plot.setSize({ width: Math.max(260, el.clientWidth), height: 200 }); });
   }
   document.addEventListener("DOMContentLoaded", function () {
+    localTimes(document);
     var el = document.getElementById("chart");
     if (el && el.dataset.series) draw(JSON.parse(el.dataset.series));
   });
+  document.addEventListener("htmx:afterSettle", function (e) { localTimes(e.target); });
+  // A live list is not replaced under a field being typed in (a queue's limit): its newest frame is held
+  // and swapped in once the focus has left the list.
+  var held = null;
+  function flush() {
+    if (held && !held.target.contains(document.activeElement) && typeof htmx !== "undefined") {
+      var h = held; held = null;
+      htmx.swap(h.target, h.html, { swapStyle: "innerHTML" });
+    }
+  }
+  document.addEventListener("htmx:sseBeforeMessage", function (e) {
+    var a = document.activeElement;
+    if (a && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && e.target.contains(a)) {
+      e.preventDefault();
+      held = { target: e.target, html: e.detail.data };
+      a.addEventListener("blur", function () { setTimeout(flush, 0); }, { once: true });
+    } else {
+      held = null;
+    }
+  });
   document.addEventListener("htmx:sseMessage", function (e) {
+    localTimes(document);
     if (e.detail && e.detail.type === "chart") draw(JSON.parse(e.detail.data));
   });
 })();
