@@ -5,7 +5,7 @@ The limited claim is one transaction that first takes a transaction-level adviso
 (``pg_advisory_xact_lock``), so limited claims of one queue run one at a time across every process; each
 of its statements then reads (READ COMMITTED) what the previous claimer committed. It counts running jobs
 (per key), reads the candidates and buckets, starts the chosen jobs with the claim-by-id statement
-(``outbox.CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
+(``sql.CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
 buckets back. Completions need no lock: they only free slots.
 """
 
@@ -18,8 +18,7 @@ from psycopg.types.json import Jsonb
 
 from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
-from jobengine.backends.postgres.outbox import CLAIM_IDS
-from jobengine.backends.postgres.sql import RUNNABLE
+from jobengine.backends.postgres.sql import CLAIM_IDS, RUNNABLE
 from jobengine.core.flow.bucket import Bucket
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import WorkerId

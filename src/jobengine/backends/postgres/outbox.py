@@ -2,7 +2,7 @@
 
 Mixed into :class:`PostgresStore`; statements go through its pool, retry and error translation (``_run``).
 Jobs and their outbox rows are written in one transaction: the store's own insert (``insert_jobs_in``, in a
-savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql._CLAIM_TAIL``:
+savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql.CLAIM_IDS``:
 the row is deleted and inserted again as running) over the delivered ids, ``FOR UPDATE SKIP LOCKED``, so two
 workers handed the same message never both start the job.
 """
@@ -34,17 +34,6 @@ RETURNING id, job_id"""
 _OUTBOX_OF = """SELECT id, job_id, queue, available_at, headers::text FROM {s}outbox
 WHERE job_id = ANY(%(ids)s::text[]) ORDER BY id"""
 
-
-CLAIM_IDS = (
-    """WITH picked AS (
-    SELECT id FROM {s}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN """
-    + sql.RUNNABLE
-    + """ AND run_at <= %(now)s::float8
-        AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-    ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
-),"""
-    + sql._CLAIM_TAIL
-)
 
 _OVERDUE = (
     f"SELECT {job_columns('j')} FROM {{s}}jobs j WHERE j.state IN {sql.RUNNABLE} AND j.run_at < %(before)s::float8 "
@@ -160,7 +149,7 @@ class PostgresOutboxMixin:
             "tasks": list(tasks) if tasks is not None else None,
         }  # fmt: skip
         out = Collect(now)
-        out.add(await self._rows(qualify(self, CLAIM_IDS), params))
+        out.add(await self._rows(qualify(self, sql.CLAIM_IDS), params))
         return out.changed()
 
     async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:

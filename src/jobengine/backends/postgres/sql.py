@@ -171,6 +171,13 @@ CLAIM_MANY = f"""WITH picked AS (
     ORDER BY c.priority DESC, c.run_at, c.id LIMIT %(limit)s::int4
 ),{_CLAIM_TAIL}"""
 
+# Given ids (the outbox's messages, the limited claim's choice): the same claim as fetch_jobs over those rows.
+CLAIM_IDS = f"""WITH picked AS (
+    SELECT id FROM {{s}}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
+        AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+    ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
+),{_CLAIM_TAIL}"""
+
 HEARTBEAT = f"""WITH {_rows("l", "id text, token text", sized=True)}
 UPDATE {{s}}jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
 FROM l WHERE j.id = l.id AND j.lease_token = l.token

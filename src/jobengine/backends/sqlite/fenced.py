@@ -46,7 +46,7 @@ from jobengine.core.models import (
 from jobengine.core.states import BREAKS_DEPENDENTS
 
 from .deps import cancel_dependents, unblock_dependents
-from .rows import JOB_COLUMNS, RUNNABLE_SQL, insert_events, job_from_row, param_json, phases_json
+from .rows import JOB_COLUMNS, RUNNABLE_SQL, insert_events, job_from_row, json_list, param_json, phases_json
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -74,6 +74,10 @@ RETURNING {JOB_COLUMNS}
 _CLAIM_BRANCH: Final = (
     f"SELECT id, priority, run_at FROM (SELECT id, priority, run_at FROM jobs WHERE {RUNNABLE_SQL} "
     "AND queue = ? AND run_at <= ?{claimable} ORDER BY priority DESC, run_at, id LIMIT ?)"
+)
+_CLAIM_IDS: Final = _START.format(
+    union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
+    "AND run_at <= ? AND (? IS NULL OR task IN (SELECT value FROM json_each(?)))"
 )
 # The lock-free look before a claim: the first entry of jobs_claim per queue that is due.
 _DUE_BRANCH: Final = f"EXISTS (SELECT 1 FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?{{claimable}})"
@@ -300,7 +304,27 @@ def claim(
     branch = _CLAIM_BRANCH.format(claimable=which.sql)
     sql = _START.format(union=" UNION ALL ".join([branch] * len(queues)))
     params = [worker, now + lease_seconds, now, now, *(a for q in queues for a in (q, now, *which.args, limit)), limit]
-    rows = conn.execute(sql, params).fetchall()
+    return _started(conn, conn.execute(sql, params).fetchall(), worker, now)
+
+
+def claim_ids(
+    conn: sqlite3.Connection,
+    ids: Sequence[JobId],
+    worker: WorkerId,
+    lease: float,
+    now: float,
+    tasks: Sequence[str] | None,
+) -> Applied:
+    """In the transaction: :func:`claim` over the given ids (of ``tasks``: None, any) instead of the queues'
+    heads: the outbox's delivered messages, the limited claim's choice."""
+    unique = list(dict.fromkeys(ids))
+    names = json_list(tasks) if tasks is not None else None
+    params = [worker, now + lease, now, now, json_list(unique), now, names, names, len(unique)]
+    return _started(conn, conn.execute(_CLAIM_IDS, params).fetchall(), worker, now)
+
+
+def _started(conn: sqlite3.Connection, rows: list[Row], worker: WorkerId, now: float) -> Applied:
+    """The rows a claim started, in claim order, with their ``job.started`` events written."""
     if not rows:
         return Applied()
     rows.sort(key=lambda r: (-r[_PRIORITY], r[_RUN_AT], r[_ID]))

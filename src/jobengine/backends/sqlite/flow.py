@@ -21,7 +21,6 @@ from jobengine.core.models import Changed
 from jobengine.ports.flow import FlowCounts
 
 from . import fenced
-from .outbox import _claim_ids
 from .rows import RUNNABLE_SQL
 
 T = TypeVar("T")
@@ -100,7 +99,7 @@ def claim_limited(
         return fenced.Applied()
     if chosen.buckets:
         conn.executemany(_UPSERT_BUCKET, [(k, b.tokens, b.at) for k, b in chosen.buckets.items()])
-    return _claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now, None)
+    return fenced.claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now, None)
 
 
 class SqliteFlowMixin:
