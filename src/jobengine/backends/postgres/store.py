@@ -476,9 +476,9 @@ class PostgresStore(
     def blob_store(self, settings: Settings) -> BlobStore:
         """Pack content: by default in this schema's ``pack_blobs`` table, which every host shares."""
         from jobengine.backends.blobs import choose_blob_store
-        from jobengine.backends.postgres.blobs import PostgresBlobStore
+        from jobengine.backends.sql.blobs import SqlBlobStore
 
-        return choose_blob_store(settings, "postgres", lambda: PostgresBlobStore(self))
+        return choose_blob_store(settings, "postgres", lambda: SqlBlobStore(self.db, f"schema {self.schema}"))
 
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""

@@ -118,35 +118,22 @@ class _Liveness:
             self._conn = None
 
 
-class PostgresWorkers:
+class PostgresWorkers(shared.SqlWorkers[_Liveness]):
     """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`PostgresStore`."""
 
     def __init__(self, store: PostgresStore, *, grace: float = 1.0) -> None:
+        super().__init__(store.db)
         self._store = store
         self._grace = grace
-        self._held: dict[WorkerId, _Liveness] = {}
         self._suspects: dict[WorkerId, float] = {}  # first seen with its lock free (monotonic)
 
-    async def register(self, info: WorkerInfo) -> None:
-        if info.lock_key is not None and info.id not in self._held:
-            liveness = _Liveness(self._store.dsn, info.lock_key)
-            await liveness.start()
-            self._held[info.id] = liveness
-        await shared.register(self._store.db, info)
+    async def _hold(self, key: int) -> _Liveness:
+        liveness = _Liveness(self._store.dsn, key)
+        await liveness.start()
+        return liveness
 
-    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
-        return await shared.beat(self._store.db, worker, now, expires_at)
-
-    async def unregister(self, worker: WorkerId) -> None:
-        try:
-            await shared.remove(self._store.db, [worker])
-        finally:
-            liveness = self._held.pop(worker, None)
-            if liveness is not None:
-                await liveness.stop()
-
-    async def live(self, now: float) -> list[WorkerInfo]:
-        return await shared.live(self._store.db, now)
+    async def _let_go(self, held: _Liveness, *, leaving: bool) -> None:
+        await held.stop()
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         """Remote workers past their expiry, and workers whose liveness lock is free at two looks ``grace``
@@ -188,13 +175,6 @@ class PostgresWorkers:
         rows = await self._store._rows(qualify(self._store, _HELD), {"workers": list(workers), "limit": limit})
         return [job_from_row(r) for r in rows]
 
-    async def remove(self, workers: Sequence[WorkerId]) -> None:
-        if workers:
-            await shared.remove(self._store.db, workers)
-            for w in workers:
-                self._suspects.pop(w, None)
-
-    async def close(self) -> None:
-        held, self._held = self._held, {}
-        for liveness in held.values():
-            await liveness.stop()
+    def _removed(self, workers: Sequence[WorkerId], keys: Sequence[int | None]) -> None:
+        for w in workers:
+            self._suspects.pop(w, None)

@@ -4,8 +4,9 @@ session's advisory lock on PostgreSQL)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core import codec
@@ -13,6 +14,8 @@ from jobengine.core.ids import WorkerId
 from jobengine.ports.workers import WorkerInfo
 
 from .base import Db, Tx, marks
+
+H = TypeVar("H")
 
 _NAMES: Final = WORKER_COLUMNS.split(", ")
 _JSON: Final = ("queues", "tasks", "packs")
@@ -65,3 +68,50 @@ async def remove(db: Db, workers: Sequence[WorkerId]) -> list[int | None]:
         return keys
 
     return await db.write(op)
+
+
+class SqlWorkers(ABC, Generic[H]):
+    """The part of a :class:`~jobengine.ports.workers.WorkerRegistry` both backends share: the rows. How a
+    local worker's process is known to live is each backend's: ``_hold`` takes its liveness (``H``) when it
+    registers, ``_let_go`` gives it back (``unregister``: the worker leaves; ``close``: the store does)."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self._held: dict[WorkerId, H] = {}  # our own workers' liveness
+
+    @abstractmethod
+    async def _hold(self, key: int) -> H: ...
+
+    @abstractmethod
+    async def _let_go(self, held: H, *, leaving: bool) -> None: ...
+
+    def _removed(self, workers: Sequence[WorkerId], keys: Sequence[int | None]) -> None:
+        """After the rows of ``workers`` (with lock ``keys``) are deleted."""
+
+    async def register(self, info: WorkerInfo) -> None:
+        if info.lock_key is not None and info.id not in self._held:
+            self._held[info.id] = await self._hold(info.lock_key)
+        await register(self._db, info)
+
+    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
+        return await beat(self._db, worker, now, expires_at)
+
+    async def unregister(self, worker: WorkerId) -> None:
+        try:
+            await remove(self._db, [worker])
+        finally:
+            held = self._held.pop(worker, None)
+            if held is not None:
+                await self._let_go(held, leaving=True)
+
+    async def live(self, now: float) -> list[WorkerInfo]:
+        return await live(self._db, now)
+
+    async def remove(self, workers: Sequence[WorkerId]) -> None:
+        if workers:
+            self._removed(workers, await remove(self._db, workers))
+
+    async def close(self) -> None:
+        held, self._held = self._held, {}
+        for h in held.values():
+            await self._let_go(h, leaving=False)

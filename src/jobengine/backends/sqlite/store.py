@@ -238,10 +238,11 @@ class SqliteStore(
     def blob_store(self, settings: Settings) -> BlobStore:
         """Pack content: by default in files beside this one (``<database>.packs``)."""
         from jobengine.backends.blobs import choose_blob_store
+        from jobengine.backends.sql.blobs import SqlBlobStore
 
-        from .blobs import SqliteBlobStore
-
-        return choose_blob_store(settings, "sqlite", lambda: SqliteBlobStore(self), beside=Path(self.path + ".packs"))
+        return choose_blob_store(
+            settings, "sqlite", lambda: SqlBlobStore(self.db, self.path), beside=Path(self.path + ".packs")
+        )
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
