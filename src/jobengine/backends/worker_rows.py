@@ -19,19 +19,8 @@ WORKER_COLUMNS: Final = (
 def worker_from_row(r: Sequence[Any], lists: Callable[[Any], Sequence[str]] = tuple) -> WorkerInfo:
     """A row of WORKER_COLUMNS, optionally followed by the count of jobs the worker holds."""
     return WorkerInfo(
-        id=WorkerId(r[0]),
-        kind=r[1],
-        tenant=r[2],
-        host=r[3],
-        pid=int(r[4]),
-        version=r[5],
-        queues=tuple(lists(r[6])),
-        tasks=tuple(lists(r[7])),
-        packs=tuple(lists(r[8])),
-        concurrency=int(r[9]),
-        lock_key=None if r[10] is None else int(r[10]),
-        started_at=float(r[11]),
-        last_seen=float(r[12]),
-        expires_at=float(r[13]),
-        in_flight=int(r[14]) if len(r) > 14 else 0,
-    )
+        id=WorkerId(r[0]), kind=r[1], tenant=r[2], host=r[3], pid=int(r[4]), version=r[5], queues=tuple(lists(r[6])),
+        tasks=tuple(lists(r[7])), packs=tuple(lists(r[8])), concurrency=int(r[9]),
+        lock_key=None if r[10] is None else int(r[10]), started_at=float(r[11]), last_seen=float(r[12]),
+        expires_at=float(r[13]), in_flight=int(r[14]) if len(r) > 14 else 0,
+    )  # fmt: skip
