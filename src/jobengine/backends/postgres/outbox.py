@@ -18,10 +18,9 @@ from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.insert import recover
 from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
-from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Inserted, Job, NewJob
+from jobengine.core.models import Changed, Inserted, NewJob
 from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
 
@@ -33,12 +32,6 @@ RETURNING id, job_id"""
 
 _OUTBOX_OF = """SELECT id, job_id, queue, available_at, headers::text FROM {s}outbox
 WHERE job_id = ANY(%(ids)s::text[]) ORDER BY id"""
-
-
-_OVERDUE = (
-    f"SELECT {job_columns('j')} FROM {{s}}jobs j WHERE j.state IN {sql.RUNNABLE} AND j.run_at < %(before)s::float8 "
-    "ORDER BY j.run_at, j.id LIMIT %(limit)s::int4"
-)
 
 
 class _Runs(StoreCalls, Protocol):
@@ -151,7 +144,3 @@ class PostgresOutboxMixin:
         out = Collect(now)
         out.add(await self._rows(qualify(self, sql.CLAIM_IDS), params))
         return out.changed()
-
-    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
-        rows = await self._rows(qualify(self, _OVERDUE), {"before": before, "limit": limit})
-        return [job_from_row(r) for r in rows]

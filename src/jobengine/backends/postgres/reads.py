@@ -7,11 +7,9 @@ from typing import Any, Protocol
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.mixin import StoreCalls
-from jobengine.backends.postgres.rows import event_from_row, job_from_row
+from jobengine.backends.postgres.rows import job_from_row
 from jobengine.core import codec
-from jobengine.core.ids import JobId
-from jobengine.core.models import Event, Job, JobFilter
-from jobengine.core.states import JobState
+from jobengine.core.models import Job, JobFilter
 from jobengine.ports.watermarks import WatermarkValue
 
 
@@ -22,12 +20,6 @@ class _Runs(StoreCalls, Protocol):
 class PostgresReadsMixin:
     async def expired_jobs(self: _Runs, now: float, limit: int) -> list[Job]:
         return [job_from_row(r) for r in await self._rows(self._q.expired, {"now": now, "limit": limit})]
-
-    async def get_jobs(self: _Runs, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
-        if not ids:
-            return []
-        found = {j.id: j for j in map(job_from_row, await self._rows(self._q.get, {"ids": list(set(ids))}))}
-        return [found[i] for i in ids if i in found and (tenant is None or found[i].tenant == tenant)]
 
     async def list_jobs(self: _Runs, filter: JobFilter) -> list[Job]:
         conds: list[str] = ["true"]
@@ -50,11 +42,6 @@ class PostgresReadsMixin:
         rows = await self._rows(sql.list_query(self.schema, " AND ".join(conds)), params)
         return [job_from_row(r) for r in rows]
 
-    async def count_jobs(self: _Runs, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
-        where = "tenant = %(tenant)s::text" if tenant is not None else "true"
-        rows = await self._rows(sql.count_query(self.schema, where), {"tenant": tenant})
-        return {(r[0], JobState(r[1])): int(r[2]) for r in rows}
-
     async def next_run_at(self: _Runs, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         if not queues or (tasks is not None and not tasks):
             return None
@@ -62,20 +49,6 @@ class PostgresReadsMixin:
         rows = await self._rows(self._q.next_run_at, params)
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
-
-    async def list_events(
-        self: _Runs, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None
-    ) -> list[Event]:
-        where = ""
-        params: dict[str, Any] = {"after": after_id, "limit": max(0, limit)}
-        if job_id is not None:
-            where += " AND job_id = %(job_id)s::text"
-            params["job_id"] = job_id
-        if tenant is not None:
-            where += " AND tenant = %(tenant)s::text"
-            params["tenant"] = tenant
-        rows = await self._rows(sql.events_query(self.schema, where), params)
-        return [event_from_row(r) for r in rows]
 
     # -- watermarks ---------------------------------------------------------------------------------
     async def get_watermark(self: _Runs, source: str, key: str) -> WatermarkValue | None:

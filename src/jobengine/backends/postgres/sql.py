@@ -515,8 +515,6 @@ GET = f"SELECT {_J} FROM {{s}}jobs j WHERE j.id = ANY(%(ids)s::text[])"
 
 LIST = f"SELECT {_J} FROM {{s}}jobs j WHERE {{where}} ORDER BY j.id DESC LIMIT %(limit)s::int4"
 
-COUNT = "SELECT queue, state, count(*) FROM {s}jobs WHERE {where} GROUP BY queue, state"
-
 # Queued jobs always have run_at in the past, so the waiting index serves the future ones; the queued ones
 # are few whenever a worker asks (it asks when it found nothing to claim).
 # Only jobs of the asking worker's tasks count: one it cannot run must not keep it from sleeping.
@@ -525,9 +523,6 @@ NEXT_RUN_AT = f"""SELECT least(
     (SELECT min(run_at) FROM {{s}}jobs
      WHERE queue = ANY(%(queues)s::text[]) AND state IN ('scheduled', 'failed') AND {_OF_TASKS}),
     (SELECT min(run_at) FROM {{s}}jobs WHERE queue = ANY(%(queues)s::text[]) AND state = 'queued' AND {_OF_TASKS}))"""
-
-EVENTS = """SELECT id, at, type, tenant, job_id, queue, task, data::text FROM {s}events
-WHERE id > %(after)s::int8 {where} ORDER BY id LIMIT %(limit)s::int4"""
 
 # The notifier's probe after (re)connecting: is anything runnable now? The database's clock stands in for
 # the engine's; a wrong answer only costs a spurious wake-up or (with a clock far ahead) a poll interval.
@@ -595,11 +590,3 @@ def build(schema: str) -> Queries:
 
 def list_query(schema: str, where: str) -> bytes:
     return LIST.replace("{s}", prefix(schema)).replace("{where}", where).encode()
-
-
-def count_query(schema: str, where: str) -> bytes:
-    return COUNT.replace("{s}", prefix(schema)).replace("{where}", where).encode()
-
-
-def events_query(schema: str, where: str) -> bytes:
-    return EVENTS.replace("{s}", prefix(schema)).replace("{where}", where).encode()

@@ -64,6 +64,7 @@ from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
+from jobengine.backends.sql.reads import SqlReadsMixin
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -186,6 +187,7 @@ class PostgresStore(
     SqlOutboxMixin,
     PostgresOutboxMixin,
     PostgresReadsMixin,
+    SqlReadsMixin,
     SqlPacksMixin,
     PostgresFlowMixin,
 ):

@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from jobengine.backends.postgres.mixin import qualify
-from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.backends.sql import workers as shared
 from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
 from jobengine.ports.workers import WorkerInfo
 
@@ -42,9 +40,6 @@ log = logging.getLogger("jobengine.postgres")
 # not waited for. CASE, so no lock is tried for a worker without one.
 _DEAD = f"""SELECT {WORKER_COLUMNS} FROM {{s}}workers
 WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
-
-_HELD = f"""SELECT {job_columns("j")} FROM {{s}}jobs j
-WHERE j.state = 'running' AND j.lease_worker = ANY(%(workers)s::text[]) ORDER BY j.id LIMIT %(limit)s::int4"""
 
 
 class _Liveness:
@@ -168,12 +163,6 @@ class PostgresWorkers(shared.SqlWorkers[_Liveness]):
                 wait = max(wait, first + self._grace - seen)
         self._suspects = {w: t for w, t in self._suspects.items() if w in free}
         return dead, wait
-
-    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
-        if not workers:
-            return []
-        rows = await self._store._rows(qualify(self._store, _HELD), {"workers": list(workers), "limit": limit})
-        return [job_from_row(r) for r in rows]
 
     def _removed(self, workers: Sequence[WorkerId], keys: Sequence[int | None]) -> None:
         for w in workers:

@@ -11,6 +11,7 @@ from typing import Final, Generic, TypeVar
 from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
+from jobengine.core.models import Job
 from jobengine.ports.workers import WorkerInfo
 
 from .base import Db, Tx, marks
@@ -106,6 +107,12 @@ class SqlWorkers(ABC, Generic[H]):
 
     async def live(self, now: float) -> list[WorkerInfo]:
         return await live(self._db, now)
+
+    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
+        if not workers:
+            return []
+        where = "jobs.state = 'running' AND jobs.lease_worker {in_array} ORDER BY jobs.id LIMIT ?"
+        return await self._db.read(lambda tx: tx.jobs(where, (tx.d.array(workers), limit)))
 
     async def remove(self, workers: Sequence[WorkerId]) -> None:
         if workers:

@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from jobengine.backends.sql.base import Dialect, Row, Tx, drive
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
 
 from .inserts import insert_jobs
-from .rows import append_events
+from .rows import append_events, select_jobs
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -38,6 +38,9 @@ class SqliteTx:
 
     async def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(DIALECT.q(sql), rows)
+
+    async def jobs(self, where: str, params: Sequence[Any] = ()) -> list[Job]:
+        return select_jobs(self.conn, DIALECT.q(where), params)
 
     async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
         return append_events(self.conn, events, now)

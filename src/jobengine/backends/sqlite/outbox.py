@@ -14,14 +14,14 @@ from typing import Final, Protocol, TypeVar
 
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Inserted, Job, NewJob
+from jobengine.core.models import Changed, Inserted, NewJob
 from jobengine.errors import ConfigError
 from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
 
 from . import fenced
 from .inserts import insert_jobs
-from .rows import RUNNABLE_SQL, insert_rows, select_jobs
+from .rows import insert_rows
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -104,7 +104,3 @@ class SqliteOutboxMixin:
             lambda c: fenced.claim_ids(c, ids, worker, lease_seconds, now, tasks),
             lambda a: fenced.claimed(a, worker, now),
         )
-
-    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
-        where = f"{RUNNABLE_SQL} AND run_at < ? ORDER BY run_at, id LIMIT ?"
-        return await self._read(lambda c: select_jobs(c, where, (before, limit)))

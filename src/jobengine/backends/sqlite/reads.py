@@ -6,11 +6,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from jobengine.core.ids import JobId
-from jobengine.core.models import Event, Job, JobFilter
+from jobengine.core.models import Job, JobFilter
 from jobengine.core.states import JobState
 
-from .rows import EVENT_COLUMNS, RUNNABLE_SQL, event_from_row, jobs_by_id, select_jobs
+from .rows import RUNNABLE_SQL, select_jobs
 
 
 def expired_jobs(conn: sqlite3.Connection, now: float, limit: int) -> list[Job]:
@@ -21,12 +20,6 @@ def expired_jobs(conn: sqlite3.Connection, now: float, limit: int) -> list[Job]:
         "jobs.state = 'running' AND jobs.lease_expires_at < ? ORDER BY jobs.lease_expires_at, jobs.id LIMIT ?",
         (now, limit),
     )
-
-
-def get_jobs(conn: sqlite3.Connection, ids: Sequence[JobId], tenant: str | None) -> list[Job]:
-    """In the order asked for; unknown ids and other tenants' jobs are left out."""
-    found = jobs_by_id(conn, ids)
-    return [job for i in ids if (job := found.get(i)) is not None and (tenant is None or job.tenant == tenant)]
 
 
 def list_jobs(conn: sqlite3.Connection, f: JobFilter) -> list[Job]:
@@ -65,14 +58,6 @@ def list_jobs(conn: sqlite3.Connection, f: JobFilter) -> list[Job]:
     return select_jobs(conn, f"jobs.id IN ({union}) ORDER BY jobs.id DESC LIMIT ?", [*args, f.limit])
 
 
-def count_jobs(conn: sqlite3.Connection, tenant: str | None) -> dict[tuple[str, JobState], int]:
-    if tenant is None:
-        rows = conn.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state")
-    else:
-        rows = conn.execute("SELECT queue, state, count(*) FROM jobs WHERE tenant = ? GROUP BY queue, state", (tenant,))
-    return {(r[0], JobState(r[1])): r[2] for r in rows}
-
-
 def next_run_at(conn: sqlite3.Connection, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
     """The earliest run_at among runnable jobs of ``queues`` (and of ``tasks``: one the asking worker cannot
     run must not keep it awake)."""
@@ -87,19 +72,3 @@ def next_run_at(conn: sqlite3.Connection, queues: Sequence[str], tasks: Sequence
     row = conn.execute(sql, args)
     value = row.fetchone()[0]
     return None if value is None else float(value)
-
-
-def list_events(
-    conn: sqlite3.Connection, after_id: int, limit: int, job_id: JobId | None, tenant: str | None
-) -> list[Event]:
-    where = ["id > ?"]
-    params: list[Any] = [after_id]
-    if job_id is not None:
-        where.append("job_id = ?")
-        params.append(job_id)
-    if tenant is not None:
-        where.append("tenant = ?")
-        params.append(tenant)
-    params.append(limit)
-    sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
-    return [event_from_row(r) for r in conn.execute(sql, params)]

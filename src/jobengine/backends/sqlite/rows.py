@@ -190,10 +190,3 @@ def insert_events(conn: sqlite3.Connection, now: float, rows: Sequence[tuple[Any
 def _event_data(event: NewEvent) -> str:
     data = event.data
     return codec.dumps(data if isinstance(data, dict) else dict(data), "event")
-
-
-def event_from_row(r: Sequence[Any]) -> Event:
-    return Event(id=r[0], at=r[1], type=r[2], tenant=r[3], job_id=r[4], queue=r[5], task=r[6], data=codec.loads(r[7]))
-
-
-EVENT_COLUMNS: Final = "id, at, type, tenant, job_id, queue, task, data"

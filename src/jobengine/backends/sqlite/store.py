@@ -40,11 +40,11 @@ from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
+from jobengine.backends.sql.reads import SqlReadsMixin
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
     Changed,
     Completion,
-    Event,
     Failure,
     Heartbeat,
     Inserted,
@@ -55,7 +55,6 @@ from jobengine.core.models import (
     PhaseUpdate,
     Pruned,
 )
-from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, StoreUnavailable
 from jobengine.ports.store import Capabilities
 
@@ -75,7 +74,14 @@ R = TypeVar("R")
 
 
 class SqliteStore(
-    SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqlOutboxMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin
+    SqlKeysMixin,
+    SqlQueuesMixin,
+    SqliteApiMixin,
+    SqlOutboxMixin,
+    SqliteOutboxMixin,
+    SqlReadsMixin,
+    SqlPacksMixin,
+    SqliteFlowMixin,
 ):
     """The Store port on a SQLite file.
 
@@ -326,24 +332,11 @@ class SqliteStore(
     async def expired_jobs(self, now: float, limit: int) -> list[Job]:
         return await self._read(lambda c: reads.expired_jobs(c, now, limit))
 
-    async def get_jobs(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
-        if not ids:
-            return []
-        return await self._read(lambda c: reads.get_jobs(c, ids, tenant))
-
     async def list_jobs(self, filter: JobFilter) -> list[Job]:
         return await self._read(lambda c: reads.list_jobs(c, filter))
 
-    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
-        return await self._read(lambda c: reads.count_jobs(c, tenant))
-
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         return await self._read(lambda c: reads.next_run_at(c, queues, tasks))
-
-    async def list_events(
-        self, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None
-    ) -> list[Event]:
-        return await self._read(lambda c: reads.list_events(c, after_id, limit, job_id, tenant))
 
 
 def _same(value: T) -> T:

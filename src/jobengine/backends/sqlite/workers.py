@@ -17,11 +17,8 @@ from typing import TYPE_CHECKING
 
 from jobengine.backends.sql import workers as shared
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
 from jobengine.ports.workers import WorkerInfo
-
-from .rows import json_list, select_jobs
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -96,12 +93,3 @@ class SqliteWorkers(shared.SqlWorkers[tuple[int, Path]]):
             if (key is None and info.expires_at <= now) or (key is not None and self._free(key)):
                 dead.append(info)
         return dead
-
-    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
-        if not workers:
-            return []
-        where = (
-            "jobs.state = 'running' AND jobs.lease_worker IN (SELECT value FROM json_each(?)) ORDER BY jobs.id LIMIT ?"
-        )
-        args = (json_list(workers), limit)
-        return await self._store._read(lambda c: select_jobs(c, where, args))
