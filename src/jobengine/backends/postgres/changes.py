@@ -24,18 +24,6 @@ def job_rows(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r[0] is None]
 
 
-def unique(items: Sequence[T], key: Callable[[T], object]) -> list[T]:
-    """First occurrence of each key: a repeated fenced change would be fenced out by the first anyway."""
-    seen: set[object] = set()
-    out = []
-    for item in items:
-        k = key(item)
-        if k not in seen:
-            seen.add(k)
-            out.append(item)
-    return out
-
-
 def cut_after(items: Sequence[T], cut: Callable[[T], bool]) -> list[list[T]]:
     """``items`` in order, in chunks that end at every item for which ``cut`` is true."""
     chunks: list[list[T]] = [[]]

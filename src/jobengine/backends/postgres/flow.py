@@ -23,7 +23,6 @@ from jobengine.core.flow.bucket import Bucket
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
-from jobengine.ports.flow import FlowCounts
 
 Conn = Any
 
@@ -82,12 +81,6 @@ async def _all(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]
 
 
 class PostgresFlowMixin:
-    async def flow_counts(self: StoreCalls) -> FlowCounts:
-        q = (f"SELECT queue, count(*) FILTER (WHERE state IN {RUNNABLE}), count(*) FILTER (WHERE state = 'running') "
-             f"FROM {{s}}jobs WHERE state IN {RUNNABLE} OR state = 'running' GROUP BY queue")  # fmt: skip
-        rows = await self._rows(qualify(self, q), {})
-        return FlowCounts({r[0]: int(r[1]) for r in rows if r[1]}, {r[0]: int(r[2]) for r in rows if r[2]})
-
     async def claim_limited(
         self: StoreCalls, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
     ) -> Changed:

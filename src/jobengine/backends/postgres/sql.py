@@ -513,8 +513,6 @@ WHERE j.state = 'running' AND j.lease_expires_at < %(now)s::float8 ORDER BY j.id
 
 GET = f"SELECT {_J} FROM {{s}}jobs j WHERE j.id = ANY(%(ids)s::text[])"
 
-LIST = f"SELECT {_J} FROM {{s}}jobs j WHERE {{where}} ORDER BY j.id DESC LIMIT %(limit)s::int4"
-
 # Queued jobs always have run_at in the past, so the waiting index serves the future ones; the queued ones
 # are few whenever a worker asks (it asks when it found nothing to claim).
 # Only jobs of the asking worker's tasks count: one it cannot run must not keep it from sleeping.
@@ -586,7 +584,3 @@ def build(schema: str) -> Queries:
         for f in fields(Queries)
     }
     return Queries(**values)
-
-
-def list_query(schema: str, where: str) -> bytes:
-    return LIST.replace("{s}", prefix(schema)).replace("{where}", where).encode()

@@ -41,7 +41,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
-from jobengine.backends.postgres.changes import DEPENDENTS, STATE, Collect, J, Row, cut_after, job_rows, unique
+from jobengine.backends.postgres.changes import DEPENDENTS, STATE, Collect, J, Row, cut_after, job_rows
 from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
@@ -60,6 +60,7 @@ from jobengine.backends.postgres.outbox import PostgresOutboxMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.workers import PostgresWorkers
+from jobengine.backends.sql.base import unique
 from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
@@ -543,19 +544,14 @@ class PostgresStore(
         *,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted:
-        """Insert jobs on the caller's ``psycopg.AsyncConnection``, inside its transaction (opened here if the
-        connection is not in autocommit mode and has none yet, as its first statement would); commit and
-        rollback stay with the caller. On an autocommit connection outside a transaction block the jobs are
-        committed at once, like :meth:`insert_jobs`. Rolled back, the jobs never existed; committed, they run
-        (the NOTIFY is sent at that commit). Usage::
+        """``connection`` is a ``psycopg.AsyncConnection``; its transaction is opened here if it is not in
+        autocommit mode and has none yet (as its first statement would). On an autocommit connection outside
+        a transaction block the jobs are committed at once, like :meth:`insert_jobs`. Usage::
 
             async with await psycopg.AsyncConnection.connect(dsn) as conn:
                 async with conn.transaction():
                     await conn.execute("INSERT INTO orders ...")
                     await store.insert_jobs_in(conn, [NewJob("ship", {"order": 7})], time.time(), [()])
-
-        Raises what :meth:`insert_jobs` raises; the caller's transaction stays usable after any of those
-        errors (the store's statements run in a savepoint), except when the connection itself failed.
         """
         if not isinstance(connection, psycopg.AsyncConnection):
             raise TypeError("insert_jobs_in needs a psycopg.AsyncConnection")

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from jobengine.backends.postgres.mixin import qualify
+from jobengine.backends.postgres.mixin import qualify, session
 from jobengine.backends.sql import workers as shared
-from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core.ids import WorkerId
 from jobengine.errors import StoreUnavailable
 from jobengine.ports.workers import WorkerInfo
@@ -38,7 +37,7 @@ log = logging.getLogger("jobengine.postgres")
 
 # A free lock is taken for this statement's transaction only (and given back at its end); a held one is
 # not waited for. CASE, so no lock is tried for a worker without one.
-_DEAD = f"""SELECT {WORKER_COLUMNS} FROM {{s}}workers
+_DEAD = f"""SELECT {shared.WORKER_COLUMNS} FROM {{s}}workers
 WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
 
 
@@ -55,10 +54,7 @@ class _Liveness:
         self.restored = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, connect_timeout=5,
-            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-        )  # fmt: skip
+        conn = await session(self._dsn)
         try:
             while True:
                 cur = await conn.execute("SELECT pg_try_advisory_lock(%s::int8)", (self._key,))
@@ -149,7 +145,7 @@ class PostgresWorkers(shared.SqlWorkers[_Liveness]):
         dead: list[WorkerInfo] = []
         free: set[WorkerId] = set()
         wait = 0.0
-        for info in map(worker_from_row, rows):
+        for info in map(shared.worker_from_row, rows):
             if info.id in self._held:
                 continue  # ours, between its session's loss and its return: it lives
             if info.lock_key is None:

@@ -25,14 +25,16 @@ Row = Sequence[Any]
 # ``{lock}`` the row lock of a read-then-write and ``{skip_locked}`` that of a queue's pick (several
 # processes take disjoint rows). SQLite needs no row lock: its write transaction holds the whole file.
 # ``{in_array}`` tests membership in one parameter of :meth:`Dialect.array`; ``{runnable}`` is a job a worker
-# may claim, spelled on SQLite as its partial index ``jobs_claim`` is (the planner uses it only then).
+# may claim, spelled on SQLite as its partial index ``jobs_claim`` is (the planner uses it only then);
+# ``{deps}`` the table of dependency edges.
 _MARKS: Final = {
     False: {"{json}": "?", "{text}": "", "{instr}": "instr", "{true}": "1", "{same}": "IS", "{lock}": "",
             "{skip_locked}": "", "{in_array}": "IN (SELECT value FROM json_each(?))",
-            "{runnable}": "(state = 'queued' OR state = 'scheduled' OR state = 'failed')"},
+            "{runnable}": "(state = 'queued' OR state = 'scheduled' OR state = 'failed')", "{deps}": "job_deps"},
     True: {"{json}": "?::jsonb", "{text}": "::text", "{instr}": "strpos", "{true}": "TRUE",
            "{same}": "IS NOT DISTINCT FROM", "{lock}": " FOR UPDATE", "{skip_locked}": " FOR UPDATE SKIP LOCKED",
-           "{in_array}": "= ANY(?::text[])", "{runnable}": "state IN ('queued', 'scheduled', 'failed')"},
+           "{in_array}": "= ANY(?::text[])", "{runnable}": "state IN ('queued', 'scheduled', 'failed')",
+           "{deps}": "job_dependencies"},
 }  # fmt: skip
 
 
@@ -110,6 +112,14 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
         return done.value  # type: ignore[no-any-return]
     coro.close()
     raise RuntimeError("an operation on a blocking transaction suspended")
+
+
+def unique(items: Iterable[T], key: Callable[[T], object]) -> list[T]:
+    """The first item of each key, in order: a batch that names a job twice changes it once (its first entry)."""
+    seen: dict[object, T] = {}
+    for item in items:
+        seen.setdefault(key(item), item)
+    return list(seen.values())
 
 
 def marks(n: int) -> str:

@@ -1,14 +1,14 @@
 """The rows of the worker registry (table ``workers``, migration ``0010_workers``), shared by both SQL
 backends' registries; how a worker is known to be alive stays with each backend (a file lock on SQLite, a
-session's advisory lock on PostgreSQL)."""
+session's advisory lock on PostgreSQL). The list columns (queues, tasks, packs) arrive decoded from
+PostgreSQL's jsonb and as JSON text from SQLite: ``worker_from_row``'s ``lists`` reads one such value."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Final, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Generic, TypeVar
 
-from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core import codec
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Job
@@ -17,6 +17,22 @@ from jobengine.ports.workers import WorkerInfo
 from .base import Db, Tx, marks
 
 H = TypeVar("H")
+
+WORKER_COLUMNS: Final = (
+    "id, kind, tenant, host, pid, version, queues, tasks, packs, concurrency, lock_key, started_at, last_seen, "
+    "expires_at"
+)
+
+
+def worker_from_row(r: Sequence[Any], lists: Callable[[Any], Sequence[str]] = tuple) -> WorkerInfo:
+    """A row of WORKER_COLUMNS, optionally followed by the count of jobs the worker holds."""
+    return WorkerInfo(
+        id=WorkerId(r[0]), kind=r[1], tenant=r[2], host=r[3], pid=int(r[4]), version=r[5], queues=tuple(lists(r[6])),
+        tasks=tuple(lists(r[7])), packs=tuple(lists(r[8])), concurrency=int(r[9]),
+        lock_key=None if r[10] is None else int(r[10]), started_at=float(r[11]), last_seen=float(r[12]),
+        expires_at=float(r[13]), in_flight=int(r[14]) if len(r) > 14 else 0,
+    )  # fmt: skip
+
 
 _NAMES: Final = WORKER_COLUMNS.split(", ")
 _JSON: Final = ("queues", "tasks", "packs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from jobengine.backends.sql.base import Dialect, Row, Tx, drive
 from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
@@ -17,7 +17,18 @@ if TYPE_CHECKING:
     from .store import SqliteStore
 
 T = TypeVar("T")
+R = TypeVar("R")
 DIALECT: Final = Dialect()
+
+
+class StoreCalls(Protocol):
+    """The store as its mixins' methods see it: its ways to run a function on its thread and connection."""
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 class SqliteTx:
@@ -58,9 +69,10 @@ class SqliteDb:
 
     async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True, hot: bool = False) -> T:
         if hot:
-            return await self._store._work(lambda c: drive(fn(SqliteTx(c))), _same)  # type: ignore[arg-type]
+            return await self._store._work(lambda c: drive(fn(SqliteTx(c))), same)  # type: ignore[arg-type]
         return await self._store._write(lambda c: drive(fn(SqliteTx(c))))  # type: ignore[arg-type]
 
 
-def _same(value: T) -> T:
+def same(value: T) -> T:
+    """``then`` of a ``_work`` whose result needs no building after COMMIT."""
     return value

@@ -24,8 +24,9 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
+from jobengine.backends.sql.base import unique as first_per_job
 from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core.ids import JobId, WorkerId
@@ -48,7 +49,6 @@ from jobengine.core.states import BREAKS_DEPENDENTS
 from .deps import cancel_dependents, unblock_dependents
 from .rows import JOB_COLUMNS, RUNNABLE_SQL, insert_events, job_from_row, json_list, param_json, phases_json
 
-T = TypeVar("T")
 Row = tuple[Any, ...]
 
 #: SQL functions registered on the store's connection (see :func:`register_functions`).
@@ -56,6 +56,8 @@ LEASE_TOKEN_FN: Final = "jobengine_lease_token"
 RESTART_PHASES_FN: Final = "jobengine_restart_phases"
 
 _CLEAR_LEASE: Final = "lease_worker = NULL, lease_token = NULL, lease_expires_at = NULL"
+# UPDATE ... FROM updates a row once even if several batch entries match it, but with an arbitrary one: a
+# batch keeps the first entry of each job (first_per_job).
 _FENCE: Final = "jobs.id = b.id AND jobs.lease_token = b.token AND jobs.state = 'running'"
 # Positions in a row of JOB_COLUMNS (see rows.job_from_row). _DEPENDENTS: whether any job depends on the
 # row's job (one probe of job_deps_depends_on per row), so a batch whose jobs have no dependents (the usual
@@ -212,14 +214,6 @@ def restart_phases(text: str) -> str:
     if not any(p.state is PhaseState.RUNNING for p in phases):
         return text
     return phases_json([p if p.state is PhaseState.SUCCEEDED else replace(p, state=PhaseState.PENDING) for p in phases])
-
-
-def _first_per_job(items: Iterable[T], key: Callable[[T], str]) -> list[T]:
-    # UPDATE ... FROM updates a row once even if several batch entries match it, but with an arbitrary one.
-    seen: dict[str, T] = {}
-    for item in items:
-        seen.setdefault(key(item), item)
-    return list(seen.values())
 
 
 def _in_order(rows: Iterable[Row], order: Iterable[str]) -> list[Row]:
@@ -382,7 +376,7 @@ def heartbeat_jobs(conn: sqlite3.Connection, leases: Sequence[Lease], lease_unti
 def succeed(conn: sqlite3.Connection, completions: Sequence[Completion], now: float) -> Applied:
     """In the transaction: the jobs held by these leases succeed; dependents that were waiting only for
     them become runnable."""
-    unique = _first_per_job(completions, lambda c: c.job_id)
+    unique = first_per_job(completions, lambda c: c.job_id)
     batch = param_json(
         [[c.job_id, c.token, None if c.result is None else codec.dumps(c.result, "result")] for c in unique]
     )
@@ -444,7 +438,7 @@ def fail(conn: sqlite3.Connection, failures: Sequence[Failure], now: float) -> A
     cancelled cancels its blocked dependents, transitively."""
     if any(f.outcome is FailOutcome.RETRY and f.retry_at is None for f in failures):
         raise ValueError("a failure with outcome retry needs retry_at")
-    unique = _first_per_job(failures, lambda f: f.job_id)
+    unique = first_per_job(failures, lambda f: f.job_id)
     batch = param_json(
         [
             [
@@ -505,7 +499,7 @@ def fail_jobs(conn: sqlite3.Connection, failures: Sequence[Failure], now: float)
 
 def release(conn: sqlite3.Connection, leases: Sequence[Lease], now: float) -> Applied:
     """In the transaction: the jobs held by these leases go back to queued, their attempt given back."""
-    unique = _first_per_job(leases, lambda lease: lease.job_id)
+    unique = first_per_job(leases, lambda lease: lease.job_id)
     batch = param_json([[lease.job_id, lease.token] for lease in unique])
     rows = _in_order(conn.execute(_RELEASE, (now, batch)), (lease.job_id for lease in unique))
     if not rows:

@@ -9,37 +9,23 @@ exactly what ``fetch_jobs`` makes of it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Final
 
+from jobengine.backends.sql import outbox
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed, Inserted, NewJob
 from jobengine.errors import ConfigError
-from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
+from jobengine.ports.outbox import Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
 
 from . import fenced
+from .db import StoreCalls
 from .inserts import insert_jobs
 from .rows import insert_rows
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _same(value: T) -> T:
-    return value
-
-
 _INSERT_OUTBOX: Final = "INSERT INTO outbox (job_id, queue, available_at, headers, held_until) VALUES "
-
-
-class _Runs(Protocol):
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 def _insert(
@@ -51,11 +37,7 @@ def _insert(
     held_until: float,
 ) -> Outboxed:
     inserted = insert_jobs(conn, jobs, now, phases)
-    owed = [
-        (job, dict(headers.get(job.id, {})))
-        for job, created in zip(inserted.jobs, inserted.created, strict=True)
-        if created and job.state in OUTBOXED_STATES
-    ]
+    owed = outbox.owed(inserted, headers)
     if not owed:
         return Outboxed(inserted, [])
     # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
@@ -72,7 +54,7 @@ def _insert(
 
 class SqliteOutboxMixin:
     async def insert_jobs_outboxed(
-        self: _Runs,
+        self: StoreCalls,
         jobs: Sequence[NewJob],
         now: float,
         phases: Sequence[tuple[str, ...]],
@@ -89,7 +71,7 @@ class SqliteOutboxMixin:
         return await self._write(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
 
     async def claim_jobs(
-        self: _Runs,
+        self: StoreCalls,
         ids: Sequence[JobId],
         worker: WorkerId,
         lease_seconds: float,

@@ -61,7 +61,7 @@ from jobengine.ports.store import Capabilities
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
-from .db import SqliteDb
+from .db import SqliteDb, same
 from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
@@ -293,12 +293,12 @@ class SqliteStore(
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
         if not leases:
             return Heartbeat(frozenset(), frozenset())
-        return await self._work(lambda c: fenced.heartbeat_jobs(c, leases, lease_until, now), _same)
+        return await self._work(lambda c: fenced.heartbeat_jobs(c, leases, lease_until, now), same)
 
     async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
         if not updates:
             return Changed()
-        return await self._work(lambda c: writes.save_phases(c, updates, now), _same)
+        return await self._work(lambda c: writes.save_phases(c, updates, now), same)
 
     async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
         if not completions:
@@ -337,10 +337,6 @@ class SqliteStore(
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         return await self._read(lambda c: reads.next_run_at(c, queues, tasks))
-
-
-def _same(value: T) -> T:
-    return value
 
 
 if TYPE_CHECKING:
