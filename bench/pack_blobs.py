@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 from jobengine.backends.blobs.filesystem import FilesystemBlobStore
+from jobengine.backends.sql.blobs import SqlBlobStore
 from jobengine.backends.sqlite import SqliteStore
-from jobengine.backends.sqlite.blobs import SqliteBlobStore
 from jobengine.ports.blobs import BlobStore
 
 
@@ -44,7 +44,7 @@ async def main(endpoint: str | None) -> None:
         stores: list[tuple[str, BlobStore, int]] = [("filesystem", FilesystemBlobStore(Path(tmp) / "fs"), 20)]
         sqlite = SqliteStore(str(Path(tmp) / "jobs.db"))
         await sqlite.migrate()
-        stores.append(("sqlite-db", SqliteBlobStore(sqlite), 20))
+        stores.append(("sqlite-db", SqlBlobStore(sqlite.db, sqlite.path), 20))
         if endpoint:
             import boto3
 

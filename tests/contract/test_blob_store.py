@@ -24,25 +24,25 @@ async def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if kind == "filesystem":
         yield FilesystemBlobStore(tmp_path / "blobs")
     elif kind == "sqlite":
+        from jobengine.backends.sql.blobs import SqlBlobStore
         from jobengine.backends.sqlite import SqliteStore
-        from jobengine.backends.sqlite.blobs import SqliteBlobStore
 
         store = SqliteStore(str(tmp_path / "jobs.db"))
         await store.migrate()
         try:
-            yield SqliteBlobStore(store)
+            yield SqlBlobStore(store.db, store.path)
         finally:
             await store.close()
     elif kind == "postgres":
         dsn = request.getfixturevalue("postgres_contract_dsn")
         from jobengine.backends.postgres import PostgresStore
-        from jobengine.backends.postgres.blobs import PostgresBlobStore
+        from jobengine.backends.sql.blobs import SqlBlobStore
         from support.services import unique_name
 
         pg = PostgresStore(dsn, schema=unique_name("blobs"), pool_max=2)
         await pg.migrate()
         try:
-            yield PostgresBlobStore(pg)
+            yield SqlBlobStore(pg.db, f"schema {pg.schema}")
         finally:
             await pg.drop_schema()
             await pg.close()

@@ -84,6 +84,7 @@ async def test_list_events_pages_by_cursor_and_filters(store: Store) -> None:
     assert [e.job_id for e in only] == [jobs[3].id]
     assert await store.list_events(0, 100, job_id=jobs[3].id, tenant="b") == []
     assert await store.list_events(page1[0].id, 100, job_id=jobs[0].id) == []
+    assert await store.list_events(0, 0) == [] and await store.list_events(0, -1) == []
 
 
 async def test_a_cancel_cascade_emits_one_event_per_job(store: Store) -> None:

@@ -124,17 +124,6 @@ def test_the_cycle_check_finds_a_function_level_cycle(tmp_path: Path, monkeypatc
     assert import_cycles("circular") == [["circular.a", "circular.b"]]
 
 
-#: Modules of the SQL backends that still use
-#: another module's private names (``importer -> module``); an entry goes when its module does. Nothing
-#: may be added here.
-KNOWN_PRIVATE_IMPORTS = {
-    "jobengine.backends.postgres.outbox -> jobengine.backends.postgres.sql",
-    "jobengine.backends.postgres.store -> jobengine.backends.postgres.changes",
-    "jobengine.backends.sqlite.flow -> jobengine.backends.sqlite.outbox",
-    "jobengine.backends.sqlite.outbox -> jobengine.backends.sqlite.fenced",
-}
-
-
 def _module_name(path: Path, src: Path) -> str:
     parts = list(path.relative_to(src).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -177,8 +166,7 @@ def private_imports(src: Path) -> set[str]:
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
-    found = {f for f in private_imports(ROOT / "src") if f.rpartition(".")[0] not in KNOWN_PRIVATE_IMPORTS}
-    assert found == set(), "make the name public or move it to its one user"
+    assert private_imports(ROOT / "src") == set(), "make the name public or move it to its one user"
 
 
 def test_the_private_import_check_sees_both_forms(tmp_path: Path) -> None:

@@ -53,3 +53,13 @@ async def settle_exhausted(
     rest = [d for d in deliveries if d.receipt not in chosen]
     if rest:
         await ack(rest)
+
+
+async def deliverable(
+    options: TransportOptions, got: Sequence[Delivery], *, dead_letter: DeadLetter, ack: Settle
+) -> list[Delivery]:
+    """What ``receive`` returns of ``got``: the exhausted deliveries (the broker's ``max_deliveries`` + 1-th)
+    go to :func:`settle_exhausted` instead."""
+    exhausted = [d for d in got if d.attempt > options.max_deliveries]
+    await settle_exhausted(options, exhausted, made=lambda d: d.attempt - 1, dead_letter=dead_letter, ack=ack)
+    return [d for d in got if d.attempt <= options.max_deliveries]

@@ -40,16 +40,9 @@ SIGNATURE_WIDTH: Final = len(SIGNATURE_COLUMNS.split(", "))
 
 def schedule_from_row(r: Sequence[Any]) -> Schedule:
     return Schedule(
-        id=ScheduleId(r[0]),
-        spec=ScheduleSpec.from_json(codec.loads(r[1])),
-        version=r[2],
-        cursor=r[3],
-        next_fire_at=r[4],
-        created_at=r[5],
-        updated_at=r[6],
-        created_by=r[7],
-        updated_by=r[8],
-    )
+        id=ScheduleId(r[0]), spec=ScheduleSpec.from_json(codec.loads(r[1])), version=r[2], cursor=r[3],
+        next_fire_at=r[4], created_at=r[5], updated_at=r[6], created_by=r[7], updated_by=r[8],
+    )  # fmt: skip
 
 
 def schedule_values(s: Schedule) -> tuple[Any, ...]:
@@ -62,24 +55,12 @@ def schedule_values(s: Schedule) -> tuple[Any, ...]:
 
 def run_from_row(r: Sequence[Any]) -> Run:
     return Run(
-        id=RunId(r[0]),
-        schedule_id=ScheduleId(r[1]),
-        tenant=r[2],
-        state=RunState(r[3]),
-        trigger=RunTrigger(r[4]),
-        created_at=r[5],
-        updated_at=r[6],
-        tick=r[7],
-        reason=r[8],
-        actor=r[9],
-        parent_id=RunId(r[10]) if r[10] is not None else None,
-        no_work=bool(r[11]),
-        items=r[12],
-        summary=RunSummary(r[13], r[14], r[15], r[16], r[17], r[18]),
-        fired_by=r[19],
-        started_at=r[20],
+        id=RunId(r[0]), schedule_id=ScheduleId(r[1]), tenant=r[2], state=RunState(r[3]), trigger=RunTrigger(r[4]),
+        created_at=r[5], updated_at=r[6], tick=r[7], reason=r[8], actor=r[9],
+        parent_id=RunId(r[10]) if r[10] is not None else None, no_work=bool(r[11]), items=r[12],
+        summary=RunSummary(r[13], r[14], r[15], r[16], r[17], r[18]), fired_by=r[19], started_at=r[20],
         finished_at=r[21],
-    )
+    )  # fmt: skip
 
 
 def run_values(run: Run) -> tuple[Any, ...]:
@@ -101,32 +82,16 @@ def with_trigger_data(run: Run, raw: str | None) -> Run:
 
 
 def segment_from_row(r: Sequence[Any]) -> Segment:
-    return Segment(
-        run_id=RunId(r[0]),
-        job_id=JobId(r[1]),
-        index=r[2],
-        items=r[3],
-        outcome=JobState(r[4]) if r[4] is not None else None,
-        duration=r[5],
-    )
+    outcome = JobState(r[4]) if r[4] is not None else None
+    return Segment(run_id=RunId(r[0]), job_id=JobId(r[1]), index=r[2], items=r[3], outcome=outcome, duration=r[5])
 
 
 def signature_from_row(r: Sequence[Any]) -> Signature:
     return Signature(
-        tenant=r[0],
-        key=r[1],
-        error_type=r[2],
-        message=r[3],
-        frames=tuple(codec.loads(r[4])),
-        task=r[5],
-        occurrences=r[6],
-        first_seen=r[7],
-        last_seen=r[8],
-        sample_job_ids=tuple(JobId(j) for j in codec.loads(r[9])),
-        status=SignatureStatus(r[10]),
-        non_retryable=bool(r[11]),
-        updated_at=r[12],
-    )
+        tenant=r[0], key=r[1], error_type=r[2], message=r[3], frames=tuple(codec.loads(r[4])), task=r[5],
+        occurrences=r[6], first_seen=r[7], last_seen=r[8], sample_job_ids=tuple(JobId(j) for j in codec.loads(r[9])),
+        status=SignatureStatus(r[10]), non_retryable=bool(r[11]), updated_at=r[12],
+    )  # fmt: skip
 
 
 def signature_values(s: Signature) -> tuple[Any, ...]:

@@ -2,8 +2,8 @@
 
 Each store builds its own (``store.blob_store(settings)``) through :func:`choose_blob_store`, giving what
 only it knows: its kind, its own ``pack_blobs`` table and where its files go by default. The rules for
-the default are in :func:`jobengine.settings.blob_store_kind`. The ``database`` backends live beside their store
-(``backends/{sqlite,postgres}/blobs.py``); ``filesystem`` and ``s3`` here.
+the default are in :func:`jobengine.settings.blob_store_kind`. The ``database`` backend is
+``backends/sql/blobs.py``, for both SQL stores; ``filesystem`` and ``s3`` here.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
-from jobengine.backends.broker import settle_exhausted
+from jobengine.backends.broker import deliverable, settle_exhausted
 from jobengine.core.queue_config import NatsQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
@@ -177,26 +177,15 @@ class NatsTransport:
         """Create the streams and the durable consumer if they are missing (an existing one is left as it is)."""
         c = self.config
         async with self._errors("declaring streams"):
-            await self._ensure_stream(
-                js,
-                api.StreamConfig(
-                    name=c.stream,
-                    subjects=[c.subject],
-                    retention=api.RetentionPolicy.WORK_QUEUE,
-                    storage=api.StorageType.FILE,
+            for name, subject, retention in (
+                (c.stream, c.subject, api.RetentionPolicy.WORK_QUEUE),
+                (c.dead_letter_stream, c.dead_letter_subject, api.RetentionPolicy.LIMITS),
+            ):
+                config = api.StreamConfig(
+                    name=name, subjects=[subject], retention=retention, storage=api.StorageType.FILE,
                     duplicate_window=self.options.idempotency_window,
-                ),
-            )
-            await self._ensure_stream(
-                js,
-                api.StreamConfig(
-                    name=c.dead_letter_stream,
-                    subjects=[c.dead_letter_subject],
-                    retention=api.RetentionPolicy.LIMITS,
-                    storage=api.StorageType.FILE,
-                    duplicate_window=self.options.idempotency_window,
-                ),
-            )
+                )  # fmt: skip
+                await self._ensure_stream(js, config)
             consumer = api.ConsumerConfig(
                 durable_name=c.durable_consumer,
                 ack_policy=api.AckPolicy.EXPLICIT,
@@ -293,11 +282,7 @@ class NatsTransport:
         expired = sum(1 for d in got if d.attempt > 1 and self._retried.pop(_stream_seq(d.receipt), None) is None)
         if expired:
             self.options.counters.count("lease_expired", expired)
-        exhausted = [d for d in got if d.attempt > self.options.max_deliveries]
-        await settle_exhausted(
-            self.options, exhausted, made=lambda d: d.attempt - 1, dead_letter=self._dead_letter, ack=self.ack
-        )
-        return [d for d in got if d.attempt <= self.options.max_deliveries]
+        return await deliverable(self.options, got, dead_letter=self._dead_letter, ack=self.ack)
 
     # Pull requests are ours rather than nats-py's fetch(), whose batch pull waits out its whole timeout for
     # a full batch once the first message came: here a receive returns as soon as one message arrived.
@@ -367,16 +352,20 @@ class NatsTransport:
         last = [d for d in deliveries if d.attempt >= self.options.max_deliveries]
         again = [d for d in deliveries if d.attempt < self.options.max_deliveries]
         if again:
-            nak = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
-            await self._reply(again, nak, "retrying")
-            for d in again:
-                self._retried[_stream_seq(d.receipt)] = None
+            await self._nak(again, delay, "retrying")
             while len(self._retried) > 100_000:
                 self._retried.pop(next(iter(self._retried)))
             self.options.counters.count("retried", len(again))
         await settle_exhausted(
             self.options, last, made=lambda d: d.attempt, dead_letter=self._dead_letter, ack=self.ack
         )
+
+    async def _nak(self, deliveries: Sequence[Delivery], delay: float, doing: str) -> None:
+        """Redeliver after ``delay``; the deliveries are remembered as ours (not a lease that expired)."""
+        nak = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
+        await self._reply(deliveries, nak, doing)
+        for d in deliveries:
+            self._retried[_stream_seq(d.receipt)] = None
 
     async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
         """A nak (JetStream counts it as a delivery; redelivered after ``delay``); on the last delivery, an
@@ -385,10 +374,7 @@ class NatsTransport:
         last = [d for d in deliveries if d.attempt >= self.options.max_deliveries]
         again = [d for d in deliveries if d.attempt < self.options.max_deliveries]
         if again:
-            nak = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
-            await self._reply(again, nak, "releasing")
-            for d in again:
-                self._retried[_stream_seq(d.receipt)] = None
+            await self._nak(again, delay, "releasing")
         if last:
             fresh = [replace(d.message, key=f"{d.message.dedupe_key}:released:{_stream_seq(d.receipt)}") for d in last]
             await self.publish(fresh)

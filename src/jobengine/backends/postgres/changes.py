@@ -1,6 +1,6 @@
 """The results of the store's transitions: rows to jobs and events, and batch helpers.
 
-A transition statement returns job rows (``ev_id`` NULL, the job from ``_J`` on, then statement-specific
+A transition statement returns job rows (``ev_id`` NULL, the job from ``J`` on, then statement-specific
 columns) and event rows (``ev_id, ev_type, ev_data, job_id``): see ``sql._changed``.
 """
 
@@ -15,28 +15,16 @@ from jobengine.core.models import Changed, Event, Job
 T = TypeVar("T")
 Row = tuple[Any, ...]
 
-_J = 3
-_STATE = _J + 7
-_DEPENDENTS = _J + HAS_DEPENDENTS
+J = 3
+STATE = J + 7
+DEPENDENTS = J + HAS_DEPENDENTS
 
 
-def _jobs(rows: Sequence[Row]) -> list[Row]:
+def job_rows(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r[0] is None]
 
 
-def _unique(items: Sequence[T], key: Callable[[T], object]) -> list[T]:
-    """First occurrence of each key: a repeated fenced change would be fenced out by the first anyway."""
-    seen: set[object] = set()
-    out = []
-    for item in items:
-        k = key(item)
-        if k not in seen:
-            seen.add(k)
-            out.append(item)
-    return out
-
-
-def _cut_after(items: Sequence[T], cut: Callable[[T], bool]) -> list[list[T]]:
+def cut_after(items: Sequence[T], cut: Callable[[T], bool]) -> list[list[T]]:
     """``items`` in order, in chunks that end at every item for which ``cut`` is true."""
     chunks: list[list[T]] = [[]]
     for item in items:
@@ -59,7 +47,7 @@ class Collect:
         events = []
         for r in rows:
             if r[0] is None:
-                job = job_from_row(r, _J)
+                job = job_from_row(r, J)
                 self.jobs.append(job)
                 self._by_id[job.id] = job
             else:

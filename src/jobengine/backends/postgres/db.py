@@ -10,16 +10,18 @@ from psycopg import errors as pg_errors
 
 from jobengine.backends.postgres.insert import InsertPlan, insert_general
 from jobengine.backends.postgres.mixin import Conn
+from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.backends.postgres.sql import prefix
 from jobengine.backends.sql.base import Dialect, Row, Tx
 from jobengine.core import codec
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
 
 if TYPE_CHECKING:
     from .store import PostgresStore
 
 T = TypeVar("T")
 
+_JOBS: Final = f"SELECT {job_columns('jobs')} FROM {{s}}jobs jobs WHERE "
 _EVENTS: Final = """INSERT INTO {s}events (at, type, tenant, job_id, queue, task, data)
 SELECT ?, x.type, x.tenant, x.job_id, x.queue, x.task, x.data::jsonb
 FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY
@@ -53,6 +55,9 @@ class PgTx:
         if rows:
             async with self.conn.cursor() as cur:
                 await cur.executemany(self._text(sql), rows)
+
+    async def jobs(self, where: str, params: Sequence[Any] = ()) -> list[Job]:
+        return [job_from_row(r) for r in await self.rows(_JOBS + where, params)]
 
     async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
         if not events:

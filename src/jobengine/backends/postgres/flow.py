@@ -5,7 +5,7 @@ The limited claim is one transaction that first takes a transaction-level adviso
 (``pg_advisory_xact_lock``), so limited claims of one queue run one at a time across every process; each
 of its statements then reads (READ COMMITTED) what the previous claimer committed. It counts running jobs
 (per key), reads the candidates and buckets, starts the chosen jobs with the claim-by-id statement
-(``outbox.CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
+(``sql.CLAIM_IDS``: the same row rewrite and ``job.started`` events as ``fetch_jobs``) and writes the
 buckets back. Completions need no lock: they only free slots.
 """
 
@@ -18,13 +18,11 @@ from psycopg.types.json import Jsonb
 
 from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.mixin import Row, StoreCalls, qualify
-from jobengine.backends.postgres.outbox import CLAIM_IDS
-from jobengine.backends.postgres.sql import RUNNABLE
+from jobengine.backends.postgres.sql import CLAIM_IDS, RUNNABLE
 from jobengine.core.flow.bucket import Bucket
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed
-from jobengine.ports.flow import FlowCounts
 
 Conn = Any
 
@@ -83,12 +81,6 @@ async def _all(conn: Conn, query: bytes, params: Mapping[str, Any]) -> list[Row]
 
 
 class PostgresFlowMixin:
-    async def flow_counts(self: StoreCalls) -> FlowCounts:
-        q = (f"SELECT queue, count(*) FILTER (WHERE state IN {RUNNABLE}), count(*) FILTER (WHERE state = 'running') "
-             f"FROM {{s}}jobs WHERE state IN {RUNNABLE} OR state = 'running' GROUP BY queue")  # fmt: skip
-        rows = await self._rows(qualify(self, q), {})
-        return FlowCounts({r[0]: int(r[1]) for r in rows if r[1]}, {r[0]: int(r[2]) for r in rows if r[2]})
-
     async def claim_limited(
         self: StoreCalls, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
     ) -> Changed:

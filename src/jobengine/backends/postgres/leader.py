@@ -24,6 +24,7 @@ import logging
 import psycopg
 
 from jobengine.backends.postgres.migrate import lock_key
+from jobengine.backends.postgres.mixin import session
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -69,16 +70,7 @@ class PostgresLeader:
     async def _connection(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             await self._drop()
-            self._conn = await psycopg.AsyncConnection.connect(
-                self._dsn,
-                autocommit=True,
-                connect_timeout=max(1, int(self._connect_timeout)),
-                # A dead peer is noticed by the kernel within ~25 s even if no query is running.
-                keepalives=1,
-                keepalives_idle=10,
-                keepalives_interval=5,
-                keepalives_count=3,
-            )
+            self._conn = await session(self._dsn, self._connect_timeout)
         return self._conn
 
     async def _drop(self) -> None:

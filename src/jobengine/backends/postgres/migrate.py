@@ -9,30 +9,15 @@ later ones find nothing left to apply.
 from __future__ import annotations
 
 import hashlib
-import re
-from dataclasses import dataclass
-from importlib import resources
 
 import psycopg
 
-_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
+from jobengine.backends.sql.migrations import Migration, shipped
 
 
 def migrations() -> list[Migration]:
     """The migrations shipped in the package, oldest first."""
-    found = []
-    for entry in resources.files("jobengine.backends.postgres").joinpath("migrations").iterdir():
-        m = _FILE_RE.match(entry.name)
-        if m:
-            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
-    return sorted(found, key=lambda m: m.version)
+    return shipped("jobengine.backends.postgres")
 
 
 def lock_key(*parts: str) -> int:

@@ -23,6 +23,8 @@ import threading
 
 import psycopg
 
+from jobengine.backends.postgres.mixin import session
+
 log = logging.getLogger("jobengine.postgres")
 
 
@@ -154,17 +156,9 @@ class PgNotifier:
         while not self._stopping():
             conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._dsn,
-                    autocommit=True,
-                    connect_timeout=5,
-                    # A server gone without closing the socket is noticed within ~25 s (waiters poll
-                    # meanwhile, their wait being bounded by the poll interval).
-                    keepalives=1,
-                    keepalives_idle=10,
-                    keepalives_interval=5,
-                    keepalives_count=3,
-                )
+                # A server gone silently is noticed by the keepalives; waiters poll meanwhile (their wait is
+                # bounded by the poll interval).
+                conn = await session(self._dsn)
                 await conn.execute(f'LISTEN "{self._channel}"'.encode())
                 listening.set()
                 backoff = 0.05

@@ -2,7 +2,7 @@
 
 Mixed into :class:`PostgresStore`; statements go through its pool, retry and error translation (``_run``).
 Jobs and their outbox rows are written in one transaction: the store's own insert (``insert_jobs_in``, in a
-savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql._CLAIM_TAIL``:
+savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql.CLAIM_IDS``:
 the row is deleted and inserted again as running) over the delivered ids, ``FOR UPDATE SKIP LOCKED``, so two
 workers handed the same message never both start the job.
 """
@@ -10,7 +10,7 @@ workers handed the same message never both start the job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import psycopg
 
@@ -18,11 +18,11 @@ from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.insert import recover
 from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
-from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.backends.sql import outbox
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Inserted, Job, NewJob
-from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
+from jobengine.core.models import Changed, Inserted, NewJob
+from jobengine.ports.outbox import Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
 
 _INSERT = """INSERT INTO {s}outbox (job_id, queue, available_at, headers, held_until)
@@ -35,26 +35,7 @@ _OUTBOX_OF = """SELECT id, job_id, queue, available_at, headers::text FROM {s}ou
 WHERE job_id = ANY(%(ids)s::text[]) ORDER BY id"""
 
 
-CLAIM_IDS = (
-    """WITH picked AS (
-    SELECT id FROM {s}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN """
-    + sql.RUNNABLE
-    + """ AND run_at <= %(now)s::float8
-        AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-    ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
-),"""
-    + sql._CLAIM_TAIL
-)
-
-_OVERDUE = (
-    f"SELECT {job_columns('j')} FROM {{s}}jobs j WHERE j.state IN {sql.RUNNABLE} AND j.run_at < %(before)s::float8 "
-    "ORDER BY j.run_at, j.id LIMIT %(limit)s::int4"
-)
-
-
 class _Runs(StoreCalls, Protocol):
-    _q: sql.Queries
-
     async def insert_jobs_in(
         self,
         connection: object,
@@ -64,14 +45,6 @@ class _Runs(StoreCalls, Protocol):
         *,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted: ...
-
-
-def _outbox_rows(inserted: Inserted, headers: Mapping[JobId, Mapping[str, str]]) -> list[list[Any]]:
-    return [
-        [job.id, job.queue, job.run_at, dict(headers.get(job.id, {}))]
-        for job, created in zip(inserted.jobs, inserted.created, strict=True)
-        if created and job.state in OUTBOXED_STATES
-    ]
 
 
 async def _insert_outboxed(
@@ -85,15 +58,16 @@ async def _insert_outboxed(
     hold: float,
 ) -> Outboxed:
     inserted = await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)
-    owed = _outbox_rows(inserted, headers or {})
+    owed = outbox.owed(inserted, headers or {})
     if not owed:
         return Outboxed(inserted, [])
     assert isinstance(connection, psycopg.AsyncConnection)
     # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
-    params = {"rows": codec.dumps(owed, "headers"), "now": now, "held_until": now + hold if hold > 0 else 0.0}
+    values = codec.dumps([[j.id, j.queue, j.run_at, h] for j, h in owed], "headers")
+    params = {"rows": values, "now": now, "held_until": now + hold if hold > 0 else 0.0}
     cur = await connection.execute(qualify(store, _INSERT), params)
     ids = {r[1]: int(r[0]) for r in await cur.fetchall()}
-    rows = [OutboxRow(ids[job_id], JobId(job_id), queue, at, h) for job_id, queue, at, h in owed]
+    rows = [OutboxRow(ids[j.id], j.id, j.queue, j.run_at, h) for j, h in owed]
     return Outboxed(inserted, rows)
 
 
@@ -121,9 +95,7 @@ class PostgresOutboxMixin:
                 ids = [j.id for j, created in zip(done.jobs, done.created, strict=True) if created]
                 cur = await conn.execute(qualify(self, _OUTBOX_OF), {"ids": ids})
                 rows = await cur.fetchall()
-                return Outboxed(
-                    done, [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
-                )
+                return Outboxed(done, [outbox.outbox_row(r) for r in rows])
             async with conn.transaction():
                 return await _insert_outboxed(self, conn, jobs, now, phases, headers, watermarks, hold)
 
@@ -140,8 +112,6 @@ class PostgresOutboxMixin:
         headers: Mapping[JobId, Mapping[str, str]] | None = None,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Outboxed:
-        """:meth:`insert_jobs_outboxed` on the caller's connection, inside its open transaction (see
-        ``TransactionalStore``): committed, the jobs and their messages exist; rolled back, neither does."""
         return await _insert_outboxed(self, connection, jobs, now, phases, headers, watermarks, 0.0)
 
     async def claim_jobs(
@@ -160,9 +130,5 @@ class PostgresOutboxMixin:
             "tasks": list(tasks) if tasks is not None else None,
         }  # fmt: skip
         out = Collect(now)
-        out.add(await self._rows(qualify(self, CLAIM_IDS), params))
+        out.add(await self._rows(qualify(self, sql.CLAIM_IDS), params))
         return out.changed()
-
-    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
-        rows = await self._rows(qualify(self, _OVERDUE), {"before": before, "limit": limit})
-        return [job_from_row(r) for r in rows]

@@ -20,38 +20,16 @@ try:
 except ImportError:  # pragma: no cover - the postgres extra installs it
     _orjson = None  # type: ignore[assignment]
 
+# The job columns in Job's field order; jsonb ones are read as text. run_id and schedule_id: the run (and
+# schedule) a scheduler-made job belongs to.
+_NAMES = (
+    "id tenant queue task payload priority run_at state attempt max_attempts created_at updated_at idempotency_key "
+    "depends_on timeout lease_worker lease_token lease_expires_at cancel_requested reason phases progress result "
+    "errors outcome started_at finished_at run_id schedule_id has_dependents"
+)
 #: (expression, name) of the job columns, in the order :func:`job_from_row` reads them.
-JOB_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "id"),
-    ("tenant", "tenant"),
-    ("queue", "queue"),
-    ("task", "task"),
-    ("payload::text", "payload"),
-    ("priority", "priority"),
-    ("run_at", "run_at"),
-    ("state", "state"),
-    ("attempt", "attempt"),
-    ("max_attempts", "max_attempts"),
-    ("created_at", "created_at"),
-    ("updated_at", "updated_at"),
-    ("idempotency_key", "idempotency_key"),
-    ("depends_on", "depends_on"),
-    ("timeout", "timeout"),
-    ("lease_worker", "lease_worker"),
-    ("lease_token", "lease_token"),
-    ("lease_expires_at", "lease_expires_at"),
-    ("cancel_requested", "cancel_requested"),
-    ("reason", "reason"),
-    ("phases::text", "phases"),
-    ("progress", "progress"),
-    ("result::text", "result"),
-    ("errors::text", "errors"),
-    ("outcome", "outcome"),
-    ("started_at", "started_at"),
-    ("finished_at", "finished_at"),
-    ("run_id", "run_id"),  # 0002_scheduler: the run (and schedule) a scheduler-made job belongs to
-    ("schedule_id", "schedule_id"),
-    ("has_dependents", "has_dependents"),
+JOB_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (f"{n}::text" if n in ("payload", "phases", "result", "errors") else n, n) for n in _NAMES.split()
 )
 N_JOB_COLUMNS = len(JOB_COLUMNS)
 #: Where has_dependents is among the job columns (the store reads it to choose a transition's slow path).
@@ -93,38 +71,14 @@ def _errors(text: str) -> tuple[AttemptError, ...]:
 
 def job_from_row(r: Sequence[Any], o: int = 0) -> Job:
     """The job whose columns (:func:`job_columns`) start at ``r[o]``."""
+    # Positional, in the order of JOB_COLUMNS (Job's fields): a row is decoded per job a statement returns.
     return Job(
-        r[o],  # id
-        r[o + 1],  # tenant
-        r[o + 2],  # queue
-        r[o + 3],  # task
-        loads(r[o + 4]),  # payload
-        r[o + 5],  # priority
-        r[o + 6],  # run_at
-        _STATES[r[o + 7]],  # state
-        r[o + 8],  # attempt
-        r[o + 9],  # max_attempts
-        r[o + 10],  # created_at
-        r[o + 11],  # updated_at
-        r[o + 12],  # idempotency_key
-        tuple(r[o + 13]) if r[o + 13] else (),  # depends_on
-        r[o + 14],  # timeout
-        r[o + 15],  # lease_worker
-        r[o + 16],  # lease_token
-        r[o + 17],  # lease_expires_at
-        r[o + 18],  # cancel_requested
-        r[o + 19],  # reason
-        _phases(r[o + 20]),  # phases
-        r[o + 21],  # progress
-        loads(r[o + 22]),  # result
-        _errors(r[o + 23]),  # errors
-        _STATES[r[o + 24]] if r[o + 24] is not None else None,  # outcome
-        r[o + 25],  # started_at
-        r[o + 26],  # finished_at
-        r[o + 27],  # run_id
-        r[o + 28],  # schedule_id
-        r[o + 29],  # has_dependents
-    )
+        r[o], r[o + 1], r[o + 2], r[o + 3], loads(r[o + 4]), r[o + 5], r[o + 6], _STATES[r[o + 7]], r[o + 8],
+        r[o + 9], r[o + 10], r[o + 11], r[o + 12], tuple(r[o + 13]) if r[o + 13] else (), r[o + 14], r[o + 15],
+        r[o + 16], r[o + 17], r[o + 18], r[o + 19], _phases(r[o + 20]), r[o + 21], loads(r[o + 22]),
+        _errors(r[o + 23]), _STATES[r[o + 24]] if r[o + 24] is not None else None, r[o + 25], r[o + 26],
+        r[o + 27], r[o + 28], r[o + 29],
+    )  # fmt: skip
 
 
 def event_from_row(r: Sequence[Any]) -> Event:

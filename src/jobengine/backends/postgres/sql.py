@@ -171,6 +171,13 @@ CLAIM_MANY = f"""WITH picked AS (
     ORDER BY c.priority DESC, c.run_at, c.id LIMIT %(limit)s::int4
 ),{_CLAIM_TAIL}"""
 
+# Given ids (the outbox's messages, the limited claim's choice): the same claim as fetch_jobs over those rows.
+CLAIM_IDS = f"""WITH picked AS (
+    SELECT id FROM {{s}}jobs WHERE id = ANY(%(ids)s::text[]) AND state IN {RUNNABLE} AND run_at <= %(now)s::float8
+        AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+    ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED
+),{_CLAIM_TAIL}"""
+
 HEARTBEAT = f"""WITH {_rows("l", "id text, token text", sized=True)}
 UPDATE {{s}}jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
 FROM l WHERE j.id = l.id AND j.lease_token = l.token
@@ -506,10 +513,6 @@ WHERE j.state = 'running' AND j.lease_expires_at < %(now)s::float8 ORDER BY j.id
 
 GET = f"SELECT {_J} FROM {{s}}jobs j WHERE j.id = ANY(%(ids)s::text[])"
 
-LIST = f"SELECT {_J} FROM {{s}}jobs j WHERE {{where}} ORDER BY j.id DESC LIMIT %(limit)s::int4"
-
-COUNT = "SELECT queue, state, count(*) FROM {s}jobs WHERE {where} GROUP BY queue, state"
-
 # Queued jobs always have run_at in the past, so the waiting index serves the future ones; the queued ones
 # are few whenever a worker asks (it asks when it found nothing to claim).
 # Only jobs of the asking worker's tasks count: one it cannot run must not keep it from sleeping.
@@ -518,9 +521,6 @@ NEXT_RUN_AT = f"""SELECT least(
     (SELECT min(run_at) FROM {{s}}jobs
      WHERE queue = ANY(%(queues)s::text[]) AND state IN ('scheduled', 'failed') AND {_OF_TASKS}),
     (SELECT min(run_at) FROM {{s}}jobs WHERE queue = ANY(%(queues)s::text[]) AND state = 'queued' AND {_OF_TASKS}))"""
-
-EVENTS = """SELECT id, at, type, tenant, job_id, queue, task, data::text FROM {s}events
-WHERE id > %(after)s::int8 {where} ORDER BY id LIMIT %(limit)s::int4"""
 
 # The notifier's probe after (re)connecting: is anything runnable now? The database's clock stands in for
 # the engine's; a wrong answer only costs a spurious wake-up or (with a clock far ahead) a poll interval.
@@ -584,15 +584,3 @@ def build(schema: str) -> Queries:
         for f in fields(Queries)
     }
     return Queries(**values)
-
-
-def list_query(schema: str, where: str) -> bytes:
-    return LIST.replace("{s}", prefix(schema)).replace("{where}", where).encode()
-
-
-def count_query(schema: str, where: str) -> bytes:
-    return COUNT.replace("{s}", prefix(schema)).replace("{where}", where).encode()
-
-
-def events_query(schema: str, where: str) -> bytes:
-    return EVENTS.replace("{s}", prefix(schema)).replace("{where}", where).encode()

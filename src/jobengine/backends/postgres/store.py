@@ -41,7 +41,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
-from jobengine.backends.postgres.changes import _DEPENDENTS, _J, _STATE, Collect, Row, _cut_after, _jobs, _unique
+from jobengine.backends.postgres.changes import DEPENDENTS, STATE, Collect, J, Row, cut_after, job_rows
 from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
@@ -60,10 +60,12 @@ from jobengine.backends.postgres.outbox import PostgresOutboxMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.workers import PostgresWorkers
+from jobengine.backends.sql.base import unique
 from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
+from jobengine.backends.sql.reads import SqlReadsMixin
 from jobengine.core import codec
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -186,6 +188,7 @@ class PostgresStore(
     SqlOutboxMixin,
     PostgresOutboxMixin,
     PostgresReadsMixin,
+    SqlReadsMixin,
     SqlPacksMixin,
     PostgresFlowMixin,
 ):
@@ -476,9 +479,9 @@ class PostgresStore(
     def blob_store(self, settings: Settings) -> BlobStore:
         """Pack content: by default in this schema's ``pack_blobs`` table, which every host shares."""
         from jobengine.backends.blobs import choose_blob_store
-        from jobengine.backends.postgres.blobs import PostgresBlobStore
+        from jobengine.backends.sql.blobs import SqlBlobStore
 
-        return choose_blob_store(settings, "postgres", lambda: PostgresBlobStore(self))
+        return choose_blob_store(settings, "postgres", lambda: SqlBlobStore(self.db, f"schema {self.schema}"))
 
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""
@@ -541,19 +544,14 @@ class PostgresStore(
         *,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted:
-        """Insert jobs on the caller's ``psycopg.AsyncConnection``, inside its transaction (opened here if the
-        connection is not in autocommit mode and has none yet, as its first statement would); commit and
-        rollback stay with the caller. On an autocommit connection outside a transaction block the jobs are
-        committed at once, like :meth:`insert_jobs`. Rolled back, the jobs never existed; committed, they run
-        (the NOTIFY is sent at that commit). Usage::
+        """``connection`` is a ``psycopg.AsyncConnection``; its transaction is opened here if it is not in
+        autocommit mode and has none yet (as its first statement would). On an autocommit connection outside
+        a transaction block the jobs are committed at once, like :meth:`insert_jobs`. Usage::
 
             async with await psycopg.AsyncConnection.connect(dsn) as conn:
                 async with conn.transaction():
                     await conn.execute("INSERT INTO orders ...")
                     await store.insert_jobs_in(conn, [NewJob("ship", {"order": 7})], time.time(), [()])
-
-        Raises what :meth:`insert_jobs` raises; the caller's transaction stays usable after any of those
-        errors (the store's statements run in a savepoint), except when the connection itself failed.
         """
         if not isinstance(connection, psycopg.AsyncConnection):
             raise TypeError("insert_jobs_in needs a psycopg.AsyncConnection")
@@ -602,7 +600,7 @@ class PostgresStore(
         return out.changed()
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
-        leases = _unique(leases, lambda x: (x.job_id, x.token))
+        leases = unique(leases, lambda x: (x.job_id, x.token))
         if not leases:
             return Heartbeat(frozenset(), frozenset())
         rows = await self._rows(
@@ -642,7 +640,7 @@ class PostgresStore(
         unblocked in a later statement (a fresh snapshot) if all their dependencies succeeded. A sibling
         parent finishing concurrently holds those locks until it commits, so one of the two always sees both
         parents succeeded."""
-        items = _unique(completions, lambda c: (c.job_id, c.token))
+        items = unique(completions, lambda c: (c.job_id, c.token))
         if not items:
             return Changed()
 
@@ -654,7 +652,7 @@ class PostgresStore(
         async def step(conn: Conn, chunk: Sequence[Completion]) -> list[list[Row]]:
             rows = await self._fetch(conn, self._q.complete, params(chunk, True))
             out = [rows]
-            for parent in [r[_J] for r in _jobs(rows) if r[_DEPENDENTS]]:
+            for parent in [r[J] for r in job_rows(rows) if r[DEPENDENTS]]:
                 locked = await self._fetch(conn, self._q.lock_dependents, {"ids": [parent]})
                 if locked:
                     unblock = {"ids": [r[0] for r in locked], "now": now, "channel": self.channel}
@@ -669,7 +667,7 @@ class PostgresStore(
         """Like :meth:`complete_jobs`: a job with dependents that ends dead or cancelled sends the batch down
         the slow path, which cancels the blocked dependents of each such job before the next job (as the
         parity oracle does), one statement per job with dependents in the cascade."""
-        items = _unique(failures, lambda f: (f.job_id, f.token))
+        items = unique(failures, lambda f: (f.job_id, f.token))
         if not items:
             return Changed()
 
@@ -682,9 +680,9 @@ class PostgresStore(
         async def step(conn: Conn, chunk: Sequence[Failure]) -> list[list[Row]]:
             rows = await self._fetch(conn, self._q.fail, params(chunk, True))
             out = [rows]
-            for r in _jobs(rows):
-                if r[_DEPENDENTS] and r[_STATE] in ("dead", "cancelled"):
-                    out += await self._cascade(conn, r[_J], now)
+            for r in job_rows(rows):
+                if r[DEPENDENTS] and r[STATE] in ("dead", "cancelled"):
+                    out += await self._cascade(conn, r[J], now)
             return out
 
         return await self._fast_then_in_order(
@@ -722,7 +720,7 @@ class PostgresStore(
                 ids = [job_of(x) for x in rest]
                 parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": ids})}
                 results: list[list[Row]] = []
-                for chunk in _cut_after(rest, lambda x: job_of(x) in parents and may_cascade(x)):
+                for chunk in cut_after(rest, lambda x: job_of(x) in parents and may_cascade(x)):
                     results += await step(conn, chunk)
                 return results
 
@@ -738,11 +736,11 @@ class PostgresStore(
         while stack:
             rows = await self._fetch(conn, self._q.cascade, {"id": stack.pop(), "now": now})
             levels.append(rows)
-            stack += [r[_J] for r in _jobs(rows) if r[_DEPENDENTS]]  # only a job with dependents can cascade further
+            stack += [r[J] for r in job_rows(rows) if r[DEPENDENTS]]  # only a job with dependents can cascade further
         return levels
 
     async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
-        leases = _unique(leases, lambda x: (x.job_id, x.token))
+        leases = unique(leases, lambda x: (x.job_id, x.token))
         if not leases:
             return Changed()
         out = Collect(now)
@@ -751,7 +749,7 @@ class PostgresStore(
         return out.changed()
 
     async def cancel_jobs(self, ids: Sequence[JobId], reason: str, now: float, tenant: str | None = None) -> Changed:
-        ids = _unique(ids, lambda x: x)
+        ids = unique(ids, lambda x: x)
         if not ids:
             return Changed()
         out = Collect(now)
@@ -763,18 +761,18 @@ class PostgresStore(
                 # cut after every job that has dependents.
                 parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": list(ids)})}
                 out: list[list[Row]] = []
-                for chunk in _cut_after(ids, lambda x: x in parents):
+                for chunk in cut_after(ids, lambda x: x in parents):
                     params = {"ids": list(chunk), "reason": reason, "now": now, "tenant": tenant}
                     rows = await self._fetch(conn, self._q.cancel, params)
-                    changed = {r[_J] for r in _jobs(rows)}
+                    changed = {r[J] for r in job_rows(rows)}
                     if missing := [x for x in chunk if x not in changed]:
                         # A job claimed while we waited for its row was deleted and inserted again as running
-                        # (see sql._CLAIM_TAIL): this statement's snapshot shows it, a new one finds it.
+                        # (see sql.CLAIM_ONE): this statement's snapshot shows it, a new one finds it.
                         rows += await self._fetch(conn, self._q.cancel, {**params, "ids": missing})
                     out.append(rows)
-                    for r in _jobs(rows):
-                        if r[_DEPENDENTS] and r[_STATE] == "cancelled":
-                            out += await self._cascade(conn, r[_J], now)
+                    for r in job_rows(rows):
+                        if r[DEPENDENTS] and r[STATE] == "cancelled":
+                            out += await self._cascade(conn, r[J], now)
                 return out
 
         for rows in await self._run(op):
@@ -782,7 +780,7 @@ class PostgresStore(
         return out.changed()
 
     async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:
-        ids = _unique(ids, lambda x: x)
+        ids = unique(ids, lambda x: x)
         if not ids:
             return Changed()
         out = Collect(now)

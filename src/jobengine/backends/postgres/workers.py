@@ -23,12 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from jobengine.backends.postgres.mixin import qualify
-from jobengine.backends.postgres.rows import job_columns, job_from_row
+from jobengine.backends.postgres.mixin import qualify, session
 from jobengine.backends.sql import workers as shared
-from jobengine.backends.worker_rows import WORKER_COLUMNS, worker_from_row
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
 from jobengine.ports.workers import WorkerInfo
 
@@ -40,11 +37,8 @@ log = logging.getLogger("jobengine.postgres")
 
 # A free lock is taken for this statement's transaction only (and given back at its end); a held one is
 # not waited for. CASE, so no lock is tried for a worker without one.
-_DEAD = f"""SELECT {WORKER_COLUMNS} FROM {{s}}workers
+_DEAD = f"""SELECT {shared.WORKER_COLUMNS} FROM {{s}}workers
 WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
-
-_HELD = f"""SELECT {job_columns("j")} FROM {{s}}jobs j
-WHERE j.state = 'running' AND j.lease_worker = ANY(%(workers)s::text[]) ORDER BY j.id LIMIT %(limit)s::int4"""
 
 
 class _Liveness:
@@ -60,10 +54,7 @@ class _Liveness:
         self.restored = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, connect_timeout=5,
-            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-        )  # fmt: skip
+        conn = await session(self._dsn)
         try:
             while True:
                 cur = await conn.execute("SELECT pg_try_advisory_lock(%s::int8)", (self._key,))
@@ -118,35 +109,22 @@ class _Liveness:
             self._conn = None
 
 
-class PostgresWorkers:
+class PostgresWorkers(shared.SqlWorkers[_Liveness]):
     """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`PostgresStore`."""
 
     def __init__(self, store: PostgresStore, *, grace: float = 1.0) -> None:
+        super().__init__(store.db)
         self._store = store
         self._grace = grace
-        self._held: dict[WorkerId, _Liveness] = {}
         self._suspects: dict[WorkerId, float] = {}  # first seen with its lock free (monotonic)
 
-    async def register(self, info: WorkerInfo) -> None:
-        if info.lock_key is not None and info.id not in self._held:
-            liveness = _Liveness(self._store.dsn, info.lock_key)
-            await liveness.start()
-            self._held[info.id] = liveness
-        await shared.register(self._store.db, info)
+    async def _hold(self, key: int) -> _Liveness:
+        liveness = _Liveness(self._store.dsn, key)
+        await liveness.start()
+        return liveness
 
-    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
-        return await shared.beat(self._store.db, worker, now, expires_at)
-
-    async def unregister(self, worker: WorkerId) -> None:
-        try:
-            await shared.remove(self._store.db, [worker])
-        finally:
-            liveness = self._held.pop(worker, None)
-            if liveness is not None:
-                await liveness.stop()
-
-    async def live(self, now: float) -> list[WorkerInfo]:
-        return await shared.live(self._store.db, now)
+    async def _let_go(self, held: _Liveness, *, leaving: bool) -> None:
+        await held.stop()
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         """Remote workers past their expiry, and workers whose liveness lock is free at two looks ``grace``
@@ -167,7 +145,7 @@ class PostgresWorkers:
         dead: list[WorkerInfo] = []
         free: set[WorkerId] = set()
         wait = 0.0
-        for info in map(worker_from_row, rows):
+        for info in map(shared.worker_from_row, rows):
             if info.id in self._held:
                 continue  # ours, between its session's loss and its return: it lives
             if info.lock_key is None:
@@ -182,19 +160,6 @@ class PostgresWorkers:
         self._suspects = {w: t for w, t in self._suspects.items() if w in free}
         return dead, wait
 
-    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
-        if not workers:
-            return []
-        rows = await self._store._rows(qualify(self._store, _HELD), {"workers": list(workers), "limit": limit})
-        return [job_from_row(r) for r in rows]
-
-    async def remove(self, workers: Sequence[WorkerId]) -> None:
-        if workers:
-            await shared.remove(self._store.db, workers)
-            for w in workers:
-                self._suspects.pop(w, None)
-
-    async def close(self) -> None:
-        held, self._held = self._held, {}
-        for liveness in held.values():
-            await liveness.stop()
+    def _removed(self, workers: Sequence[WorkerId], keys: Sequence[int | None]) -> None:
+        for w in workers:
+            self._suspects.pop(w, None)

@@ -41,7 +41,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from jobengine.backends.broker import settle_exhausted
+from jobengine.backends.broker import deliverable, settle_exhausted
 from jobengine.core.queue_config import RedisQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
@@ -195,12 +195,7 @@ class RedisTransport:
                         got.append(d)  # (an entry deleted while pending reads back without fields)
         if invalid:
             await self._settle(invalid)
-        live = [d for d in got if d.attempt <= self.options.max_deliveries]
-        exhausted = [d for d in got if d.attempt > self.options.max_deliveries]
-        await settle_exhausted(
-            self.options, exhausted, made=lambda d: d.attempt - 1, dead_letter=self._dead_letter, ack=self.ack
-        )
-        return live
+        return await deliverable(self.options, got, dead_letter=self._dead_letter, ack=self.ack)
 
     async def _maintenance(self, limit: int, now: float, invalid: list[str]) -> list[Delivery]:
         self._next_maintenance = now + _MAINTAIN_EVERY

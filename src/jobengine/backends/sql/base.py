@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from jobengine.core import codec
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -24,11 +24,17 @@ Row = Sequence[Any]
 # column's true (as SQLite's partial indexes spell it), ``{same}`` equality that holds for two NULLs too,
 # ``{lock}`` the row lock of a read-then-write and ``{skip_locked}`` that of a queue's pick (several
 # processes take disjoint rows). SQLite needs no row lock: its write transaction holds the whole file.
+# ``{in_array}`` tests membership in one parameter of :meth:`Dialect.array`; ``{runnable}`` is a job a worker
+# may claim, spelled on SQLite as its partial index ``jobs_claim`` is (the planner uses it only then);
+# ``{deps}`` the table of dependency edges.
 _MARKS: Final = {
     False: {"{json}": "?", "{text}": "", "{instr}": "instr", "{true}": "1", "{same}": "IS", "{lock}": "",
-            "{skip_locked}": ""},
+            "{skip_locked}": "", "{in_array}": "IN (SELECT value FROM json_each(?))",
+            "{runnable}": "(state = 'queued' OR state = 'scheduled' OR state = 'failed')", "{deps}": "job_deps"},
     True: {"{json}": "?::jsonb", "{text}": "::text", "{instr}": "strpos", "{true}": "TRUE",
-           "{same}": "IS NOT DISTINCT FROM", "{lock}": " FOR UPDATE", "{skip_locked}": " FOR UPDATE SKIP LOCKED"},
+           "{same}": "IS NOT DISTINCT FROM", "{lock}": " FOR UPDATE", "{skip_locked}": " FOR UPDATE SKIP LOCKED",
+           "{in_array}": "= ANY(?::text[])", "{runnable}": "state IN ('queued', 'scheduled', 'failed')",
+           "{deps}": "job_dependencies"},
 }  # fmt: skip
 
 
@@ -73,6 +79,10 @@ class Tx(Protocol):
 
     async def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
+    async def jobs(self, where: str, params: Sequence[Any] = ()) -> list[Job]:
+        """The jobs of ``SELECT ... FROM {s}jobs jobs WHERE <where>`` (which may go on with ORDER BY, LIMIT)."""
+        ...
+
     async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
         """Append ``events`` in order, numbered."""
         ...
@@ -104,8 +114,23 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("an operation on a blocking transaction suspended")
 
 
+def unique(items: Iterable[T], key: Callable[[T], object]) -> list[T]:
+    """The first item of each key, in order: a batch that names a job twice changes it once (its first entry)."""
+    seen: dict[object, T] = {}
+    for item in items:
+        seen.setdefault(key(item), item)
+    return list(seen.values())
+
+
 def marks(n: int) -> str:
     return ", ".join("?" * n)
+
+
+def conditions(*terms: tuple[str, Any], base: str = "1 = 1") -> tuple[str, list[Any]]:
+    """A WHERE clause: ``base`` and each term whose value is not None (``("tenant = ?", tenant)``), and the
+    values of those terms."""
+    given = [(term, value) for term, value in terms if value is not None]
+    return " AND ".join([base, *(term for term, _ in given)]), [value for _, value in given]
 
 
 class HasDb(Protocol):

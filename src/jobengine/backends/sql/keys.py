@@ -8,7 +8,7 @@ from typing import Final
 
 from jobengine.ports.auth import ApiKey, ClaimState, IdempotencyClaim, IdempotencyRecord, SessionRecord
 
-from .base import HasDb, Row, Tx, marks
+from .base import HasDb, Row, Tx, conditions, marks
 
 _KEY: Final = "id, tenant, name, scopes, secret_hash, created_at, revoked_at"
 _SESSION: Final = "token_hash, key_id, tenant, created_at, expires_at, ended_at"
@@ -50,10 +50,10 @@ class SqlKeysMixin:
         return await self.db.read(lambda tx: _get_key(tx, key_id))
 
     async def list_api_keys(self: HasDb, tenant: str | None = None) -> list[ApiKey]:
-        where, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        where, args = conditions(("tenant = ?", tenant))
 
         async def op(tx: Tx) -> list[ApiKey]:
-            rows = await tx.rows(f"SELECT {_KEY} FROM {{s}}api_keys {where} ORDER BY created_at, id", args)
+            rows = await tx.rows(f"SELECT {_KEY} FROM {{s}}api_keys WHERE {where} ORDER BY created_at, id", args)
             return [_key(tx, r) for r in rows]
 
         return await self.db.read(op)

@@ -5,12 +5,13 @@ claim."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from jobengine.core import codec
 from jobengine.core.ids import JobId
-from jobengine.ports.outbox import OutboxRow
+from jobengine.core.models import Inserted, Job
+from jobengine.ports.outbox import OUTBOXED_STATES, OutboxRow
 
 from .base import HasDb, marks
 
@@ -21,6 +22,17 @@ _DUE: Final = """SELECT EXISTS (SELECT 1 FROM {s}outbox WHERE available_at <= ? 
     (SELECT min(available_at) FROM {s}outbox WHERE available_at > ?)"""
 
 
+def owed(inserted: Inserted, headers: Mapping[JobId, Mapping[str, str]]) -> list[tuple[Job, dict[str, str]]]:
+    """The jobs an insert created that go out through the outbox, each with its message's headers."""
+    made = zip(inserted.jobs, inserted.created, strict=True)
+    return [(job, dict(headers.get(job.id, {}))) for job, created in made if created and job.state in OUTBOXED_STATES]
+
+
+def outbox_row(r: Sequence[Any]) -> OutboxRow:
+    """A row of ``id, job_id, queue, available_at, headers`` (as text)."""
+    return OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4]))
+
+
 class SqlOutboxMixin:
     # Holds and deletes are the relay's own bookkeeping (hot): one lost with the last commits before a power
     # loss only means the rows are published again, which the broker's de-duplication absorbs.
@@ -28,8 +40,7 @@ class SqlOutboxMixin:
         if limit <= 0:
             return []
         rows = await self.db.write(lambda tx: tx.rows(_CLAIM, (now + lease_seconds, now, now, limit)), hot=True)
-        out = [OutboxRow(int(r[0]), JobId(r[1]), r[2], float(r[3]), codec.loads(r[4])) for r in rows]
-        return sorted(out, key=lambda r: (r.available_at, r.id))
+        return sorted(map(outbox_row, rows), key=lambda r: (r.available_at, r.id))
 
     async def delete_outbox(self: HasDb, ids: Sequence[int]) -> None:
         if ids:

@@ -7,12 +7,12 @@ read the winner). Tables: migrations ``0006_packs``, ``0009_pack_blob_store``.""
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Final
+from typing import Final
 
 from jobengine.core import codec
 from jobengine.ports.packs import NewPackEvent, PackEvent, PackStatus, PackVersion
 
-from .base import HasDb, Row, Tx, marks
+from .base import HasDb, Row, Tx, conditions, marks
 
 _COLUMNS: Final = (
     "name, version, sha256, size, status, manifest, description, uploaded_by, uploaded_at, updated_at, "
@@ -69,17 +69,12 @@ class SqlPacksMixin:
         return await self.db.read(op)
 
     async def list_pack_versions(self: HasDb, name: str | None = None, query: str | None = None) -> list[PackVersion]:
-        where, args = ["1 = 1"], list[Any]()
-        if name is not None:
-            where.append("name = ?")
-            args.append(name)
+        clause, args = conditions(("name = ?", name))
         if query:
             # position in lower(): no LIKE wildcards to escape in what a user typed
-            where.append("({instr}(lower(name), ?) > 0 OR {instr}(lower(description), ?) > 0)")
+            clause += " AND ({instr}(lower(name), ?) > 0 OR {instr}(lower(description), ?) > 0)"
             args += [query.lower(), query.lower()]
-        sql = (
-            f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE {' AND '.join(where)} ORDER BY name, uploaded_at, version"
-        )
+        sql = f"SELECT {_COLUMNS} FROM {{s}}pack_versions WHERE {clause} ORDER BY name, uploaded_at, version"
 
         async def op(tx: Tx) -> list[PackVersion]:
             return [_version(tx, r) for r in await tx.rows(sql, args)]

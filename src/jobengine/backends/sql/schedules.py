@@ -40,7 +40,7 @@ from jobengine.core.schedules import Schedule, ScheduleFilter
 from jobengine.errors import AlreadyExists, IllegalState, NotFound
 from jobengine.ports.schedules import Fired, PlannedRun, TickClaim
 
-from .base import Tx, marks
+from .base import Tx, conditions, marks
 from .signatures import SqlSignatures
 
 if TYPE_CHECKING:
@@ -230,13 +230,8 @@ class SqlScheduling(SqlSignatures):
 
     async def list_schedules(self, filter: ScheduleFilter) -> list[Schedule]:
         f = filter
-        where: list[str] = ["1 = 1"]
-        params: list[Any] = []
-        for term, value in (("tenant = ?", f.tenant), ("name = ?", f.name), ("enabled = ?", f.enabled)):
-            if value is not None:
-                where.append(term)
-                params.append(value)
-        sql = f"{' AND '.join(where)} ORDER BY tenant, name LIMIT ?"
+        clause, params = conditions(("tenant = ?", f.tenant), ("name = ?", f.name), ("enabled = ?", f.enabled))
+        sql = f"{clause} ORDER BY tenant, name LIMIT ?"
         return await self.db.read(lambda tx: _schedules(tx, sql, [*params, f.limit]))
 
     async def due_schedules(self, now: float, limit: int) -> list[Schedule]:
@@ -334,24 +329,15 @@ class SqlScheduling(SqlSignatures):
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
         f = filter
-        where: list[str] = ["1 = 1"]
-        params: list[Any] = []
-        simple: list[tuple[str, Any]] = [
-            ("tenant = ?", f.tenant),
-            ("schedule_id = ?", f.schedule_id),
-            ("trigger = ?", f.trigger.value if f.trigger else None),
-            ("created_at >= ?", f.created_after),
-            ("created_at < ?", f.created_before),
-            ("id < ?", f.before_id),
-        ]
-        for term, value in simple:
-            if value is not None:
-                where.append(term)
-                params.append(value)
+        clause, params = conditions(
+            ("tenant = ?", f.tenant), ("schedule_id = ?", f.schedule_id),
+            ("trigger = ?", f.trigger.value if f.trigger else None), ("created_at >= ?", f.created_after),
+            ("created_at < ?", f.created_before), ("id < ?", f.before_id),
+        )  # fmt: skip
         if f.states:
-            where.append(f"state IN ({marks(len(f.states))})")
+            clause += f" AND state IN ({marks(len(f.states))})"
             params.extend(s.value for s in f.states)
-        sql = f"{' AND '.join(where)} ORDER BY id DESC LIMIT ?"
+        sql = f"{clause} ORDER BY id DESC LIMIT ?"
         return await self.db.read(lambda tx: _runs(tx, sql, [*params, f.limit]))
 
     async def run_segments(self, run_id: RunId) -> list[Segment]:

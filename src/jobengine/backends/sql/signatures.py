@@ -14,7 +14,7 @@ from jobengine.core.models import Event, NewEvent
 from jobengine.core.signatures import Signature, SignatureFilter, SignatureHit, SignatureStatus
 from jobengine.errors import NotFound
 
-from .base import Db, Tx, marks
+from .base import Db, Tx, conditions, marks
 
 _SELECT: Final = (
     "SELECT tenant, key, error_type, message, frames{text}, task, occurrences, first_seen, last_seen, "
@@ -67,16 +67,11 @@ class SqlSignatures:
 
     async def list_signatures(self, filter: SignatureFilter) -> list[Signature]:
         f = filter
-        where: list[str] = ["1 = 1"]
-        params: list[Any] = []
-        for term, value in (("tenant = ?", f.tenant), ("task = ?", f.task)):
-            if value is not None:
-                where.append(term)
-                params.append(value)
+        clause, params = conditions(("tenant = ?", f.tenant), ("task = ?", f.task))
         if f.statuses:
-            where.append(f"status IN ({marks(len(f.statuses))})")
+            clause += f" AND status IN ({marks(len(f.statuses))})"
             params.extend(s.value for s in f.statuses)
-        sql = f"{' AND '.join(where)} ORDER BY last_seen DESC, key LIMIT ?"
+        sql = f"{clause} ORDER BY last_seen DESC, key LIMIT ?"
         return await self.db.read(lambda tx: _select(tx, sql, [*params, f.limit]))
 
     async def update_signature(

@@ -31,7 +31,7 @@ from jobengine.core.webhooks.model import (
 )
 from jobengine.secretbox import SecretBox
 
-from .base import Db, Row, Tx, marks
+from .base import Db, Row, Tx, conditions, marks
 
 T = TypeVar("T")
 
@@ -99,20 +99,13 @@ class WebhookSql:
         await tx.run((f"INSERT INTO {{s}}webhook_endpoints ({_EP}) VALUES ({marks(17)})"), endpoint_row(e, self.box))
 
     async def get_endpoint(self, tx: Tx, endpoint_id: str, tenant: str | None) -> Endpoint | None:
-        sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE id = ?"
-        args: list[Any] = [endpoint_id]
-        if tenant is not None:
-            sql += " AND tenant = ?"
-            args.append(tenant)
-        rows = await tx.rows((sql), args)
+        clause, args = conditions(("tenant = ?", tenant), base="id = ?")
+        rows = await tx.rows(f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE {clause}", [endpoint_id, *args])
         return endpoint_of(rows[0], self.box) if rows else None
 
     async def list_endpoints(self, tx: Tx, tenant: str | None) -> list[Endpoint]:
-        if tenant is None:
-            rows = await tx.rows(f"SELECT {_EP} FROM {{s}}webhook_endpoints ORDER BY created_at, id")
-        else:
-            sql = f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE tenant = ? ORDER BY created_at, id"
-            rows = await tx.rows((sql), [tenant])
+        clause, args = conditions(("tenant = ?", tenant))
+        rows = await tx.rows(f"SELECT {_EP} FROM {{s}}webhook_endpoints WHERE {clause} ORDER BY created_at, id", args)
         return [endpoint_of(r, self.box) for r in rows]
 
     async def save_endpoint(self, tx: Tx, e: Endpoint) -> None:
@@ -201,26 +194,16 @@ class WebhookSql:
         return await tx.run((sql), [next_at, delivery_id, token]) > 0
 
     async def get_delivery(self, tx: Tx, delivery_id: str, tenant: str | None) -> Delivery | None:
-        sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE id = ?"
-        args: list[Any] = [delivery_id]
-        if tenant is not None:
-            sql += " AND tenant = ?"
-            args.append(tenant)
-        rows = await tx.rows((sql), args)
+        clause, args = conditions(("tenant = ?", tenant), base="id = ?")
+        rows = await tx.rows(f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE {clause}", [delivery_id, *args])
         return delivery_of(rows[0]) if rows else None
 
     async def list_deliveries(
         self, tx: Tx, tenant: str, endpoint_id: str | None, state: str | None, limit: int
     ) -> list[Delivery]:
-        sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE tenant = ?"
-        args: list[Any] = [tenant]
-        if endpoint_id is not None:
-            sql += " AND endpoint_id = ?"
-            args.append(endpoint_id)
-        if state is not None:
-            sql += " AND state = ?"
-            args.append(state)
-        rows = await tx.rows((sql + " ORDER BY created_at DESC, id DESC LIMIT ?"), [*args, limit])
+        clause, args = conditions(("endpoint_id = ?", endpoint_id), ("state = ?", state), base="tenant = ?")
+        sql = f"SELECT {_DL} FROM {{s}}webhook_deliveries WHERE {clause} ORDER BY created_at DESC, id DESC LIMIT ?"
+        rows = await tx.rows(sql, [tenant, *args, limit])
         return [delivery_of(r) for r in rows]
 
     async def list_attempts(self, tx: Tx, delivery_id: str) -> list[Attempt]:

@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from jobengine.backends.sql.base import Dialect, Row, Tx, drive
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
 
 from .inserts import insert_jobs
-from .rows import append_events
+from .rows import append_events, select_jobs
 
 if TYPE_CHECKING:
     from .store import SqliteStore
 
 T = TypeVar("T")
+R = TypeVar("R")
 DIALECT: Final = Dialect()
+
+
+class StoreCalls(Protocol):
+    """The store as its mixins' methods see it: its ways to run a function on its thread and connection."""
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 class SqliteTx:
@@ -39,6 +50,9 @@ class SqliteTx:
     async def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(DIALECT.q(sql), rows)
 
+    async def jobs(self, where: str, params: Sequence[Any] = ()) -> list[Job]:
+        return select_jobs(self.conn, DIALECT.q(where), params)
+
     async def events(self, events: Sequence[NewEvent], now: float) -> list[Event]:
         return append_events(self.conn, events, now)
 
@@ -55,9 +69,10 @@ class SqliteDb:
 
     async def write(self, fn: Callable[[Tx], Awaitable[T]], *, retry: bool = True, hot: bool = False) -> T:
         if hot:
-            return await self._store._work(lambda c: drive(fn(SqliteTx(c))), _same)  # type: ignore[arg-type]
+            return await self._store._work(lambda c: drive(fn(SqliteTx(c))), same)  # type: ignore[arg-type]
         return await self._store._write(lambda c: drive(fn(SqliteTx(c))))  # type: ignore[arg-type]
 
 
-def _same(value: T) -> T:
+def same(value: T) -> T:
+    """``then`` of a ``_work`` whose result needs no building after COMMIT."""
     return value

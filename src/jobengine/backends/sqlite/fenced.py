@@ -24,8 +24,9 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
+from jobengine.backends.sql.base import unique as first_per_job
 from jobengine.core import codec
 from jobengine.core import events as ev
 from jobengine.core.ids import JobId, WorkerId
@@ -46,9 +47,8 @@ from jobengine.core.models import (
 from jobengine.core.states import BREAKS_DEPENDENTS
 
 from .deps import cancel_dependents, unblock_dependents
-from .rows import JOB_COLUMNS, RUNNABLE_SQL, insert_events, job_from_row, param_json, phases_json
+from .rows import JOB_COLUMNS, RUNNABLE_SQL, insert_events, job_from_row, json_list, param_json, phases_json
 
-T = TypeVar("T")
 Row = tuple[Any, ...]
 
 #: SQL functions registered on the store's connection (see :func:`register_functions`).
@@ -56,6 +56,8 @@ LEASE_TOKEN_FN: Final = "jobengine_lease_token"
 RESTART_PHASES_FN: Final = "jobengine_restart_phases"
 
 _CLEAR_LEASE: Final = "lease_worker = NULL, lease_token = NULL, lease_expires_at = NULL"
+# UPDATE ... FROM updates a row once even if several batch entries match it, but with an arbitrary one: a
+# batch keeps the first entry of each job (first_per_job).
 _FENCE: Final = "jobs.id = b.id AND jobs.lease_token = b.token AND jobs.state = 'running'"
 # Positions in a row of JOB_COLUMNS (see rows.job_from_row). _DEPENDENTS: whether any job depends on the
 # row's job (one probe of job_deps_depends_on per row), so a batch whose jobs have no dependents (the usual
@@ -74,6 +76,10 @@ RETURNING {JOB_COLUMNS}
 _CLAIM_BRANCH: Final = (
     f"SELECT id, priority, run_at FROM (SELECT id, priority, run_at FROM jobs WHERE {RUNNABLE_SQL} "
     "AND queue = ? AND run_at <= ?{claimable} ORDER BY priority DESC, run_at, id LIMIT ?)"
+)
+_CLAIM_IDS: Final = _START.format(
+    union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
+    "AND run_at <= ? AND (? IS NULL OR task IN (SELECT value FROM json_each(?)))"
 )
 # The lock-free look before a claim: the first entry of jobs_claim per queue that is due.
 _DUE_BRANCH: Final = f"EXISTS (SELECT 1 FROM jobs WHERE {RUNNABLE_SQL} AND queue = ? AND run_at <= ?{{claimable}})"
@@ -210,14 +216,6 @@ def restart_phases(text: str) -> str:
     return phases_json([p if p.state is PhaseState.SUCCEEDED else replace(p, state=PhaseState.PENDING) for p in phases])
 
 
-def _first_per_job(items: Iterable[T], key: Callable[[T], str]) -> list[T]:
-    # UPDATE ... FROM updates a row once even if several batch entries match it, but with an arbitrary one.
-    seen: dict[str, T] = {}
-    for item in items:
-        seen.setdefault(key(item), item)
-    return list(seen.values())
-
-
 def _in_order(rows: Iterable[Row], order: Iterable[str]) -> list[Row]:
     """RETURNING yields rows in no promised order; give them back in the caller's order."""
     by_id = {r[0]: r for r in rows}
@@ -300,7 +298,27 @@ def claim(
     branch = _CLAIM_BRANCH.format(claimable=which.sql)
     sql = _START.format(union=" UNION ALL ".join([branch] * len(queues)))
     params = [worker, now + lease_seconds, now, now, *(a for q in queues for a in (q, now, *which.args, limit)), limit]
-    rows = conn.execute(sql, params).fetchall()
+    return _started(conn, conn.execute(sql, params).fetchall(), worker, now)
+
+
+def claim_ids(
+    conn: sqlite3.Connection,
+    ids: Sequence[JobId],
+    worker: WorkerId,
+    lease: float,
+    now: float,
+    tasks: Sequence[str] | None,
+) -> Applied:
+    """In the transaction: :func:`claim` over the given ids (of ``tasks``: None, any) instead of the queues'
+    heads: the outbox's delivered messages, the limited claim's choice."""
+    unique = list(dict.fromkeys(ids))
+    names = json_list(tasks) if tasks is not None else None
+    params = [worker, now + lease, now, now, json_list(unique), now, names, names, len(unique)]
+    return _started(conn, conn.execute(_CLAIM_IDS, params).fetchall(), worker, now)
+
+
+def _started(conn: sqlite3.Connection, rows: list[Row], worker: WorkerId, now: float) -> Applied:
+    """The rows a claim started, in claim order, with their ``job.started`` events written."""
     if not rows:
         return Applied()
     rows.sort(key=lambda r: (-r[_PRIORITY], r[_RUN_AT], r[_ID]))
@@ -358,7 +376,7 @@ def heartbeat_jobs(conn: sqlite3.Connection, leases: Sequence[Lease], lease_unti
 def succeed(conn: sqlite3.Connection, completions: Sequence[Completion], now: float) -> Applied:
     """In the transaction: the jobs held by these leases succeed; dependents that were waiting only for
     them become runnable."""
-    unique = _first_per_job(completions, lambda c: c.job_id)
+    unique = first_per_job(completions, lambda c: c.job_id)
     batch = param_json(
         [[c.job_id, c.token, None if c.result is None else codec.dumps(c.result, "result")] for c in unique]
     )
@@ -420,7 +438,7 @@ def fail(conn: sqlite3.Connection, failures: Sequence[Failure], now: float) -> A
     cancelled cancels its blocked dependents, transitively."""
     if any(f.outcome is FailOutcome.RETRY and f.retry_at is None for f in failures):
         raise ValueError("a failure with outcome retry needs retry_at")
-    unique = _first_per_job(failures, lambda f: f.job_id)
+    unique = first_per_job(failures, lambda f: f.job_id)
     batch = param_json(
         [
             [
@@ -481,7 +499,7 @@ def fail_jobs(conn: sqlite3.Connection, failures: Sequence[Failure], now: float)
 
 def release(conn: sqlite3.Connection, leases: Sequence[Lease], now: float) -> Applied:
     """In the transaction: the jobs held by these leases go back to queued, their attempt given back."""
-    unique = _first_per_job(leases, lambda lease: lease.job_id)
+    unique = first_per_job(leases, lambda lease: lease.job_id)
     batch = param_json([[lease.job_id, lease.token] for lease in unique])
     rows = _in_order(conn.execute(_RELEASE, (now, batch)), (lease.job_id for lease in unique))
     if not rows:

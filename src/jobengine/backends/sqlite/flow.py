@@ -10,35 +10,22 @@ writes nothing (so it does not wake the other processes' notifiers).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from typing import Final, Protocol, TypeVar
+from typing import Final
 
 from jobengine.core.flow.bucket import Bucket
 from jobengine.core.flow.limits import bucket_key
 from jobengine.core.flow.select import Candidate, ClaimRule, select
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed
-from jobengine.ports.flow import FlowCounts
 
 from . import fenced
-from .outbox import _claim_ids
+from .db import StoreCalls
 from .rows import RUNNABLE_SQL
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 _UPSERT_BUCKET: Final = (
     "INSERT INTO flow_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
     "ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at"
 )
-
-
-class _Runs(Protocol):
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 def _key_sql(rule: ClaimRule) -> tuple[str, list[object]]:
@@ -100,20 +87,12 @@ def claim_limited(
         return fenced.Applied()
     if chosen.buckets:
         conn.executemany(_UPSERT_BUCKET, [(k, b.tokens, b.at) for k, b in chosen.buckets.items()])
-    return _claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now, None)
+    return fenced.claim_ids(conn, [JobId(i) for i in chosen.ids], worker, lease, now, None)
 
 
 class SqliteFlowMixin:
-    async def flow_counts(self: _Runs) -> FlowCounts:
-        def read(c: sqlite3.Connection) -> FlowCounts:
-            depth = c.execute(f"SELECT queue, count(*) FROM jobs WHERE {RUNNABLE_SQL} GROUP BY queue").fetchall()
-            running = c.execute("SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue").fetchall()
-            return FlowCounts({q: int(n) for q, n in depth}, {q: int(n) for q, n in running})
-
-        return await self._read(read)
-
     async def claim_limited(
-        self: _Runs, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
+        self: StoreCalls, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
     ) -> Changed:
         if limit <= 0:
             return Changed()

@@ -8,15 +8,11 @@ migration leaves the schema as it was. Version numbers are shared with the Postg
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
-from dataclasses import dataclass
-from importlib import resources
 
+from jobengine.backends.sql.migrations import Migration, shipped
 from jobengine.errors import StoreError
-
-_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 _CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS jobengine_migrations (
@@ -27,26 +23,9 @@ CREATE TABLE IF NOT EXISTS jobengine_migrations (
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
 def load_migrations() -> list[Migration]:
     """Every migration shipped in the package, by version. Raises StoreError on a duplicate version."""
-    folder = resources.files("jobengine.backends.sqlite").joinpath("migrations")
-    found: dict[int, Migration] = {}
-    for entry in folder.iterdir():
-        match = _FILE_RE.match(entry.name)
-        if match is None:
-            continue
-        version = int(match.group(1))
-        if version in found:
-            raise StoreError(f"sqlite: two migrations have version {version}")
-        found[version] = Migration(version, match.group(2), entry.read_text(encoding="utf-8"))
-    return [found[v] for v in sorted(found)]
+    return shipped("jobengine.backends.sqlite")
 
 
 def split_statements(sql: str) -> list[str]:

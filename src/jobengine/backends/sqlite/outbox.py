@@ -2,50 +2,30 @@
 
 Mixed into :class:`SqliteStore`, so every statement runs on the store's one thread and connection, writes in
 ``BEGIN IMMEDIATE`` (table: migration ``0004_outbox.sql``). The claim by id is the store's own claim
-statement (``fenced._START``) with the batch's ids in place of the queue scan, so a job claimed here becomes
+statement (:func:`fenced.claim_ids`) with the batch's ids in place of the queue scan, so a job claimed here becomes
 exactly what ``fetch_jobs`` makes of it.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Final
 
+from jobengine.backends.sql import outbox
 from jobengine.core import codec
-from jobengine.core import events as ev
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Inserted, Job, NewJob
+from jobengine.core.models import Changed, Inserted, NewJob
 from jobengine.errors import ConfigError
-from jobengine.ports.outbox import OUTBOXED_STATES, Outboxed, OutboxRow
+from jobengine.ports.outbox import Outboxed, OutboxRow
 from jobengine.ports.watermarks import Watermark
 
 from . import fenced
-from .fenced import _START
+from .db import StoreCalls
 from .inserts import insert_jobs
-from .rows import RUNNABLE_SQL, insert_events, insert_rows, json_list, select_jobs
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _same(value: T) -> T:
-    return value
-
+from .rows import insert_rows
 
 _INSERT_OUTBOX: Final = "INSERT INTO outbox (job_id, queue, available_at, headers, held_until) VALUES "
-_CLAIM_IDS: Final = _START.format(
-    union=f"SELECT id, priority, run_at FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND {RUNNABLE_SQL} "
-    "AND run_at <= ? AND (? IS NULL OR task IN (SELECT value FROM json_each(?)))"
-)
-
-
-class _Runs(Protocol):
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T: ...
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 def _insert(
@@ -57,11 +37,7 @@ def _insert(
     held_until: float,
 ) -> Outboxed:
     inserted = insert_jobs(conn, jobs, now, phases)
-    owed = [
-        (job, dict(headers.get(job.id, {})))
-        for job, created in zip(inserted.jobs, inserted.created, strict=True)
-        if created and job.state in OUTBOXED_STATES
-    ]
+    owed = outbox.owed(inserted, headers)
     if not owed:
         return Outboxed(inserted, [])
     # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
@@ -76,43 +52,9 @@ def _insert(
     return Outboxed(inserted, rows)
 
 
-def _claim_ids(
-    conn: sqlite3.Connection,
-    ids: Sequence[JobId],
-    worker: WorkerId,
-    lease: float,
-    now: float,
-    tasks: Sequence[str] | None,
-) -> fenced.Applied:
-    """In the transaction: :func:`fenced.claim` over the delivered ids (of ``tasks``: None, any) instead of the
-    queues' heads."""
-    unique = list(dict.fromkeys(ids))
-    names = json_list(tasks) if tasks is not None else None
-    rows = conn.execute(
-        _CLAIM_IDS, [worker, now + lease, now, now, json_list(unique), now, names, names, len(unique)]
-    ).fetchall()
-    if not rows:
-        return fenced.Applied()
-    rows.sort(key=lambda r: (-r[fenced._PRIORITY], r[fenced._RUN_AT], r[fenced._ID]))
-    who = codec.dumps(worker, "worker")
-    data = fenced._STARTED_DATA
-    events = [
-        (
-            ev.STARTED,
-            r[fenced._TENANT],
-            r[fenced._ID],
-            r[fenced._QUEUE],
-            r[fenced._TASK],
-            data % (r[fenced._ATTEMPT], who),
-        )
-        for r in rows
-    ]
-    return fenced.Applied(rows, insert_events(conn, now, events))
-
-
 class SqliteOutboxMixin:
     async def insert_jobs_outboxed(
-        self: _Runs,
+        self: StoreCalls,
         jobs: Sequence[NewJob],
         now: float,
         phases: Sequence[tuple[str, ...]],
@@ -129,7 +71,7 @@ class SqliteOutboxMixin:
         return await self._write(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
 
     async def claim_jobs(
-        self: _Runs,
+        self: StoreCalls,
         ids: Sequence[JobId],
         worker: WorkerId,
         lease_seconds: float,
@@ -141,9 +83,6 @@ class SqliteOutboxMixin:
             return Changed()
         # As fetch_jobs: at the worker's durability, the jobs built after COMMIT (off the write lock).
         return await self._work(
-            lambda c: _claim_ids(c, ids, worker, lease_seconds, now, tasks), lambda a: fenced.claimed(a, worker, now)
+            lambda c: fenced.claim_ids(c, ids, worker, lease_seconds, now, tasks),
+            lambda a: fenced.claimed(a, worker, now),
         )
-
-    async def overdue_jobs(self: _Runs, before: float, limit: int) -> list[Job]:
-        where = f"{RUNNABLE_SQL} AND run_at < ? ORDER BY run_at, id LIMIT ?"
-        return await self._read(lambda c: select_jobs(c, where, (before, limit)))

@@ -16,39 +16,14 @@ from jobengine.core.states import JobState
 from jobengine.errors import StoreError
 
 _COLUMNS: Final = (
-    "id",
-    "tenant",
-    "queue",
-    "task",
-    "payload",
-    "priority",
-    "run_at",
-    "state",
-    "attempt",
-    "max_attempts",
-    "created_at",
-    "updated_at",
-    "idempotency_key",
-    "timeout",
-    "lease_worker",
-    "lease_token",
-    "lease_expires_at",
-    "cancel_requested",
-    "reason",
-    "phases",
-    "progress",
-    "result",
-    "errors",
-    "outcome",
-    "started_at",
-    "finished_at",
-    "run_id",
-    "schedule_id",
+    "id tenant queue task payload priority run_at state attempt max_attempts created_at updated_at idempotency_key "
+    "timeout lease_worker lease_token lease_expires_at cancel_requested reason phases progress result errors outcome "
+    "started_at finished_at run_id schedule_id"
 )
 
 #: The select list that :func:`job_from_row` reads. depends_on comes from job_deps in declared order
 #: (the inner ORDER BY is kept by SQLite because an aggregate's subquery is never flattened).
-JOB_COLUMNS: Final = ", ".join(f"jobs.{c}" for c in _COLUMNS) + (
+JOB_COLUMNS: Final = ", ".join(f"jobs.{c}" for c in _COLUMNS.split()) + (
     ", (SELECT group_concat(depends_on, ' ') FROM "
     "(SELECT depends_on FROM job_deps WHERE job_deps.job_id = jobs.id ORDER BY position)), "
     # has_dependents: one probe of job_deps_depends_on per row.
@@ -141,37 +116,14 @@ def _errors(text: str) -> tuple[AttemptError, ...]:
 def job_from_row(r: Sequence[Any]) -> Job:
     """Build a Job from a row selected with :data:`JOB_COLUMNS`."""
     return Job(
-        id=r[0],
-        tenant=r[1],
-        queue=r[2],
-        task=r[3],
-        payload=codec.loads(r[4]),
-        priority=r[5],
-        run_at=r[6],
-        state=_STATES[r[7]],
-        attempt=r[8],
-        max_attempts=r[9],
-        created_at=r[10],
-        updated_at=r[11],
-        idempotency_key=r[12],
-        timeout=r[13],
-        lease_worker=r[14],
-        lease_token=r[15],
-        lease_expires_at=r[16],
-        cancel_requested=bool(r[17]),
-        reason=r[18],
-        phases=_phases(r[19]),
-        progress=r[20],
-        result=codec.loads(r[21]),
-        errors=_errors(r[22]),
-        outcome=None if r[23] is None else _STATES[r[23]],
-        started_at=r[24],
-        finished_at=r[25],
-        run_id=r[26],
-        schedule_id=r[27],
-        depends_on=tuple(r[28].split(" ")) if r[28] else (),
-        has_dependents=bool(r[29]),
-    )
+        id=r[0], tenant=r[1], queue=r[2], task=r[3], payload=codec.loads(r[4]), priority=r[5], run_at=r[6],
+        state=_STATES[r[7]], attempt=r[8], max_attempts=r[9], created_at=r[10], updated_at=r[11],
+        idempotency_key=r[12], timeout=r[13], lease_worker=r[14], lease_token=r[15], lease_expires_at=r[16],
+        cancel_requested=bool(r[17]), reason=r[18], phases=_phases(r[19]), progress=r[20],
+        result=codec.loads(r[21]), errors=_errors(r[22]), outcome=None if r[23] is None else _STATES[r[23]],
+        started_at=r[24], finished_at=r[25], run_id=r[26], schedule_id=r[27],
+        depends_on=tuple(r[28].split(" ")) if r[28] else (), has_dependents=bool(r[29]),
+    )  # fmt: skip
 
 
 def phases_json(phases: Sequence[Phase]) -> str:
@@ -200,35 +152,19 @@ def save_jobs(conn: sqlite3.Connection, changes: Sequence[tuple[Job, Job]]) -> N
     """Write back ``(as read, as now)`` pairs. Raises StoreError if a row was not as read."""
     if not changes:
         return
-    cur = conn.executemany(
-        _UPDATE_JOB,
-        [
-            (
-                new.state.value,
-                new.attempt,
-                new.run_at,
-                new.lease_worker,
-                new.lease_token,
-                new.lease_expires_at,
-                int(new.cancel_requested),
-                new.reason,
-                phases_json(new.phases),
-                new.progress,
-                result_json(new.result),
-                errors_json(new.errors),
-                None if new.outcome is None else new.outcome.value,
-                new.started_at,
-                new.finished_at,
-                new.updated_at,
-                old.id,
-                old.state.value,
-                old.lease_token,
-            )
-            for old, new in changes
-        ],
-    )
+    cur = conn.executemany(_UPDATE_JOB, [_written(old, new) for old, new in changes])
     if cur.rowcount != len(changes):
         raise StoreError(f"sqlite: {len(changes) - cur.rowcount} job(s) changed while being written back")
+
+
+def _written(old: Job, new: Job) -> tuple[Any, ...]:
+    """The parameters of ``_UPDATE_JOB``."""
+    return (
+        new.state.value, new.attempt, new.run_at, new.lease_worker, new.lease_token, new.lease_expires_at,
+        int(new.cancel_requested), new.reason, phases_json(new.phases), new.progress, result_json(new.result),
+        errors_json(new.errors), None if new.outcome is None else new.outcome.value, new.started_at,
+        new.finished_at, new.updated_at, old.id, old.state.value, old.lease_token,
+    )  # fmt: skip
 
 
 def append_events(conn: sqlite3.Connection, events: Sequence[NewEvent], now: float) -> list[Event]:
@@ -254,10 +190,3 @@ def insert_events(conn: sqlite3.Connection, now: float, rows: Sequence[tuple[Any
 def _event_data(event: NewEvent) -> str:
     data = event.data
     return codec.dumps(data if isinstance(data, dict) else dict(data), "event")
-
-
-def event_from_row(r: Sequence[Any]) -> Event:
-    return Event(id=r[0], at=r[1], type=r[2], tenant=r[3], job_id=r[4], queue=r[5], task=r[6], data=codec.loads(r[7]))
-
-
-EVENT_COLUMNS: Final = "id, at, type, tenant, job_id, queue, task, data"

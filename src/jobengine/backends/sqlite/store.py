@@ -40,11 +40,11 @@ from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
 from jobengine.backends.sql.queues import SqlQueuesMixin
+from jobengine.backends.sql.reads import SqlReadsMixin
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
     Changed,
     Completion,
-    Event,
     Failure,
     Heartbeat,
     Inserted,
@@ -55,14 +55,13 @@ from jobengine.core.models import (
     PhaseUpdate,
     Pruned,
 )
-from jobengine.core.states import JobState
 from jobengine.errors import ConfigError, StoreUnavailable
 from jobengine.ports.store import Capabilities
 
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
-from .db import SqliteDb
+from .db import SqliteDb, same
 from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
@@ -75,7 +74,14 @@ R = TypeVar("R")
 
 
 class SqliteStore(
-    SqlKeysMixin, SqlQueuesMixin, SqliteApiMixin, SqlOutboxMixin, SqliteOutboxMixin, SqlPacksMixin, SqliteFlowMixin
+    SqlKeysMixin,
+    SqlQueuesMixin,
+    SqliteApiMixin,
+    SqlOutboxMixin,
+    SqliteOutboxMixin,
+    SqlReadsMixin,
+    SqlPacksMixin,
+    SqliteFlowMixin,
 ):
     """The Store port on a SQLite file.
 
@@ -238,10 +244,11 @@ class SqliteStore(
     def blob_store(self, settings: Settings) -> BlobStore:
         """Pack content: by default in files beside this one (``<database>.packs``)."""
         from jobengine.backends.blobs import choose_blob_store
+        from jobengine.backends.sql.blobs import SqlBlobStore
 
-        from .blobs import SqliteBlobStore
-
-        return choose_blob_store(settings, "sqlite", lambda: SqliteBlobStore(self), beside=Path(self.path + ".packs"))
+        return choose_blob_store(
+            settings, "sqlite", lambda: SqlBlobStore(self.db, self.path), beside=Path(self.path + ".packs")
+        )
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
@@ -286,12 +293,12 @@ class SqliteStore(
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_until: float, now: float) -> Heartbeat:
         if not leases:
             return Heartbeat(frozenset(), frozenset())
-        return await self._work(lambda c: fenced.heartbeat_jobs(c, leases, lease_until, now), _same)
+        return await self._work(lambda c: fenced.heartbeat_jobs(c, leases, lease_until, now), same)
 
     async def save_phases(self, updates: Sequence[PhaseUpdate], now: float) -> Changed:
         if not updates:
             return Changed()
-        return await self._work(lambda c: writes.save_phases(c, updates, now), _same)
+        return await self._work(lambda c: writes.save_phases(c, updates, now), same)
 
     async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
         if not completions:
@@ -325,28 +332,11 @@ class SqliteStore(
     async def expired_jobs(self, now: float, limit: int) -> list[Job]:
         return await self._read(lambda c: reads.expired_jobs(c, now, limit))
 
-    async def get_jobs(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
-        if not ids:
-            return []
-        return await self._read(lambda c: reads.get_jobs(c, ids, tenant))
-
     async def list_jobs(self, filter: JobFilter) -> list[Job]:
         return await self._read(lambda c: reads.list_jobs(c, filter))
 
-    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
-        return await self._read(lambda c: reads.count_jobs(c, tenant))
-
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         return await self._read(lambda c: reads.next_run_at(c, queues, tasks))
-
-    async def list_events(
-        self, after_id: int, limit: int, job_id: JobId | None = None, tenant: str | None = None
-    ) -> list[Event]:
-        return await self._read(lambda c: reads.list_events(c, after_id, limit, job_id, tenant))
-
-
-def _same(value: T) -> T:
-    return value
 
 
 if TYPE_CHECKING:

@@ -17,28 +17,26 @@ from typing import TYPE_CHECKING
 
 from jobengine.backends.sql import workers as shared
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Job
 from jobengine.errors import StoreUnavailable
 from jobengine.ports.workers import WorkerInfo
-
-from .rows import json_list, select_jobs
 
 if TYPE_CHECKING:
     from .store import SqliteStore
 
 
-class SqliteWorkers:
-    """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`SqliteStore`."""
+class SqliteWorkers(shared.SqlWorkers[tuple[int, Path]]):
+    """The :class:`~jobengine.ports.workers.WorkerRegistry` of a :class:`SqliteStore`; a worker's liveness is
+    its lock file's descriptor and path."""
 
     def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store.db)
         self._store = store
         self._dir = Path(f"{store.path}.workers")
-        self._held: dict[WorkerId, tuple[int, Path]] = {}  # our workers: their lock file's descriptor and path
 
     def _lock_file(self, key: int) -> Path:
         return self._dir / f"{key}.lock"
 
-    def _hold(self, key: int) -> tuple[int, Path]:
+    async def _hold(self, key: int) -> tuple[int, Path]:
         path = self._lock_file(key)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
@@ -71,32 +69,19 @@ class SqliteWorkers:
         finally:
             os.close(fd)
 
-    def _drop_file(self, key: int | None) -> None:
-        if key is not None:
+    async def _let_go(self, held: tuple[int, Path], *, leaving: bool) -> None:
+        fd, path = held
+        if leaving:
             with contextlib.suppress(OSError):
-                self._lock_file(key).unlink()
+                path.unlink()
+        with contextlib.suppress(OSError):
+            os.close(fd)  # the lock goes with the descriptor
 
-    async def register(self, info: WorkerInfo) -> None:
-        if info.lock_key is not None and info.id not in self._held:
-            self._held[info.id] = self._hold(info.lock_key)
-        await shared.register(self._store.db, info)
-
-    async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
-        return await shared.beat(self._store.db, worker, now, expires_at)
-
-    async def unregister(self, worker: WorkerId) -> None:
-        try:
-            await shared.remove(self._store.db, [worker])
-        finally:
-            held = self._held.pop(worker, None)
-            if held is not None:
-                fd, path = held
+    def _removed(self, workers: Sequence[WorkerId], keys: Sequence[int | None]) -> None:
+        for key in keys:
+            if key is not None:
                 with contextlib.suppress(OSError):
-                    path.unlink()
-                os.close(fd)  # the lock goes with the descriptor
-
-    async def live(self, now: float) -> list[WorkerInfo]:
-        return await shared.live(self._store.db, now)
+                    self._lock_file(key).unlink()
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         sql = f"SELECT {shared.SELECT} FROM {{s}}workers w"
@@ -108,22 +93,3 @@ class SqliteWorkers:
             if (key is None and info.expires_at <= now) or (key is not None and self._free(key)):
                 dead.append(info)
         return dead
-
-    async def held_jobs(self, workers: Sequence[WorkerId], limit: int) -> list[Job]:
-        if not workers:
-            return []
-        where = (
-            "jobs.state = 'running' AND jobs.lease_worker IN (SELECT value FROM json_each(?)) ORDER BY jobs.id LIMIT ?"
-        )
-        args = (json_list(workers), limit)
-        return await self._store._read(lambda c: select_jobs(c, where, args))
-
-    async def remove(self, workers: Sequence[WorkerId]) -> None:
-        for key in await shared.remove(self._store.db, workers):
-            self._drop_file(key)
-
-    async def close(self) -> None:
-        held, self._held = self._held, {}
-        for fd, _path in held.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
