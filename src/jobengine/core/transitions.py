@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from jobengine.core import events as ev
 from jobengine.core.ids import LeaseToken, WorkerId
-from jobengine.core.models import AttemptError, FailOutcome, Job, Json, NewEvent, NewJob, Phase, PhaseState
+from jobengine.core.models import AttemptError, FailOutcome, Failure, Job, Json, NewEvent, NewJob, Phase, PhaseState
 from jobengine.core.states import JobState, transition
 
 
@@ -102,6 +102,18 @@ def fail(
         **common,  # type: ignore[arg-type]
     )
     return job, ev.job_event(ev.CANCELLED, job, {"reason": job.reason})
+
+
+def expired_failure(job: Job, now: float) -> Failure | None:
+    """The failed attempt of a running job whose lease expired, as the rescuer records it (None: the job
+    holds no lease). It keeps its place in line: the worker died, not the job's turn."""
+    if job.lease_token is None:
+        return None
+    error = AttemptError(
+        job.attempt, now, "LeaseExpired", f"lease of worker {job.lease_worker} expired", None, job.lease_worker
+    )
+    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
+    return Failure(job.id, job.lease_token, error, outcome, retry_at=min(now, job.run_at), only_if_expired_at=now)
 
 
 def release(job: Job, now: float) -> tuple[Job, NewEvent]:

@@ -29,14 +29,7 @@ from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, JobFilter, Lease
 from jobengine.core.states import TERMINAL, JobState
 from jobengine.ports.store import Store
-from jobengine.ports.transport import (
-    DeadLetter,
-    Delivery,
-    Health,
-    Message,
-    TransportCapabilities,
-    TransportOptions,
-)
+from jobengine.ports.transport import DeadLetter, Delivery, Health, Message, TransportCapabilities, TransportOptions
 
 
 class DatabaseTransport:

@@ -42,21 +42,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
-from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import (
-    AttemptError,
-    Changed,
-    Completion,
-    FailOutcome,
-    Failure,
-    Heartbeat,
-    Job,
-    Lease,
-    PhaseUpdate,
-)
+from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
 from jobengine.core.states import RUNNABLE, JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.errors import TransportError
+from jobengine.ports.flow import FlowHooks
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport
@@ -73,26 +64,6 @@ log = logging.getLogger("jobengine.delivery")
 FOREIGN_DELAY = 0.25
 
 
-class FlowParts(Protocol):
-    """What the source uses of the engine's flow control: the claim plan and limited claims."""
-
-    def token_at(self, queue: str, rate: float, now: float) -> float: ...
-
-    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]: ...
-
-    async def claim_limited(
-        self,
-        rule: ClaimRule,
-        n: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed: ...
-
-
 class EngineParts(Protocol):
     """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups) and
     its flow control (claims under a queue's rule)."""
@@ -102,24 +73,13 @@ class EngineParts(Protocol):
     bus: EventBus
 
     @property
-    def flow(self) -> FlowParts: ...
+    def flow(self) -> FlowHooks: ...
 
     @property
     def transitions(self) -> WorkerSource: ...
 
 
 Publish = Callable[[Sequence[Job], str], Awaitable[None]]
-
-
-def expired_failure(job: Job, now: float) -> Failure | None:
-    """The failed attempt of a running job whose lease expired (as the rescuer records it)."""
-    if job.lease_token is None:
-        return None
-    error = AttemptError(
-        job.attempt, now, "LeaseExpired", f"lease of worker {job.lease_worker} expired", None, job.lease_worker
-    )
-    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
-    return Failure(job.id, job.lease_token, error, outcome, retry_at=min(now, job.run_at), only_if_expired_at=now)
 
 
 class BrokerNotifier:

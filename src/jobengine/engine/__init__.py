@@ -30,14 +30,7 @@ from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId
-from jobengine.core.models import (
-    Event,
-    Job,
-    JobFilter,
-    Json,
-    NewJob,
-    Pruned,
-)
+from jobengine.core.models import Event, Job, JobFilter, Json, NewJob, Pruned
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine.compose import open_rate_limiter, open_store
