@@ -28,6 +28,7 @@ from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, JobFilter, Lease
 from jobengine.core.states import TERMINAL, JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.ports.store import Store
 from jobengine.ports.transport import DeadLetter, Delivery, Health, Message, TransportCapabilities, TransportOptions
 
@@ -63,18 +64,7 @@ class DatabaseTransport:
 
     async def _rescue(self, now: float) -> None:
         expired = await self.store.expired_jobs(now, 1000)
-        failures = [
-            Failure(
-                j.id,
-                j.lease_token,
-                AttemptError(j.attempt, now, "LeaseExpired", f"lease of worker {j.lease_worker} expired"),
-                FailOutcome.RETRY if j.attempt < j.max_attempts else FailOutcome.DEAD,
-                retry_at=min(now, j.run_at),
-                only_if_expired_at=now,
-            )
-            for j in expired
-            if j.lease_token is not None and j.queue in self.job_queues
-        ]
+        failures = [f for j in expired if j.queue in self.job_queues and (f := expired_failure(j, now))]
         if failures:
             changed = await self.store.fail_jobs(failures, now)
             self.options.counters.count("lease_expired", len(changed.jobs))
