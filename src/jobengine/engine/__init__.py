@@ -285,12 +285,8 @@ class Engine:
         """Register the decorated function (async, or sync to run in a thread) as a task."""
 
         def register(fn: F) -> F:
-            self.tasks.add(
-                make_spec(
-                    name or fn.__name__, fn, None, queue=queue, priority=priority,
-                    max_attempts=max_attempts, timeout=timeout, retry=retry,
-                )
-            )  # fmt: skip
+            self.add_task(name or fn.__name__, fn, queue=queue, priority=priority, max_attempts=max_attempts,
+                          timeout=timeout, retry=retry)  # fmt: skip
             return fn
 
         return register
@@ -308,12 +304,9 @@ class Engine:
         retry: RetryPolicy | None = None,
     ) -> None:
         """Register a task from a function, or from ordered ``phases`` (each ``fn(ctx) -> result``)."""
-        self.tasks.add(
-            make_spec(
-                name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
-                timeout=timeout, retry=retry,
-            )
-        )  # fmt: skip
+        spec = make_spec(name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
+                         timeout=timeout, retry=retry)  # fmt: skip
+        self.tasks.add(spec)
 
     # -- enqueue ------------------------------------------------------------------------------------
     def new_job(
@@ -423,7 +416,7 @@ class Engine:
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        names = {task: self._phase_names(task) for task in tasks}
+        names = {task: self.tasks.phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
         now = self.clock.now()
         store = self.store
@@ -495,10 +488,6 @@ class Engine:
         if unknown:
             name = sorted(unknown)[0]
             raise InvalidJob("task", f"no worker runs task {name!r} (refuse_unknown_tasks is on)")
-
-    def _phase_names(self, task: str) -> tuple[str, ...]:
-        spec = self.tasks.get(task)
-        return spec.phase_names if spec else ()
 
     # -- managing jobs ------------------------------------------------------------------------------
     async def get_job(self, job_id: str, tenant: str | None = None) -> Job:
