@@ -27,6 +27,7 @@ import os
 import shutil
 import tarfile
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -247,15 +248,9 @@ def _extract_into(data: BinaryIO, root: Path, limits: Limits, *, write: bool) ->
             # Read to the end, so trailing garbage or a bomb after the last member is counted too.
             while expanded.read(_CHUNK):
                 pass
-    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib_error()) as exc:
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InvalidPack("archive", f"not a valid .tar.gz: {exc}") from None
     return names
-
-
-def zlib_error() -> type[Exception]:
-    import zlib
-
-    return zlib.error
 
 
 def read_manifest(root: Path) -> manifest_mod.Manifest:

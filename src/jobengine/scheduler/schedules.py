@@ -227,15 +227,8 @@ class Schedules:
             planned = await self._plan(
                 schedule_id, spec, new_run_id(), RunTrigger.SCHEDULE, tick, tick=tick, dry_run=True
             )
-            runs.append(
-                SimulatedRun(
-                    tick=tick,
-                    jobs=planned.jobs,
-                    items=planned.items,
-                    no_work=planned.run.no_work,
-                    error=planned.run.reason if planned.run.state is RunState.ERROR else None,
-                )
-            )
+            error = planned.run.reason if planned.run.state is RunState.ERROR else None
+            runs.append(SimulatedRun(tick, planned.jobs, planned.items, planned.run.no_work, error))
         return Simulation(spec, tuple(times), tuple(runs))
 
     # -- internals ----------------------------------------------------------------------------------

@@ -607,9 +607,5 @@ class Worker:
                 await asyncio.sleep(min(2.0, 0.05 * 2**tries))
 
 
-class _Timeout(Exception):
-    pass
-
-
 def leases_of(jobs: Sequence[Job]) -> list[Lease]:
     return [Lease(j.id, j.lease_token) for j in jobs if j.lease_token is not None]
