@@ -1,22 +1,10 @@
-"""The ``database`` transport: the store itself delivers (as jobengine always has).
+"""The ``database`` transport: the store itself delivers, and a runnable job *is* its queue's message.
 
-There is no separate message: a runnable job *is* the message of its queue, so ``publish`` has nothing to
-do (inserting the job published it) and the store's own rules stand in for a broker's:
-
-| port            | the store                                                                        |
-| --------------- | -------------------------------------------------------------------------------- |
-| receive         | ``fetch_jobs`` (claims under a lease; SKIP LOCKED / BEGIN IMMEDIATE), after       |
-|                 | rescuing jobs whose lease expired (a failed attempt, as the worker's rescuer does) |
-| extend          | ``heartbeat_jobs``                                                               |
-| ack             | ``complete_jobs``                                                                |
-| retry(delay)    | ``fail_jobs`` with outcome retry at now + delay (an attempt is spent)             |
-| dead_letter     | ``fail_jobs`` with outcome dead: the job's ``dead`` state is the dead-letter      |
-| max deliveries  | the job's own ``max_attempts`` (its attempts are its deliveries)                  |
-| idempotency     | the job's idempotency key (a unique index), not a publish window                 |
-
-The engine's worker does not go through this class (it calls the store directly, which is the same thing
-with one call less); the class gives the database the port's shape for health, depth, metrics and the
-transport contract suite. ``options.dead_letter`` False changes nothing: the store never drops a job.
+Receive is ``fetch_jobs`` after rescuing expired leases, extend a heartbeat, ack a completion, retry a
+failed attempt, dead-letter the job's ``dead`` state; deliveries are attempts (``max_attempts``) and the
+idempotency key stands for a publish window (docs/brokers.md). The engine's worker calls the store
+directly; this class gives the database the port's shape for health, depth, metrics and the transport
+contract suite. ``options.dead_letter`` False changes nothing: the store never drops a job.
 """
 
 from __future__ import annotations
