@@ -1,11 +1,8 @@
 """Runs: history, a run's jobs, cancel, retry, retention; and the bookkeeping the job transitions do for
 runs (:class:`~jobengine.engine.transitions.RunHooks`: ``started``, ``ended``, ``reopened``).
 
-A run's summary moves as its jobs end, in the engine's job paths (``complete_jobs``, ``fail_jobs``,
-``cancel``, ``retry``, the rescuer), right after the store committed the job's change: one more small
-transaction, only for batches that hold jobs of a run. If the process dies in between, the scheduler's
-reconcile pass (every ``scheduler_reconcile_interval``) finds the job ended and applies the outcome; the
-summary is a delta per segment, so applying an outcome twice counts it once. Usage::
+A run's summary moves as its jobs end, right after the store committed the job's change (best effort: the
+scheduler's reconcile pass repairs what a dying process missed; docs/scheduler.md, "Delta summary"). Usage::
 
     runs = await engine.runs.list(RunFilter(schedule_id=s.id, states=(RunState.ERROR,)))
     jobs = await engine.runs.jobs(runs[0].id)

@@ -62,12 +62,9 @@ class WorkerOptions:
     worker_id: str | None = None
     #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
     tune_gc: bool = True
-    #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds: a job
-    #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile, so its
-    #: outcome is stored up to this much later. Each flush is a commit, whose WAL flush the database's other
-    #: commits queue behind (docs/decisions/0004-worker-outcome-flush-spacing.md). Not waited
-    #: out: FLUSH_EARLY outcomes waiting (a busy worker), or a job that others depend on
-    #: (``Job.has_dependents``). 0: after every loop turn. The setting ``worker_flush_spacing``.
+    #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds, each flush
+    #: a commit (docs/decisions/0004-worker-outcome-flush-spacing.md); not waited out with FLUSH_EARLY
+    #: outcomes waiting or a job others depend on. 0: after every loop turn. The setting ``worker_flush_spacing``.
     flush_spacing: float = 0.05
     #: How often the worker looks for dead workers, whose jobs then run again at once (the setting
     #: ``liveness_interval``; :mod:`jobengine.ports.workers`).
@@ -102,13 +99,10 @@ async def _halt(tasks: Iterable[asyncio.Task[None]]) -> None:
 
 
 def _tune_gc() -> None:
-    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (modules, the engine, the
-    application's imports: long-lived, not garbage), so the collector's full passes stop re-scanning it, and
-    collect the youngest generation after 7,000 allocations instead of 700 if nobody changed the default.
-    Jobs allocate many short-lived tracked objects (rows, jobs, events), and the collector's full passes
-    re-scanned every module each time (docs/decisions/0009-worker-gc-tuning.md). Garbage cycles made before
-    the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
-    the interpreter's settings; so does a process that froze objects itself (or whose first worker did)."""
+    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (long-lived, not garbage), so
+    the collector's full passes stop re-scanning it, and collect the youngest generation after 7,000
+    allocations instead of 700 if nobody changed the default (docs/decisions/0009-worker-gc-tuning.md).
+    ``tune_gc=False`` keeps the interpreter's settings; so does a process that froze objects itself."""
     if not gc.isenabled() or gc.get_freeze_count():
         return
     gc.freeze()
