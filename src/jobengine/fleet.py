@@ -44,12 +44,7 @@ def new_lock_key() -> int:
 
 
 def local_worker(
-    worker: WorkerId,
-    queues: Sequence[str],
-    tasks: Sequence[str],
-    *,
-    concurrency: int,
-    packs: Sequence[str] = (),
+    worker: WorkerId, queues: Sequence[str], tasks: Sequence[str], *, concurrency: int, packs: Sequence[str] = ()
 ) -> WorkerInfo:
     """The registry row of a worker in this process, with a fresh liveness key."""
     return WorkerInfo(

@@ -102,10 +102,6 @@ class BrokeredSource:
     def notifier(self) -> BrokerNotifier:
         return self._notifier
 
-    @property
-    def holding(self) -> int:
-        return len(self._held)
-
     async def receive_ahead(self, timeout: float) -> bool:
         if self._ahead:
             return True

@@ -571,17 +571,11 @@ class Engine:
         """A worker configured from settings; keyword arguments override :class:`WorkerOptions` fields."""
         s = self.settings
         options = WorkerOptions(
-            queues=s.worker_queues,
-            concurrency=s.worker_concurrency,
-            lease_seconds=s.lease_seconds,
-            heartbeat_every=s.heartbeat_every,
-            poll_interval=s.poll_interval,
-            rescue_interval=s.rescue_interval,
-            grace_period=s.grace_period,
-            fetch_batch=s.fetch_batch,
-            flush_spacing=s.worker_flush_spacing,
+            queues=s.worker_queues, concurrency=s.worker_concurrency, lease_seconds=s.lease_seconds,
+            heartbeat_every=s.heartbeat_every, poll_interval=s.poll_interval, rescue_interval=s.rescue_interval,
+            grace_period=s.grace_period, fetch_batch=s.fetch_batch, flush_spacing=s.worker_flush_spacing,
             liveness_interval=s.liveness_interval,
-        )
+        )  # fmt: skip
         for key in overrides:
             if not hasattr(options, key):
                 raise ConfigError(f"{key}: not a worker option")
