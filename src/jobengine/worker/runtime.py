@@ -122,18 +122,11 @@ class _Running:
         self.in_thread = False
 
 
-def _error(
-    job: Job, exc: BaseException, worker: str, type_: str | None = None, message: str | None = None
-) -> AttemptError:
-    return AttemptError(
-        attempt=job.attempt,
-        at=0.0,
-        # What a task raised is recorded, not refused: text no backend stores becomes U+FFFD.
-        type=storable(type_ or type(exc).__name__),
-        message=storable((message or str(exc) or type(exc).__name__)[:2000]),
-        traceback=storable("".join(traceback.format_exception(exc))[-8000:]),
-        worker=worker,
-    )
+def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptError:
+    # What a task raised is recorded, not refused: text no backend stores becomes U+FFFD.
+    message = storable((str(exc) or type(exc).__name__)[:2000])
+    trace = storable("".join(traceback.format_exception(exc))[-8000:])
+    return AttemptError(job.attempt, now, storable(type(exc).__name__), message, trace, worker)
 
 
 class Worker:
@@ -386,7 +379,7 @@ class Worker:
     def _failure(self, run: _Running, spec: TaskSpec | None, exc: BaseException, outcome: FailOutcome) -> Failure:
         job = run.shared.job
         now = self.source.clock.now()
-        err = replace(_error(job, exc, self.id), at=now)
+        err = _error(job, exc, self.id, now)
         retry_at = None
         if outcome is FailOutcome.RETRY:
             delay = spec.retry.delay(job.attempt) if spec is not None else 1.0
