@@ -1,29 +1,11 @@
 """Following the event log: every event after a position exactly once, in id order, across reconnections.
 
-The store's event log is the source of truth; the in-process bus only makes following it cheap. A feed
-keeps a *cursor*: every event with an id at or below it was delivered or is not the follower's (another
-tenant's, or filtered out). Events reach the feed two ways:
-
-- **fast path**: the bus delivers this process's events in id order; an event whose id is exactly
-  ``cursor + 1`` is taken as it is (delivered if it matches), with no store read;
-- **store read**: on a gap in the ids (an event committed by another process, a bus overflow, an enqueue in
-  the caller's own transaction, which is never published), at the start, and every ``poll_interval`` while
-  idle (other processes' events), the feed reads the log after the cursor. A read that is not cut short by
-  its limit saw every event committed before it started, which includes every bus event already buffered,
-  so the cursor moves past those too.
-
-So a follower that reconnects with the last id it received (SSE ``Last-Event-ID``) gets no gap and no
-duplicate. If events after that id were already pruned (``EventLogStore.prune_events``), the feed says so
-first with a :class:`Reset` instead of silently skipping them.
-
-On PostgreSQL, event ids are taken at insert and may commit out of order: a read could see id 102 while 101,
-taken by a transaction still open, commits a moment later. Every reader of the log past a cursor (this feed,
-the paged ``GET /api/v1/events``, the webhook fan-out, the dashboard's recorder) reads through
-``Engine.event_log.read_settled``, which cuts a read at the store's settled bound
-(:class:`~jobengine.ports.eventlog.SettlingEventLog`) and returns an :class:`EventRead` whose ``cursor``
-never passes the first hole in the id sequence that may still fill. The feed reads what lies beyond it
-again shortly (every ``settle_poll``), until the hole fills or ages into a rollback. SQLite numbers
-events under its single writer, in commit order, and need none of this.
+The store's event log is the source of truth; the in-process bus only makes following it cheap. A feed keeps
+a *cursor* (every event at or below it was delivered or is not the follower's) and takes a bus event whose
+id is exactly ``cursor + 1`` as it is; on a gap, at the start and every ``poll_interval`` while idle it
+reads the log after the cursor through ``Engine.event_log.read_settled``, which never passes an id that may
+still commit (PostgreSQL). A position whose events were pruned gets a :class:`Reset` first. Why this never
+gaps or repeats: docs/http.md ("Server-sent events") and docs/postgres.md.
 """
 
 from __future__ import annotations

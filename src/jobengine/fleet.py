@@ -24,8 +24,9 @@ from dataclasses import replace
 
 from jobengine.core.clock import Clock
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import AttemptError, Changed, FailOutcome, Failure, Job
+from jobengine.core.models import Changed, Failure, Job
 from jobengine.core.states import RUNNABLE
+from jobengine.core.transitions import lost_attempt
 from jobengine.ports.workers import WorkerInfo, WorkerRegistry
 from jobengine.version import __version__
 
@@ -43,12 +44,7 @@ def new_lock_key() -> int:
 
 
 def local_worker(
-    worker: WorkerId,
-    queues: Sequence[str],
-    tasks: Sequence[str],
-    *,
-    concurrency: int,
-    packs: Sequence[str] = (),
+    worker: WorkerId, queues: Sequence[str], tasks: Sequence[str], *, concurrency: int, packs: Sequence[str] = ()
 ) -> WorkerInfo:
     """The registry row of a worker in this process, with a fresh liveness key."""
     return WorkerInfo(
@@ -142,7 +138,7 @@ class Fleet:
         # A remote worker's jobs keep their leases: its heartbeats, not its row, say whether it lives.
         gone = [w.id for w in dead if w.lock_key is not None]
         jobs = await self.registry.held_jobs(gone, RESCUE_BATCH) if gone else []
-        failures = [f for job in jobs if (f := died(job, now)) is not None]
+        failures = [f for j in jobs if (f := lost_attempt(j, now, "WorkerDied", f"worker {j.lease_worker} died"))]
         changed = await self._fail_jobs(failures) if failures else Changed()
         if len(jobs) < RESCUE_BATCH:  # else some are left: the next pass takes them, then the rows
             await self.registry.remove([w.id for w in dead])
@@ -174,13 +170,3 @@ class Fleet:
     async def known_tasks(self) -> set[str]:
         """Every task some live worker runs."""
         return {t for w in await self.live_cached() for t in w.tasks}
-
-
-def died(job: Job, now: float) -> Failure | None:
-    """The failed attempt of a job whose worker died: run again now (keeping its place in line), or dead if
-    that was its last attempt."""
-    if job.lease_token is None:
-        return None
-    error = AttemptError(job.attempt, now, "WorkerDied", f"worker {job.lease_worker} died", None, job.lease_worker)
-    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
-    return Failure(job.id, job.lease_token, error, outcome, retry_at=min(now, job.run_at))

@@ -36,14 +36,7 @@ def phase_to_json(phase: Phase) -> JsonObject:
 
 
 def error_to_json(error: AttemptError) -> JsonObject:
-    return {
-        "attempt": error.attempt,
-        "at": iso(error.at),
-        "type": error.type,
-        "message": error.message,
-        "traceback": error.traceback,
-        "worker": error.worker,
-    }
+    return {**error.to_json(), "at": iso(error.at)}
 
 
 def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:

@@ -160,11 +160,7 @@ class SchedulerService:
     def __init__(self, engine: Engine, *, instance: str | None = None) -> None:
         s = engine.settings
         self.engine = engine
-        self.options = SchedulerOptions(
-            poll_interval=s.scheduler_poll_interval,
-            reconcile_interval=s.scheduler_reconcile_interval,
-            instance=instance,
-        )
+        self.options = SchedulerOptions(s.scheduler_poll_interval, s.scheduler_reconcile_interval, instance)
         self.loop = self._new_loop()
         engine.schedules.on_changed(lambda: self.loop.wake())
         self._task: asyncio.Task[None] | None = None

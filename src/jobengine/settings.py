@@ -233,41 +233,44 @@ class Settings:
 
     def __post_init__(self) -> None:
         _refuse(self, _not_positive, _POSITIVE, "lease_seconds", "poll_interval", "rescue_interval",
-                "retention_interval", "liveness_interval")  # fmt: skip
-        _refuse(self, lambda v: v < 1, "must be at least 1", "postgres_pool_size", "worker_concurrency")
-        _refuse(self, _negative, "must be >= 0 seconds", "grace_period")
+                "retention_interval", "liveness_interval", "scheduler_poll_interval", "scheduler_lease_seconds",
+                "scheduler_reconcile_interval", "sse_keepalive", "sse_poll_interval", "event_settle_grace",
+                "idempotency_ttl", "claim_max_wait", "dashboard_refresh_seconds", "dashboard_session_seconds",
+                "webhook_rate_window", "webhook_timeout", "webhook_retry_base", "webhook_retry_max_delay",
+                "webhook_retry_window", "webhook_poll_interval", "inbound_tolerance", "flow_retry_after",
+                "scale_target_seconds")  # fmt: skip
+        _refuse(self, _negative, "must be >= 0 seconds", "grace_period", "signature_cache_seconds", "event_retention",
+                "api_key_cache_seconds", "webhook_secret_overlap", "shed_latency", "flow_cache_seconds")  # fmt: skip
+        _refuse(self, lambda v: v < 1, "must be at least 1", "postgres_pool_size", "worker_concurrency", "sse_buffer",
+                "webhook_rate_limit", "webhook_concurrency")  # fmt: skip
+        _refuse(self, lambda v: v < 1024, "must be at least 1024", "api_max_body_bytes", "packs_max_bytes",
+                "inbound_max_body_bytes")  # fmt: skip
+        _refuse(self, lambda v: v.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"),
+                "one of OFF, NORMAL, FULL, EXTRA", "sqlite_synchronous", "sqlite_worker_synchronous")  # fmt: skip
         if not 0 <= self.worker_flush_spacing <= 10:
             raise ConfigError("worker_flush_spacing: must be between 0 and 10 seconds")
         if self.delete_after < self.stale_after:
             raise ConfigError("delete_after: must be >= stale_after")
         if self.heartbeat_interval and self.heartbeat_interval >= self.lease_seconds:
             raise ConfigError("heartbeat_interval: must be shorter than lease_seconds")
-        _refuse(self, lambda v: v.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"),
-                "one of OFF, NORMAL, FULL, EXTRA", "sqlite_synchronous", "sqlite_worker_synchronous")  # fmt: skip
-        _refuse(self, _not_positive, _POSITIVE, "scheduler_poll_interval", "scheduler_lease_seconds",
-                "scheduler_reconcile_interval")  # fmt: skip
         if self.scheduler_misfire_grace <= self.scheduler_lease_seconds + self.scheduler_poll_interval:
             raise ConfigError(
                 "scheduler_misfire_grace: must be longer than scheduler_lease_seconds + scheduler_poll_interval "
                 "(else a leader fail-over would count on-time ticks as missed)"
             )
-        _refuse(self, _negative, "must be >= 0 seconds", "signature_cache_seconds")
-        _refuse(self, _not_positive, _POSITIVE, "sse_keepalive", "sse_poll_interval", "event_settle_grace",
-                "idempotency_ttl", "claim_max_wait", "dashboard_refresh_seconds",
-                "dashboard_session_seconds")  # fmt: skip
         if self.run_retention < 0:
             raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
-        _refuse(self, _negative, "must be >= 0 seconds", "event_retention", "api_key_cache_seconds")
         if not 0 <= self.api_port < 65536:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
-        _refuse(self, lambda v: v < 1024, "must be at least 1024", "api_max_body_bytes")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
-        _refuse(self, lambda v: v < 1024, "must be at least 1024", "packs_max_bytes")
-        _refuse(self, lambda v: v < 1, "must be at least 1", "sse_buffer")
         _check_blobs(self)
         _check_webhooks(self)
-        _check_flow(self)
+        _refuse(self, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth",
+                "shed_in_flight")  # fmt: skip
+        if self.flow_soft_limit and self.flow_hard_limit and self.flow_soft_limit > self.flow_hard_limit:
+            raise ConfigError("flow_soft_limit: must not be above flow_hard_limit")
+        parse_flow_limits(self.flow_limits)
 
     @property
     def heartbeat_every(self) -> float:
@@ -370,16 +373,10 @@ def _check_webhooks(s: Settings) -> None:
         raise ConfigError("webhook_rate_limiter: one of noop, local, redis")
     if s.webhook_rate_limiter == "redis" and not s.webhook_redis_url:
         raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
-    _refuse(s, lambda v: v < 1, "must be at least 1", "webhook_rate_limit", "webhook_concurrency")
-    _refuse(s, _not_positive, _POSITIVE, "webhook_rate_window", "webhook_timeout", "webhook_retry_base",
-            "webhook_retry_max_delay", "webhook_retry_window", "webhook_poll_interval")  # fmt: skip
     if not 0 <= s.webhook_retry_jitter < 1:
         raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
     if not 0 <= s.webhook_rate_margin <= 10:
         raise ConfigError("webhook_rate_margin: must be from 0 to 10 seconds")
-    _refuse(s, _negative, "must be >= 0 seconds", "webhook_secret_overlap")
-    _refuse(s, lambda v: v < 1024, "must be at least 1024", "inbound_max_body_bytes")
-    _refuse(s, _not_positive, _POSITIVE, "inbound_tolerance")
     # A signed timestamp is accepted from tolerance before to tolerance after its time: its id must be
     # remembered at least that long, or a replay late in that span would pass.
     if s.inbound_replay_window < 2 * s.inbound_tolerance:
@@ -395,15 +392,6 @@ def _check_webhooks(s: Settings) -> None:
             AddressPolicy.from_entries(s.webhook_allow_hosts)
         except ValueError as exc:
             raise ConfigError(f"webhook_allow_hosts: {exc}") from None
-
-
-def _check_flow(s: Settings) -> None:
-    _refuse(s, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth", "shed_in_flight")
-    if s.flow_soft_limit and s.flow_hard_limit and s.flow_soft_limit > s.flow_hard_limit:
-        raise ConfigError("flow_soft_limit: must not be above flow_hard_limit")
-    _refuse(s, _negative, "must be >= 0 seconds", "shed_latency", "flow_cache_seconds")
-    _refuse(s, _not_positive, _POSITIVE, "flow_retry_after", "scale_target_seconds")
-    parse_flow_limits(s.flow_limits)
 
 
 _POSITIVE = "must be a positive number of seconds"

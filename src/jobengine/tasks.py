@@ -102,6 +102,11 @@ class TaskRegistry:
     def get(self, name: str) -> TaskSpec | None:
         return self._tasks.get(name)
 
+    def phase_names(self, task: str) -> tuple[str, ...]:
+        """The stored phases of ``task``'s jobs (none for a task with one implicit phase, or one not here)."""
+        spec = self._tasks.get(task)
+        return spec.phase_names if spec else ()
+
     def names(self) -> list[str]:
         return sorted(self._tasks)
 

@@ -3,23 +3,9 @@
 Every edge (the HTTP API and its worker protocol, the CLI, ``Engine.enqueue`` and the schedule
 templates) checks its input against these bounds before anything is written, so no stored row can hold a
 value that a read cannot decode. Each check raises :class:`~jobengine.errors.InvalidJob` naming the field
-(HTTP 422, a one-line CLI error). The bounds:
-
-==============  ===========================================================================================
-kind            bound
-==============  ===========================================================================================
-time            aware (a naive datetime is refused), UTC from 1970-01-01T00:00:00Z to
-                9998-12-31T23:59:59.999Z: written with any offset from -23:59 to +23:59 it stays within
-                years 1-9999, the range of Python's ``datetime`` and of ISO 8601 without an expanded year
-integer         a signed 64-bit integer (PostgreSQL ``bigint``, SQLite ``INTEGER``), or a narrower range a
-                field states
-text            no NUL (PostgreSQL ``text`` and ``jsonb`` refuse it) and no lone surrogate (it has no UTF-8
-                form, so no driver can write it and JSON cannot carry it)
-JSON            encodable: finite numbers, string keys, text as above in keys and values, integers of at
-                most ``MAX_JSON_INT_DIGITS`` digits (Python refuses to read longer ones back), nested at
-                most ``MAX_DEPTH`` deep
-name            a task, queue or tenant name: 1-200 characters (``core.models.check_name``)
-==============  ===========================================================================================
+(HTTP 422, a one-line CLI error). The bounds (times from 1970 to 9998 in UTC, int64, text without NUL or
+lone surrogates, JSON nested at most ``MAX_DEPTH`` deep with integers of at most ``MAX_JSON_INT_DIGITS``
+digits, names of 1-200 characters) are tabled with their reasons in docs/http.md ("Errors and input").
 
 Reads are the other half: :func:`clamp_time` turns whatever a row holds (a time stored before these
 bounds, or written by another program) into a time that renders, so a read never fails on a stored value.

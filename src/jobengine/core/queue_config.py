@@ -1,34 +1,8 @@
-"""The ``queue:`` section of ``jobengine.yaml``: which transport delivers work, and how.
-
-Written the way users of the original system configure it (camelCase keys)::
-
-    queue:
-      kind: nats            # database | redis | nats
-      deadLetterEnabled: true
-      maxDeliveryAttempts: 5
-      nats:
-        url: "nats://127.0.0.1:4222"
-        planner: {stream: SCHEDULER_PLANNER, subject: scheduler.planner, durableConsumer: scheduler-planners,
-                  deadLetterStream: SCHEDULER_PLANNER_DEAD, deadLetterSubject: scheduler.planner.dead}
-        runner:  {stream: SCHEDULER_RUNNER, subject: scheduler.runner, durableConsumer: scheduler-runners}
-      redis:
-        url: "redis://127.0.0.1:6379/0"
-        deadLetterStream: "scheduler:planner:dead"
-        idempotencyKeyPrefix: "scheduler:planner:idemp:"
-
-Every key is optional; what is left out takes the default shown by :class:`QueueConfig` (the values above).
-A logical queue block (``planner`` / ``runner``) given in part keeps the defaults of the keys it leaves out.
-On Redis, the top-level ``deadLetterStream`` and ``idempotencyKeyPrefix`` configure the planner queue (their
-default names say so); ``redis.planner`` / ``redis.runner`` blocks (``stream``, ``consumerGroup``,
-``deadLetterStream``, ``idempotencyKeyPrefix``) configure each queue in full. Extra keys of ours:
-``idempotencyWindow`` (seconds a publish key is remembered; default 120, like JetStream's duplicate window: a
-key costs broker memory for that long, and the outbox only repeats a publish within seconds), ``sweepAfter`` (seconds a
-runnable job may wait before the relay publishes it again, in case its message was lost; default 300) and
-``nats.maxAckPending``.
-
-Environment overrides (read at the edge with the rest of :class:`jobengine.settings.Settings`):
-``JOBENGINE_QUEUE_KIND``, ``JOBENGINE_QUEUE_DEAD_LETTER_ENABLED``, ``JOBENGINE_QUEUE_MAX_DELIVERY_ATTEMPTS``,
-``JOBENGINE_QUEUE_REDIS_URL``, ``JOBENGINE_QUEUE_NATS_URL``.
+"""The ``queue:`` section of ``jobengine.yaml``: which transport delivers work (``kind``: database, redis,
+nats), and how. Keys are camelCase, each optional with the default :class:`QueueConfig` shows; a logical
+queue block (``planner`` / ``runner``) given in part keeps the defaults of the keys it leaves out. Every key,
+its meaning, its environment override and examples are in docs/configuration.md ("The queue: section"),
+rendered by :mod:`jobengine.settings_doc` from these classes and ``QUEUE_DOCS``.
 
 A bad value raises :class:`ConfigError` naming its path (``queue.nats.runner.stream: ...``).
 """

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from jobengine.core import events as ev
 from jobengine.core.ids import LeaseToken, WorkerId
-from jobengine.core.models import AttemptError, FailOutcome, Job, Json, NewEvent, NewJob, Phase, PhaseState
+from jobengine.core.models import AttemptError, FailOutcome, Failure, Job, Json, NewEvent, NewJob, Phase, PhaseState
 from jobengine.core.states import JobState, transition
 
 
@@ -102,6 +102,25 @@ def fail(
         **common,  # type: ignore[arg-type]
     )
     return job, ev.job_event(ev.CANCELLED, job, {"reason": job.reason})
+
+
+def lost_attempt(
+    job: Job, now: float, error_type: str, message: str, only_if_expired_at: float | None = None
+) -> Failure | None:
+    """The failed attempt of a running job whose worker is gone (its lease expired, its process died): it
+    runs again now, keeping its place in line (the worker failed, not the job's turn), or goes dead after its
+    last attempt. None: the job holds no lease."""
+    if job.lease_token is None:
+        return None
+    error = AttemptError(job.attempt, now, error_type, message, None, job.lease_worker)
+    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
+    return Failure(job.id, job.lease_token, error, outcome, min(now, job.run_at), only_if_expired_at)
+
+
+def expired_failure(job: Job, now: float) -> Failure | None:
+    """:func:`lost_attempt` of a job whose lease expired, as the rescuer records it (fenced: applied only
+    if the lease is still expired)."""
+    return lost_attempt(job, now, "LeaseExpired", f"lease of worker {job.lease_worker} expired", now)
 
 
 def release(job: Job, now: float) -> tuple[Job, NewEvent]:

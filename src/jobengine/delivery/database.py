@@ -1,22 +1,10 @@
-"""The ``database`` transport: the store itself delivers (as jobengine always has).
+"""The ``database`` transport: the store itself delivers, and a runnable job *is* its queue's message.
 
-There is no separate message: a runnable job *is* the message of its queue, so ``publish`` has nothing to
-do (inserting the job published it) and the store's own rules stand in for a broker's:
-
-| port            | the store                                                                        |
-| --------------- | -------------------------------------------------------------------------------- |
-| receive         | ``fetch_jobs`` (claims under a lease; SKIP LOCKED / BEGIN IMMEDIATE), after       |
-|                 | rescuing jobs whose lease expired (a failed attempt, as the worker's rescuer does) |
-| extend          | ``heartbeat_jobs``                                                               |
-| ack             | ``complete_jobs``                                                                |
-| retry(delay)    | ``fail_jobs`` with outcome retry at now + delay (an attempt is spent)             |
-| dead_letter     | ``fail_jobs`` with outcome dead: the job's ``dead`` state is the dead-letter      |
-| max deliveries  | the job's own ``max_attempts`` (its attempts are its deliveries)                  |
-| idempotency     | the job's idempotency key (a unique index), not a publish window                 |
-
-The engine's worker does not go through this class (it calls the store directly, which is the same thing
-with one call less); the class gives the database the port's shape for health, depth, metrics and the
-transport contract suite. ``options.dead_letter`` False changes nothing: the store never drops a job.
+Receive is ``fetch_jobs`` after rescuing expired leases, extend a heartbeat, ack a completion, retry a
+failed attempt, dead-letter the job's ``dead`` state; deliveries are attempts (``max_attempts``) and the
+idempotency key stands for a publish window (docs/brokers.md). The engine's worker calls the store
+directly; this class gives the database the port's shape for health, depth, metrics and the transport
+contract suite. ``options.dead_letter`` False changes nothing: the store never drops a job.
 """
 
 from __future__ import annotations
@@ -28,15 +16,9 @@ from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, JobFilter, Lease
 from jobengine.core.states import TERMINAL, JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.ports.store import Store
-from jobengine.ports.transport import (
-    DeadLetter,
-    Delivery,
-    Health,
-    Message,
-    TransportCapabilities,
-    TransportOptions,
-)
+from jobengine.ports.transport import DeadLetter, Delivery, Health, Message, TransportCapabilities, TransportOptions
 
 
 class DatabaseTransport:
@@ -70,18 +52,7 @@ class DatabaseTransport:
 
     async def _rescue(self, now: float) -> None:
         expired = await self.store.expired_jobs(now, 1000)
-        failures = [
-            Failure(
-                j.id,
-                j.lease_token,
-                AttemptError(j.attempt, now, "LeaseExpired", f"lease of worker {j.lease_worker} expired"),
-                FailOutcome.RETRY if j.attempt < j.max_attempts else FailOutcome.DEAD,
-                retry_at=min(now, j.run_at),
-                only_if_expired_at=now,
-            )
-            for j in expired
-            if j.lease_token is not None and j.queue in self.job_queues
-        ]
+        failures = [f for j in expired if j.queue in self.job_queues and (f := expired_failure(j, now))]
         if failures:
             changed = await self.store.fail_jobs(failures, now)
             self.options.counters.count("lease_expired", len(changed.jobs))

@@ -1,34 +1,11 @@
 """The worker's source when a broker delivers (Redis, NATS): the worker runtime is unchanged.
 
-The :class:`~jobengine.worker.runtime.Worker` asks its :class:`WorkerSource` for jobs and reports outcomes
-to it. Over a broker, this source:
-
-- **fetch**: receives deliveries from the runner transport and claims *exactly those jobs* in the store
-  (``OutboxStore.claim_jobs``, fenced: a job that is not runnable is not claimed, so a duplicate message
-  never starts a job twice). A delivery whose job is not claimable is settled by what the store says:
-  finished, cancelled, blocked or unknown -> ack; running under a live lease elsewhere -> retry after that
-  lease; running under an expired lease -> the attempt is failed (as the rescuer would) and the job claimed
-  again, or dead-lettered if that was its last attempt; due later -> retry at its run_at; of a queue this
-  worker does not serve, or of a task it does not run -> released (no attempt spent, and on Redis no
-  delivery counted) to come back in a moment, to any worker. The claim itself takes only jobs of the
-  worker's tasks, as a database claim does.
-- **flow limits**: a delivery of a queue with a concurrency cap or flow limits is claimed under the queue's
-  rule, as a database claim is (``Engine.flow.claim_limited`` restricted to the delivered ids: same transaction,
-  same slots and tokens). One the limits hold back (or of a paused queue) is *kept*: un-acked, its broker
-  lease extended, tried again at every fetch (after a rate-limited queue's next token, else the poll
-  interval). Keeping counts no delivery, so waiting never brings a message nearer to its dead letter; the
-  source keeps at most what the worker last asked for and receives nothing more while it does.
-- **outcomes**: the store first, then the broker, mirroring the store's decision: succeeded or cancelled ->
-  ack; failed (will retry) -> retry at the job's new run_at; dead -> dead-letter with the error as the reason;
-  released (shutdown) -> release. A report the store fenced out settles nothing (whoever holds the job now
-  holds its message too, or the broker delivers it again). Jobs that became runnable (dependents of a job
-  that succeeded) are published, and a broker error after the store committed is logged, not raised: the
-  message is delivered again and finds the job settled.
-- **heartbeat**: the store's leases, then the broker's (``extend``).
-- **dead workers**: their jobs are failed in the store (:meth:`Transitions.rescue_dead_workers`) and published
-  again at once; the messages the dead worker held come back after their lease and find the job settled or
-  running elsewhere.
-- **waiting**: the notifier's ``wait`` is a blocking ``receive``; what arrives is kept for the next fetch.
+:class:`BrokeredSource` receives deliveries and claims *exactly those jobs* in the store
+(``OutboxStore.claim_jobs``, fenced, so a duplicate message never starts a job twice; a limited queue's
+through ``engine.flow.claim_limited`` restricted to the delivered ids). Outcomes go to the store first,
+then mirror to the broker; a broker error after the store committed is logged, not raised (the message
+comes back and finds the job settled). How each unclaimable delivery is settled, and why deliveries held
+back by a queue's limits are *kept* rather than retried: docs/brokers.md ("Claims by id").
 """
 
 from __future__ import annotations
@@ -42,21 +19,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
-from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import (
-    AttemptError,
-    Changed,
-    Completion,
-    FailOutcome,
-    Failure,
-    Heartbeat,
-    Job,
-    Lease,
-    PhaseUpdate,
-)
+from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
 from jobengine.core.states import RUNNABLE, JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.errors import TransportError
+from jobengine.ports.flow import FlowHooks
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Delivery, Transport
@@ -73,26 +41,6 @@ log = logging.getLogger("jobengine.delivery")
 FOREIGN_DELAY = 0.25
 
 
-class FlowParts(Protocol):
-    """What the source uses of the engine's flow control: the claim plan and limited claims."""
-
-    def token_at(self, queue: str, rate: float, now: float) -> float: ...
-
-    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]: ...
-
-    async def claim_limited(
-        self,
-        rule: ClaimRule,
-        n: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None = None,
-        tenant: str | None = None,
-    ) -> Changed: ...
-
-
 class EngineParts(Protocol):
     """What the source uses of the engine: its instrumented transitions (events on the bus, wake-ups) and
     its flow control (claims under a queue's rule)."""
@@ -102,24 +50,13 @@ class EngineParts(Protocol):
     bus: EventBus
 
     @property
-    def flow(self) -> FlowParts: ...
+    def flow(self) -> FlowHooks: ...
 
     @property
     def transitions(self) -> WorkerSource: ...
 
 
 Publish = Callable[[Sequence[Job], str], Awaitable[None]]
-
-
-def expired_failure(job: Job, now: float) -> Failure | None:
-    """The failed attempt of a running job whose lease expired (as the rescuer records it)."""
-    if job.lease_token is None:
-        return None
-    error = AttemptError(
-        job.attempt, now, "LeaseExpired", f"lease of worker {job.lease_worker} expired", None, job.lease_worker
-    )
-    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
-    return Failure(job.id, job.lease_token, error, outcome, retry_at=min(now, job.run_at), only_if_expired_at=now)
 
 
 class BrokerNotifier:
@@ -164,10 +101,6 @@ class BrokeredSource:
 
     def notifier(self) -> BrokerNotifier:
         return self._notifier
-
-    @property
-    def holding(self) -> int:
-        return len(self._held)
 
     async def receive_ahead(self, timeout: float) -> bool:
         if self._ahead:

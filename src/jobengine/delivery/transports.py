@@ -28,10 +28,11 @@ from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import AttemptError, FailOutcome, Failure, Job, NewJob
 from jobengine.core.queue_config import QUEUES, QueueConfig
 from jobengine.core.states import RUNNABLE, JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.delivery.factory import open_transport
 from jobengine.delivery.metrics import QueueMetrics
 from jobengine.delivery.relay import RUN_ID_KEY, SCHEDULE_ID_KEY, OutboxRelay
-from jobengine.delivery.source import BrokeredSource, EngineParts, expired_failure
+from jobengine.delivery.source import BrokeredSource, EngineParts
 from jobengine.errors import ConfigError
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.store import Store

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -29,14 +30,7 @@ from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId
-from jobengine.core.models import (
-    Event,
-    Job,
-    JobFilter,
-    Json,
-    NewJob,
-    Pruned,
-)
+from jobengine.core.models import Event, Job, JobFilter, Json, NewJob, Pruned
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine.compose import open_rate_limiter, open_store
@@ -67,7 +61,6 @@ if TYPE_CHECKING:
     from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
     from jobengine.packs.registry import PackRegistry
-    from jobengine.ports.schedules import SchedulingStore
     from jobengine.ports.transactional import TransactionalStore
     from jobengine.ports.watermarks import WatermarkStore
     from jobengine.ports.webhooks import WebhookStore
@@ -114,15 +107,8 @@ class Engine:
         self._notifier: Notifier | None = None
         self._portal: _Portal | None = None
         self._workers: list[Worker] = []
-        self._transports: Transports | None = None
-        self._packs: PackRegistry | None = None
         self._webhook_store: WebhookStore | None = None
-        self._webhooks: Webhooks | None = None
         self._planners: PlannerRegistry | None = None
-        self._schedules: Schedules | None = None
-        self._runs: Runs | None = None
-        self._signatures: Signatures | None = None
-        self._scheduler: SchedulerPasses | None = None
         # Every backend implements these ports; the store is handed to each service typed as the ones it uses.
         s = self.settings
         self.keys = Keys(cast(KeyStore, store), cast(SessionStore, store), self.clock,
@@ -165,8 +151,8 @@ class Engine:
     async def close(self) -> None:
         for worker in self._workers:
             worker.stop()
-        if self._transports is not None:
-            await self._transports.close()
+        if "transports" in self.__dict__:  # built (cached_property): close what it opened
+            await self.transports.close()
         if self._webhook_store is not None:
             await self._webhook_store.close()
         if self._notifier is not None:
@@ -184,24 +170,20 @@ class Engine:
     ) -> None:
         await self.close()
 
-    @property
+    @cached_property
     def transports(self) -> Transports:
         """The queue transports of ``settings.queue`` (planner, runner), their metrics and health."""
-        if self._transports is None:
-            from jobengine.delivery.transports import Transports
+        from jobengine.delivery.transports import Transports
 
-            self._transports = Transports(self)
-        return self._transports
+        return Transports(self)
 
-    @property
+    @cached_property
     def packs(self) -> PackRegistry:
         """The task pack registry (:mod:`jobengine.packs`); ConfigError if the store keeps no packs."""
-        if self._packs is None:
-            from jobengine.packs.registry import registry_for
+        from jobengine.packs.registry import registry_for
 
-            blobs = self.store.blob_store(self.settings)
-            self._packs = registry_for(self.store, blobs, self.settings, self.clock)
-        return self._packs
+        blobs = self.store.blob_store(self.settings)
+        return registry_for(self.store, blobs, self.settings, self.clock)
 
     def webhook_store(self) -> WebhookStore:
         """The webhook port of this engine's store (jobengine.webhooks)."""
@@ -209,15 +191,13 @@ class Engine:
             self._webhook_store = self.store.webhook_store(self.settings)
         return self._webhook_store
 
-    @property
+    @cached_property
     def webhooks(self) -> Webhooks:
         """Webhook endpoints, deliveries and inbound hooks (:class:`jobengine.webhooks.manager.Webhooks`)."""
-        if self._webhooks is None:
-            from jobengine.webhooks.manager import Webhooks
+        from jobengine.webhooks.manager import Webhooks
 
-            s = self.settings
-            self._webhooks = Webhooks(self, lambda: open_rate_limiter(s.webhook_rate_limiter, s.webhook_redis_url))
-        return self._webhooks
+        s = self.settings
+        return Webhooks(self, lambda: open_rate_limiter(s.webhook_rate_limiter, s.webhook_redis_url))
 
     def notifier(self) -> Notifier:
         if self._notifier is None:
@@ -225,59 +205,48 @@ class Engine:
         return self._notifier
 
     # -- the scheduler's services (built when first used: a worker running plain jobs never needs them) --
-    @property
+    @cached_property
     def schedules(self) -> Schedules:
         """Schedules and the planners their templates name (:class:`jobengine.scheduler.schedules.Schedules`)."""
-        if self._schedules is None:
-            from jobengine.scheduler.schedules import Schedules
+        from jobengine.scheduler.schedules import Schedules
 
-            self._schedules = Schedules(
-                self._scheduling_store(), clock=self.clock, tasks=self.tasks, planners=self._planner_registry(),
-                published=self._published, jobs_created=self._jobs_created, pack_template=self._pack_template,
-            )  # fmt: skip
-        return self._schedules
+        return Schedules(
+            self.store.scheduling(), clock=self.clock, tasks=self.tasks, planners=self._planner_registry(),
+            published=self._published, jobs_created=self._jobs_created, pack_template=self._pack_template,
+        )  # fmt: skip
 
-    @property
+    @cached_property
     def runs(self) -> Runs:
         """Runs of schedules: history, cancel, retry (:class:`jobengine.scheduler.runs.Runs`)."""
-        if self._runs is None:
-            from jobengine.scheduler.runs import Runs
+        from jobengine.scheduler.runs import Runs
 
-            self._runs = Runs(
-                self._scheduling_store(), jobs=self.store, clock=self.clock, tasks=self.tasks,
-                published=self._published, jobs_created=self._jobs_created,
-                run_retention=self.settings.run_retention,
-            )  # fmt: skip
-        return self._runs
+        return Runs(
+            self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
+            published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
+        )  # fmt: skip
 
-    @property
+    @cached_property
     def signatures(self) -> Signatures:
         """Failure signatures (:class:`jobengine.scheduler.signatures.Signatures`)."""
-        if self._signatures is None:
-            from jobengine.scheduler.signatures import Signatures
+        from jobengine.scheduler.signatures import Signatures
 
-            self._signatures = Signatures(
-                self._scheduling_store(), jobs=self.store, clock=self.clock, published=self._published,
-                cache_seconds=self.settings.signature_cache_seconds,
-            )  # fmt: skip
-        return self._signatures
+        return Signatures(
+            self.store.scheduling(), jobs=self.store, clock=self.clock, published=self._published,
+            cache_seconds=self.settings.signature_cache_seconds,
+        )  # fmt: skip
 
-    @property
+    @cached_property
     def scheduler(self) -> SchedulerPasses:
         """The scheduler's passes and leaders (:class:`jobengine.scheduler.passes.SchedulerPasses`), which
         a :class:`~jobengine.scheduler.loop.SchedulerLoop` drives."""
-        if self._scheduler is None:
-            from jobengine.scheduler.passes import SchedulerPasses
+        from jobengine.scheduler.passes import SchedulerPasses
 
-            store = self.store
-            self._scheduler = SchedulerPasses(
-                self._scheduling_store(), jobs=store, clock=self.clock, tasks=self.tasks,
-                planners=self._planner_registry(), runs=self.runs, published=self._published,
-                jobs_created=self._jobs_created,
-                leaders=store.leader,
-                misfire_grace=self.settings.scheduler_misfire_grace,
-            )  # fmt: skip
-        return self._scheduler
+        return SchedulerPasses(
+            self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
+            planners=self._planner_registry(), runs=self.runs, published=self._published,
+            jobs_created=self._jobs_created, leaders=self.store.leader,
+            misfire_grace=self.settings.scheduler_misfire_grace,
+        )  # fmt: skip
 
     def _planner_registry(self) -> PlannerRegistry:
         if self._planners is None:
@@ -285,9 +254,6 @@ class Engine:
 
             self._planners = PlannerRegistry()
         return self._planners
-
-    def _scheduling_store(self) -> SchedulingStore:
-        return self.store.scheduling()
 
     async def _pack_template(self, spec: ScheduleSpec) -> ScheduleSpec:
         from jobengine.packs.jobs import resolve_schedule
@@ -319,12 +285,8 @@ class Engine:
         """Register the decorated function (async, or sync to run in a thread) as a task."""
 
         def register(fn: F) -> F:
-            self.tasks.add(
-                make_spec(
-                    name or fn.__name__, fn, None, queue=queue, priority=priority,
-                    max_attempts=max_attempts, timeout=timeout, retry=retry,
-                )
-            )  # fmt: skip
+            self.add_task(name or fn.__name__, fn, queue=queue, priority=priority, max_attempts=max_attempts,
+                          timeout=timeout, retry=retry)  # fmt: skip
             return fn
 
         return register
@@ -342,12 +304,9 @@ class Engine:
         retry: RetryPolicy | None = None,
     ) -> None:
         """Register a task from a function, or from ordered ``phases`` (each ``fn(ctx) -> result``)."""
-        self.tasks.add(
-            make_spec(
-                name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
-                timeout=timeout, retry=retry,
-            )
-        )  # fmt: skip
+        spec = make_spec(name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
+                         timeout=timeout, retry=retry)  # fmt: skip
+        self.tasks.add(spec)
 
     # -- enqueue ------------------------------------------------------------------------------------
     def new_job(
@@ -457,7 +416,7 @@ class Engine:
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        names = {task: self._phase_names(task) for task in tasks}
+        names = {task: self.tasks.phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
         now = self.clock.now()
         store = self.store
@@ -529,10 +488,6 @@ class Engine:
         if unknown:
             name = sorted(unknown)[0]
             raise InvalidJob("task", f"no worker runs task {name!r} (refuse_unknown_tasks is on)")
-
-    def _phase_names(self, task: str) -> tuple[str, ...]:
-        spec = self.tasks.get(task)
-        return spec.phase_names if spec else ()
 
     # -- managing jobs ------------------------------------------------------------------------------
     async def get_job(self, job_id: str, tenant: str | None = None) -> Job:
@@ -616,17 +571,11 @@ class Engine:
         """A worker configured from settings; keyword arguments override :class:`WorkerOptions` fields."""
         s = self.settings
         options = WorkerOptions(
-            queues=s.worker_queues,
-            concurrency=s.worker_concurrency,
-            lease_seconds=s.lease_seconds,
-            heartbeat_every=s.heartbeat_every,
-            poll_interval=s.poll_interval,
-            rescue_interval=s.rescue_interval,
-            grace_period=s.grace_period,
-            fetch_batch=s.fetch_batch,
-            flush_spacing=s.worker_flush_spacing,
+            queues=s.worker_queues, concurrency=s.worker_concurrency, lease_seconds=s.lease_seconds,
+            heartbeat_every=s.heartbeat_every, poll_interval=s.poll_interval, rescue_interval=s.rescue_interval,
+            grace_period=s.grace_period, fetch_batch=s.fetch_batch, flush_spacing=s.worker_flush_spacing,
             liveness_interval=s.liveness_interval,
-        )
+        )  # fmt: skip
         for key in overrides:
             if not hasattr(options, key):
                 raise ConfigError(f"{key}: not a worker option")

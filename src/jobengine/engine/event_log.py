@@ -22,7 +22,7 @@ class EventLog:
     """Follow, read and prune the store's event log.
 
     ``settling`` is the store when its ids can commit out of order (PostgreSQL), else None: every id of a
-    log numbered in commit order is settled. ``pruning`` is the store when it deletes old events, else None.
+    log numbered in commit order is settled.
     """
 
     def __init__(
@@ -34,7 +34,7 @@ class EventLog:
         settings: Settings,
         *,
         settling: SettlingEventLog | None,
-        pruning: EventPruneStore | None,
+        pruning: EventPruneStore,
     ) -> None:
         self._events = events
         self._bounds = bounds
@@ -60,17 +60,12 @@ class EventLog:
         async def read(after: int, limit: int) -> EventRead:
             return await self.read_settled(after, limit, job_id=job_id, tenant=tenant)
 
+        s = self._settings
         return EventFeed(
-            read,
-            self._bus,
-            after_id=after_id,
-            tenant=tenant,
-            job_id=job_id,
-            match=match,
-            bounds=self._bounds.event_bounds,
-            buffer=buffer if buffer is not None else self._settings.sse_buffer,
-            poll_interval=poll_interval if poll_interval is not None else self._settings.sse_poll_interval,
-        )
+            read, self._bus, after_id=after_id, tenant=tenant, job_id=job_id, match=match,
+            bounds=self._bounds.event_bounds, buffer=buffer if buffer is not None else s.sse_buffer,
+            poll_interval=poll_interval if poll_interval is not None else s.sse_poll_interval,
+        )  # fmt: skip
 
     async def read_settled(
         self, after_id: int, limit: int, *, job_id: str | None = None, tenant: str | None = None
@@ -109,7 +104,7 @@ class EventLog:
     async def prune(self, limit: int = 10_000) -> int:
         """Delete events older than ``settings.event_retention`` seconds (0: keep them all)."""
         keep = self._settings.event_retention
-        if keep <= 0 or self._pruning is None:
+        if keep <= 0:
             return 0
         return await self._pruning.prune_events(self._clock.now() - keep, limit)
 

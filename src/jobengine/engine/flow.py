@@ -1,19 +1,12 @@
 """Flow control (``engine.flow``): limited claims, admission of new work (backpressure, load shedding),
 the adaptive limiter and scale metrics.
 
-- **Limits** come from the ``flow_limits`` setting and from the store (``FlowStore``: set through the API,
-  shared by every process); a queue's stored limits replace its configured ones. Read with the queue
-  settings' cache time (``flow_cache_seconds``); a change made in this process applies at once.
-- **Claims**: a queue with a concurrency limit (its queue setting) or flow limits is claimed alone through
-  ``FlowStore.claim_limited``, which decides inside the store's claim transaction (exact across
-  processes); other queues are claimed together as before. Over a broker, the worker's source claims a
-  limited queue's deliveries the same way, restricted to their ids (``ClaimRule.ids``, delivery/source.py).
-- **Admission** (:meth:`FlowControl.admit`, called by ``enqueue_many`` before anything is written): depth
-  and load are read from ``FlowStore.flow_counts`` (cached ``flow_cache_seconds``, so concurrent producers may pass a
-  hard limit by what they enqueue within that time).
-- **Signals kept in this process**: the adaptive limiter's rate and the scale window (wait and run times
-  of the jobs this engine's workers, or the remote workers it serves, finished). Another process's
-  workers are not seen; the p95 wait that load shedding watches is this process's view.
+Limits come from the ``flow_limits`` setting, replaced per queue by stored ones (``FlowStore``), both read
+with a cache of ``flow_cache_seconds``. A queue with a concurrency limit or flow limits is claimed alone
+through ``FlowStore.claim_limited``, decided inside the store's claim transaction (exact across processes).
+Admission reads depth and load from ``FlowStore.flow_counts`` (cached, so concurrent producers may pass a
+hard limit by what they enqueue within that time). The adaptive rate and the scale window are this
+process's view of the jobs it saw finish. The rules: docs/flow.md.
 """
 
 from __future__ import annotations

@@ -15,28 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import (
-    AttemptError,
-    Changed,
-    Completion,
-    Event,
-    FailOutcome,
-    Failure,
-    Heartbeat,
-    Job,
-    Lease,
-    NewJob,
-    PhaseUpdate,
-)
+from jobengine.core.models import Changed, Completion, Event, Failure, Heartbeat, Job, Lease, PhaseUpdate
 from jobengine.core.states import JobState
+from jobengine.core.transitions import expired_failure
 
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
     from jobengine.core.clock import Clock
     from jobengine.core.signatures import Fingerprint
     from jobengine.fleet import Fleet
+    from jobengine.ports.flow import FlowHooks
     from jobengine.ports.notifier import Notifier
     from jobengine.ports.store import Store
     from jobengine.ports.workers import WorkerInfo
@@ -44,37 +33,6 @@ if TYPE_CHECKING:
 
 #: Expired leases one rescue pass takes; the next pass takes the rest.
 RESCUE_BATCH = 1000
-
-
-class FlowHooks(Protocol):
-    """Flow control as the transitions see it: which queues are claimed under which rule, and what it
-    learns from finished attempts."""
-
-    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]:
-        """Paused queues left out; each limited queue its own claim under its rule; the rest together."""
-        ...
-
-    async def claim_limited(
-        self,
-        rule: ClaimRule,
-        n: int,
-        worker: WorkerId,
-        lease_seconds: float,
-        now: float,
-        *,
-        tasks: Sequence[str] | None,
-        tenant: str | None,
-    ) -> Changed: ...
-
-    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None) -> float | None: ...
-
-    def observe(self, jobs: Sequence[Job]) -> None:
-        """Finished attempts: the scale window and the adaptive limiters learn them."""
-        ...
-
-    async def admit(self, jobs: Sequence[NewJob]) -> None:
-        """Raise QueueFull / Overloaded before ``jobs`` are written; record their arrival."""
-        ...
 
 
 class RunHooks(Protocol):
@@ -203,26 +161,7 @@ class Transitions:
         """Jobs whose lease expired (their worker died) count a failed attempt and run again now."""
         now = self.clock.now()
         expired = await self.store.expired_jobs(now, RESCUE_BATCH)
-        failures = [
-            Failure(
-                job.id,
-                job.lease_token,
-                AttemptError(
-                    job.attempt,
-                    now,
-                    "LeaseExpired",
-                    f"lease of worker {job.lease_worker} expired",
-                    None,
-                    job.lease_worker,
-                ),
-                FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD,
-                # Keep its place in line: the worker died, not the job's turn.
-                retry_at=min(now, job.run_at),
-                only_if_expired_at=now,
-            )
-            for job in expired
-            if job.lease_token is not None
-        ]
+        failures = [f for job in expired if (f := expired_failure(job, now)) is not None]
         if not failures:
             return Changed()
         changed = await self.fail_jobs(failures)  # the one failure path: signatures and run summaries too

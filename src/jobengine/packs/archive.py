@@ -1,20 +1,9 @@
 """Pack archives: a reproducible ``.tar.gz`` build and a guarded, streaming extraction.
 
-**Build** (:func:`build`): the regular files under a directory, sorted by path, each with mtime 0, uid / gid
-0, no user or group names, mode 0644, no directory entries, in a gzip stream whose header carries mtime 0
-and no file name. The same tree therefore gives the same bytes and the same sha256 on any machine and at
-any time. ``__pycache__``, ``*.pyc``, ``.git`` and other dot-directories are left out; a symlink in the tree
-is an error (its target would not travel with the pack).
-
-**Extraction** (:func:`extract`) trusts nothing in the archive: members are read as a stream (``r|``), only
-regular files and directories are accepted (links, symlinks, devices and FIFOs are refused), a name that is
-absolute, contains ``..``, a backslash or a NUL, or resolves outside the target is refused, as are duplicates;
-a seekable input is read twice, a first pass checking everything and writing nothing. The limits
-(:class:`Limits`: compressed bytes, expanded bytes, member count, expansion ratio) are counted on the bytes
-actually read and decompressed, never taken from the tar or gzip headers, so a bomb is stopped after at most
-one buffer past the limit, and memory stays at a few buffers whatever the archive holds. Files are written
-into a fresh temporary directory beside the target, which is renamed into place only when the whole archive
-passed: a refused archive leaves nothing behind.
+:func:`build` gives the same bytes (and sha256) for the same tree on any machine at any time;
+:func:`extract` trusts nothing in the archive: only regular files and directories, no name that escapes the
+target, limits (:class:`Limits`) counted on the bytes actually read and inflated, and a refused archive
+leaves nothing behind. The exact rules: docs/packs.md ("Reproducible build", "Guarded extraction").
 """
 
 from __future__ import annotations
@@ -27,6 +16,7 @@ import os
 import shutil
 import tarfile
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -247,15 +237,9 @@ def _extract_into(data: BinaryIO, root: Path, limits: Limits, *, write: bool) ->
             # Read to the end, so trailing garbage or a bomb after the last member is counted too.
             while expanded.read(_CHUNK):
                 pass
-    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib_error()) as exc:
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InvalidPack("archive", f"not a valid .tar.gz: {exc}") from None
     return names
-
-
-def zlib_error() -> type[Exception]:
-    import zlib
-
-    return zlib.error
 
 
 def read_manifest(root: Path) -> manifest_mod.Manifest:

@@ -1,14 +1,10 @@
 """Jobs that name a pack's task: ``<pack>@<version or channel>:<task>`` (``hello@1.2.0:greet``,
 ``hello@stable:greet``).
 
-At enqueue (:func:`resolve_jobs`, called by ``Engine.enqueue_many``) the reference is resolved to the
-version's digest, which the job keeps: its task becomes ``<pack>@<sha256>:<task>``, so a retry, a worker
-elsewhere or a later deprecation runs exactly the code that was approved when the job was accepted. Only
-approved versions are accepted (a deprecated one is accepted with a warning in the log: jobs already
-enqueued keep running, new ones should move on); pending, rejected, invalid or archived versions are refused
-with InvalidJob naming ``task``. The payload is validated against the task's ``payload_schema`` (InvalidJob
-naming ``payload``). The task's queue, attempts and timeout from the manifest apply when the job left them
-at the engine's defaults.
+At enqueue (:func:`resolve_jobs`, called by ``Engine.enqueue_many``) the reference is resolved to an approved
+version's digest, which the job keeps (``<pack>@<sha256>:<task>``), so a retry, a worker elsewhere or a later
+deprecation runs exactly the code that was approved when the job was accepted. What is refused (InvalidJob
+naming ``task`` or ``payload``) and which manifest defaults apply: docs/packs.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Workers that run approved packs: download by digest, verify, unpack into a cache keyed by digest, check the
 requirements, import the entry points and register the tasks.
 
-``load_packs(tasks, fetcher, ["hello@1.2.0", "etl@stable"], cache_dir)`` resolves each reference to an
-approved (or deprecated) version and its sha256, and registers every task of the pack under
-``<pack>@<sha256>:<task>`` (the name jobs keep, see :mod:`jobengine.packs.jobs`), with the manifest's queue,
-attempts and timeout. Failure policy: any problem refuses to load (an exception naming the pack), before a
-worker would claim a job it cannot run:
-
-- the bytes must hash to the digest (PackIntegrityError: a flipped byte in storage or in transit);
-- extraction is guarded (:func:`jobengine.packs.archive.extract`); the cache directory of a digest is only
-  ever created by renaming a completely extracted, verified archive into place;
-- nothing is installed: a required package that is missing or of another version, or an engine older than
-  ``min_engine_version``, is MissingRequirement.
-
-Pack code is imported as the package ``_jobengine_pack_<digest prefix>`` (so two versions of one pack, or
-two packs with a module of the same name, never collide in ``sys.modules``); a pack's modules import each
-other relatively (``from .util import x``) or by that package name.
+``load_packs(tasks, fetcher, ["hello@1.2.0", "etl@stable"], cache_dir)`` registers every task of each pack
+under ``<pack>@<sha256>:<task>`` (the name jobs keep, see :mod:`jobengine.packs.jobs`). Failure policy: any
+problem (content that does not hash to its digest, an unsafe archive, a missing requirement: nothing is
+installed) refuses to load, naming the pack, before a worker would claim a job it cannot run. Pack code is
+imported as the package ``_jobengine_pack_<digest prefix>``, so two versions never collide in
+``sys.modules``. The steps: docs/packs.md ("Workers").
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The pack registry: upload, list, show, the approval workflow, and content that is verified when read.
 
-Rules (the store applies each write atomically; this module decides what is allowed):
-
-- **Upload**: the bytes must hash to the declared sha256 when one is given (else DigestMismatch, nothing
-  stored). The archive is inspected (:mod:`jobengine.packs.verify`) before anything is written: an archive
-  that cannot be read safely or holds no valid manifest is refused (InvalidPack / UnsafeArchive, nothing
-  stored: it cannot even be trusted to name a version); one whose manifest is valid but whose code does not
-  hold up (an entry point missing) is stored as ``invalid`` with the reason, never ``pending_approval``.
-- **Content before metadata**: the bytes go to the blob store (:class:`~jobengine.ports.blobs.BlobStore`,
-  content-addressed) before the version row is committed, so a committed version always has its content.
-  An upload that fails between the two leaves at most a blob that no version names: harmless (its name is
-  its digest; the same bytes uploaded again find it in place). A blob whose upload lost to another digest
-  for the same ``name@version`` is deleted again: the digest fixes the manifest and so ``name@version``,
-  which is bound to the other digest forever, so no version can ever name that blob.
-- **Immutability**: ``name@version`` names one sha256 forever: the same bytes again is idempotent (the
-  stored version, ``created`` False), other bytes are PackConflict (409) and the stored digest stays; an
-  archived version is never published again, with any bytes.
-- **Workflow**: ``pending_approval → approved | rejected``; ``approved → deprecated → archived``; rejected
-  and invalid versions may be archived. Reject and deprecate need a reason. Approval is refused
-  (ApprovalDenied) to the uploader while four-eyes is on. Every step is a PackEvent (who, when, why).
-- **Reads for running**: :meth:`runnable_content` hands out only approved or deprecated versions, and
-  re-hashes the stored bytes: a flipped byte is PackIntegrityError, never code that runs.
+The store applies each write atomically; this module decides what is allowed: an upload is inspected
+before anything is written (an unreadable archive or manifest is refused, a manifest whose code does not
+hold up is stored ``invalid``); the content goes to the blob store before the version row commits;
+``name@version`` names one sha256 forever (the same bytes again are idempotent, other bytes PackConflict);
+the workflow is ``pending_approval → approved | rejected``, ``approved → deprecated → archived``, with
+four-eyes approval; :meth:`PackRegistry.runnable` hands out only approved or deprecated versions, re-hashed.
+The rules and their reasons: docs/packs.md.
 """
 
 from __future__ import annotations

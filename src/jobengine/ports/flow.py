@@ -2,6 +2,8 @@
 
 - ``list_flow_limits`` / ``set_flow_limits`` / ``delete_flow_limits``: the queues' :class:`FlowLimits`
   (table ``flow_limits``, migration 0007), shared by every process.
+- :class:`FlowHooks`: the engine's flow control (``engine.flow``) as the worker's sources use it: the job
+  transitions and the brokered source claim through it and tell it what finished.
 - ``claim_limited``: :meth:`Store.fetch_jobs` for one queue under a :class:`ClaimRule`. The backend reads
   the running jobs of the queue (per key), the runnable candidates and the token buckets (table
   ``flow_buckets``), lets :func:`jobengine.core.flow.select.select` choose, starts those jobs and writes back the
@@ -13,13 +15,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from jobengine.core.flow.limits import FlowLimits
 from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Changed
+from jobengine.core.models import Changed, Job, NewJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,4 +54,37 @@ class FlowStore(Protocol):
         self, rule: ClaimRule, limit: int, worker: WorkerId, lease_seconds: float, now: float
     ) -> Changed:
         """Start up to ``limit`` runnable jobs of ``rule.queue`` that the rule allows (see the module)."""
+        ...
+
+
+class FlowHooks(Protocol):
+    """Flow control as the worker's sources see it: which queues are claimed under which rule, when a
+    rate-limited queue has its next token, and what it learns from finished attempts."""
+
+    async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]:
+        """Paused queues left out; each limited queue its own claim under its rule; the rest together."""
+        ...
+
+    async def claim_limited(
+        self,
+        rule: ClaimRule,
+        n: int,
+        worker: WorkerId,
+        lease_seconds: float,
+        now: float,
+        *,
+        tasks: Sequence[str] | None = None,
+        tenant: str | None = None,
+    ) -> Changed: ...
+
+    async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None) -> float | None: ...
+
+    def token_at(self, queue: str, rate: float, now: float) -> float: ...
+
+    def observe(self, jobs: Sequence[Job]) -> None:
+        """Finished attempts: the scale window and the adaptive limiters learn them."""
+        ...
+
+    async def admit(self, jobs: Sequence[NewJob]) -> None:
+        """Raise QueueFull / Overloaded before ``jobs`` are written; record their arrival."""
         ...

@@ -20,13 +20,13 @@ from jobengine.core.clock import Clock
 from jobengine.core.ids import RunId, new_run_id
 from jobengine.core.runs import JobOutcome, Run, RunState, RunTrigger
 from jobengine.core.schedules import SCHEDULE_MISFIRED, Schedule
-from jobengine.errors import ConfigError, StoreError
+from jobengine.errors import StoreError
 from jobengine.ports.leader import Leader
 from jobengine.ports.schedules import SchedulingStore, TickClaim
 from jobengine.ports.store import Store
 from jobengine.scheduler.planning import PlannerRegistry, new_run, plan_run
 from jobengine.scheduler.runs import ENDED_JOB_STATES, Runs, job_duration
-from jobengine.scheduler.schedules import JobsCreated, Published, scheduling_store
+from jobengine.scheduler.schedules import JobsCreated, Published
 from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.scheduler")
@@ -34,12 +34,12 @@ log = logging.getLogger("jobengine.scheduler")
 
 class SchedulerPasses:
     """The passes over one engine's store. ``planners`` is the registry of ``engine.schedules``; ``runs``
-    cancels a waiting run whose schedule was deleted; ``leaders`` hands out the store's :class:`Leader`
-    (None: the store elects none); ``misfire_grace``: seconds a tick may be late and still fire."""
+    cancels a waiting run whose schedule was deleted; ``leaders`` hands out the store's :class:`Leader`;
+    ``misfire_grace``: seconds a tick may be late and still fire."""
 
     def __init__(
         self,
-        store: SchedulingStore | None,
+        store: SchedulingStore,
         *,
         jobs: Store,
         clock: Clock,
@@ -48,7 +48,7 @@ class SchedulerPasses:
         runs: Runs,
         published: Published,
         jobs_created: JobsCreated,
-        leaders: Callable[[str], Leader] | None,
+        leaders: Callable[[str], Leader],
         misfire_grace: float,
     ) -> None:
         self._store = store
@@ -64,20 +64,18 @@ class SchedulerPasses:
 
     def leader(self, name: str) -> Leader:
         """A :class:`Leader` for ``name`` among every process of this store (a lease row on SQLite, an
-        advisory lock on PostgreSQL, always this process in memory)."""
-        if self._leaders is None:
-            raise ConfigError("database: this store offers no leader election")
+        advisory lock on PostgreSQL)."""
         return self._leaders(name)
 
     async def next_schedule_fire_at(self) -> float | None:
-        return await scheduling_store(self._store).next_fire_at()
+        return await self._store.next_fire_at()
 
     async def fire_due_schedules(self, *, fired_by: str | None = None, limit: int = 100) -> list[Run]:
         """One pass: every due schedule's ticks (``core.firing.plan_ticks``) fire, each exactly once. Safe
         to call from any number of processes at once. Returns the runs this call created."""
         now = self.clock.now()
         out: list[Run] = []
-        for schedule in await scheduling_store(self._store).due_schedules(now, limit):
+        for schedule in await self._store.due_schedules(now, limit):
             try:
                 out.extend(await self._fire(schedule, now, fired_by))
             except StoreError:
@@ -88,11 +86,10 @@ class SchedulerPasses:
 
     async def plan_waiting_runs(self, limit: int = 100) -> list[Run]:
         """Plan the runs that waited for the previous one (overlap ``queue``) and whose turn came."""
-        store = scheduling_store(self._store)
         out: list[Run] = []
-        for run in await store.waiting_runs(limit):
+        for run in await self._store.waiting_runs(limit):
             now = self.clock.now()
-            found = await store.get_schedules([run.schedule_id])
+            found = await self._store.get_schedules([run.schedule_id])
             if not found:
                 await self._runs.cancel(run.id, reason="its schedule was deleted", actor="scheduler")
                 continue
@@ -103,7 +100,7 @@ class SchedulerPasses:
             )  # fmt: skip
             planned = await plan_run(self._planners, self._tasks, again, spec)
             planned = replace(planned, run=replace(planned.run, created_at=run.created_at))
-            fired = await store.plan_waiting_run(planned, now)
+            fired = await self._store.plan_waiting_run(planned, now)
             if fired is not None:
                 self._published(fired.events)
                 await self._jobs_created(fired.jobs)
@@ -113,13 +110,12 @@ class SchedulerPasses:
     async def reconcile_runs(self, limit: int = 500) -> int:
         """Bring queued and running runs in line with their jobs (outcomes a crashed process did not
         record, starts it did not mark). Returns how many corrections were made."""
-        store = scheduling_store(self._store)
         fixes = 0
         after: RunId | None = None
         while True:
-            runs = await store.active_runs(limit, after)
+            runs = await self._store.active_runs(limit, after)
             for run in runs:
-                fixes += await self._reconcile(store, run)
+                fixes += await self._reconcile(run)
             if len(runs) < limit:
                 return fixes
             after = runs[-1].id
@@ -145,7 +141,7 @@ class SchedulerPasses:
             next_fire_at=ticks.next_fire_at, overlap=spec.overlap, runs=tuple(runs), events=events,
             fired_by=fired_by,
         )  # fmt: skip
-        fired = await scheduling_store(self._store).fire_ticks(claim, now)
+        fired = await self._store.fire_ticks(claim, now)
         if fired is None:
             return []  # another scheduler fired these ticks, or the schedule changed meanwhile
         self._published(fired.events)
@@ -154,8 +150,8 @@ class SchedulerPasses:
             log.warning("schedule %s: %d missed tick(s) dropped (misfire %s)", spec.name, ticks.dropped, spec.misfire)
         return fired.runs
 
-    async def _reconcile(self, store: SchedulingStore, run: Run) -> int:
-        segments = await store.run_segments(run.id)
+    async def _reconcile(self, run: Run) -> int:
+        segments = await self._store.run_segments(run.id)
         jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in segments])}
         outcomes = []
         started = False
@@ -170,8 +166,8 @@ class SchedulerPasses:
         now = self.clock.now()
         events = []
         if started and run.state is RunState.QUEUED:
-            events += await store.start_runs([run.id], now)
+            events += await self._store.start_runs([run.id], now)
         if outcomes:
-            events += await store.record_outcomes(outcomes, now)
+            events += await self._store.record_outcomes(outcomes, now)
         self._published(events)
         return len(outcomes) + (1 if started and run.state is RunState.QUEUED else 0)

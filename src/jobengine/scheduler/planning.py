@@ -136,14 +136,9 @@ async def plan_run(
         return PlannedRun(replace(run, state=RunState.ERROR, reason=reason, finished_at=now, updated_at=now))
     if not jobs:
         return PlannedRun(replace(run, state=RunState.COMPLETED, no_work=True, started_at=now, finished_at=now))
-    phases = tuple(_phase_names(tasks, j.task) for j in jobs)
+    phases = tuple(tasks.phase_names(j.task) for j in jobs)
     run = replace(run, state=RunState.QUEUED, items=sum(counts), summary=RunSummary(total=len(jobs)))
     return PlannedRun(run, tuple(jobs), phases, tuple(counts))
-
-
-def _phase_names(tasks: TaskRegistry, task: str) -> tuple[str, ...]:
-    spec = tasks.get(task)
-    return spec.phase_names if spec else ()
 
 
 def new_run(

@@ -1,11 +1,8 @@
 """Runs: history, a run's jobs, cancel, retry, retention; and the bookkeeping the job transitions do for
 runs (:class:`~jobengine.engine.transitions.RunHooks`: ``started``, ``ended``, ``reopened``).
 
-A run's summary moves as its jobs end, in the engine's job paths (``complete_jobs``, ``fail_jobs``,
-``cancel``, ``retry``, the rescuer), right after the store committed the job's change: one more small
-transaction, only for batches that hold jobs of a run. If the process dies in between, the scheduler's
-reconcile pass (every ``scheduler_reconcile_interval``) finds the job ended and applies the outcome; the
-summary is a delta per segment, so applying an outcome twice counts it once. Usage::
+A run's summary moves as its jobs end, right after the store committed the job's change (best effort: the
+scheduler's reconcile pass repairs what a dying process missed; docs/scheduler.md, "Delta summary"). Usage::
 
     runs = await engine.runs.list(RunFilter(schedule_id=s.id, states=(RunState.ERROR,)))
     jobs = await engine.runs.jobs(runs[0].id)
@@ -31,7 +28,7 @@ from jobengine.errors import IllegalState, NotFound
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.ports.store import Store
 from jobengine.scheduler.planning import new_run
-from jobengine.scheduler.schedules import JobsCreated, Published, scheduling_store
+from jobengine.scheduler.schedules import JobsCreated, Published
 from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.scheduler")
@@ -48,14 +45,11 @@ def job_duration(job: Job) -> float | None:
 
 
 class Runs:
-    """The runs of one engine's store. ``store`` None: the store has no scheduling ports; reads and actions
-    raise ConfigError and the hooks do nothing (no job of such a store belongs to a run).
-
-    ``run_retention``: seconds an ended run is kept (0: kept for ever)."""
+    """The runs of one engine's store. ``run_retention``: seconds an ended run is kept (0: kept for ever)."""
 
     def __init__(
         self,
-        store: SchedulingStore | None,
+        store: SchedulingStore,
         *,
         jobs: Store,
         clock: Clock,
@@ -76,18 +70,18 @@ class Runs:
 
     # -- reads --------------------------------------------------------------------------------------
     async def get(self, run_id: str, tenant: str | None = None) -> Run:
-        runs = await scheduling_store(self._store).get_runs([RunId(run_id)], tenant)
+        runs = await self._store.get_runs([RunId(run_id)], tenant)
         if not runs:
             raise NotFound("run", run_id)
         return runs[0]
 
     async def list(self, filter: RunFilter | None = None) -> builtins.list[Run]:
         """Newest first; filter by tenant, schedule, states, trigger and creation time."""
-        return await scheduling_store(self._store).list_runs(filter or RunFilter())
+        return await self._store.list_runs(filter or RunFilter())
 
     async def segments(self, run_id: str, tenant: str | None = None) -> builtins.list[Segment]:
         run = await self.get(run_id, tenant)
-        return await scheduling_store(self._store).run_segments(run.id)
+        return await self._store.run_segments(run.id)
 
     async def jobs(self, run_id: str, tenant: str | None = None) -> builtins.list[Job]:
         """The run's jobs in segment order (jobs deleted by retention are left out)."""
@@ -102,16 +96,15 @@ class Runs:
         cancelled, running ones are asked to stop. Raises IllegalState for a run that already ended."""
         check_actor(actor)
         check_text("reason", reason)
-        store = scheduling_store(self._store)
         run = await self.get(run_id, tenant)
         if run.ended:
             raise IllegalState(f"run {run_id} is already {run.state.value}; nothing to cancel")
         now = self._clock.now()
         # The run first: cancelling its jobs first could end it as "every job cancelled" without the
         # audit record of who cancelled it.
-        run, events = await store.cancel_run(run.id, tenant, reason, actor, now)
+        run, events = await self._store.cancel_run(run.id, tenant, reason, actor, now)
         self._published(events)
-        segments = await store.run_segments(run.id)
+        segments = await self._store.run_segments(run.id)
         open_ids = [s.job_id for s in segments if s.outcome is None]
         if open_ids:
             changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
@@ -127,11 +120,10 @@ class Runs:
         check_actor(actor)
         if reason is not None:
             check_text("reason", reason)
-        store = scheduling_store(self._store)
         run = await self.get(run_id, tenant)
         if run.state not in ENDED_RUN_STATES:
             raise IllegalState(f"run {run_id} is {run.state.value}; only an ended run can be retried")
-        segments = await store.run_segments(run.id)
+        segments = await self._store.run_segments(run.id)
         failed = [s for s in segments if s.outcome in (JobState.DEAD, JobState.CANCELLED)]
         jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in failed])}
         failed = [s for s in failed if s.job_id in jobs]
@@ -146,8 +138,8 @@ class Runs:
         )  # fmt: skip
         items = tuple(s.items for s in failed)
         retry = replace(retry, summary=RunSummary(total=len(copies)), items=sum(items))
-        planned = PlannedRun(retry, copies, tuple(self._phase_of(j.task) for j in copies), items)
-        fired = await store.insert_run(planned, now)
+        planned = PlannedRun(retry, copies, tuple(self._tasks.phase_names(j.task) for j in copies), items)
+        fired = await self._store.insert_run(planned, now)
         self._published(fired.events)
         await self._jobs_created(fired.jobs)
         return fired.runs[0]
@@ -155,9 +147,9 @@ class Runs:
     async def prune(self, limit: int = 10_000) -> int:
         """Delete runs that ended more than ``run_retention`` seconds ago (and their segment rows), and tick
         records as old (0: keep them all). Their jobs are untouched (job retention has its own settings).
-        Returns how many rows went; 0 for a store without schedules."""
+        Returns how many rows went."""
         keep = self._run_retention
-        if keep <= 0 or self._store is None:
+        if keep <= 0:
             return 0
         return await self._store.prune_runs(self._clock.now() - keep, limit)
 
@@ -165,7 +157,7 @@ class Runs:
     async def started(self, jobs: Sequence[Job]) -> None:
         """Jobs were claimed: their queued runs are running. Best effort (reconcile catches up)."""
         ids = [j.run_id for j in jobs if j.run_id is not None and j.run_id not in self._started]
-        if not ids or self._store is None:
+        if not ids:
             return
         try:
             self._published(await self._store.start_runs(ids, self._clock.now()))
@@ -191,16 +183,12 @@ class Runs:
 
     # -- internals ----------------------------------------------------------------------------------
     async def _record(self, outcomes: Sequence[JobOutcome]) -> None:
-        if not outcomes or self._store is None:
+        if not outcomes:
             return
         try:
             self._published(await self._store.record_outcomes(outcomes, self._clock.now()))
         except Exception as exc:
             log.warning("run summaries: could not record %d outcome(s) (%s); the scheduler will", len(outcomes), exc)
-
-    def _phase_of(self, task: str) -> tuple[str, ...]:
-        spec = self._tasks.get(task)
-        return spec.phase_names if spec else ()
 
 
 def _copy(job: Job, run_id: RunId) -> NewJob:

@@ -15,8 +15,7 @@ or by its name (within ``tenant``; ``default`` when not given). Usage::
     run = await engine.schedules.trigger("digest", reason="re-send after the outage", actor="carol")
 
 Bad input raises InvalidSchedule naming the field; an unknown schedule NotFound; a name already taken
-AlreadyExists; a concurrent change of the same schedule IllegalState (read it again and retry); a store
-without the scheduling ports ConfigError.
+AlreadyExists; a concurrent change of the same schedule IllegalState (read it again and retry).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Job, Json
 from jobengine.core.runs import Run, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
-from jobengine.errors import ConfigError, InvalidSchedule, NotFound
+from jobengine.errors import InvalidSchedule, NotFound
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, new_run, plan_run
 from jobengine.tasks import TaskRegistry
@@ -54,13 +53,6 @@ JobsCreated = Callable[[Sequence[Job]], Awaitable[None]]
 PackTemplate = Callable[[ScheduleSpec], Awaitable[ScheduleSpec]]
 
 
-def scheduling_store(store: SchedulingStore | None) -> SchedulingStore:
-    """``store``; ConfigError when the engine's store has no scheduling ports."""
-    if store is None:
-        raise ConfigError("database: this store does not support schedules, runs or failure signatures")
-    return store
-
-
 class Schedules:
     """The schedules of one engine's store, with the planner functions of this process.
 
@@ -69,7 +61,7 @@ class Schedules:
 
     def __init__(
         self,
-        store: SchedulingStore | None,
+        store: SchedulingStore,
         *,
         clock: Clock,
         tasks: TaskRegistry,
@@ -115,7 +107,6 @@ class Schedules:
     async def create(self, spec: ScheduleSpec, *, actor: str = "system") -> Schedule:
         """Store a new schedule; it first fires at its first tick after now."""
         sc.check_actor(actor)
-        store = scheduling_store(self._store)
         spec = await self._pinned(spec)
         now = self._clock.now()
         schedule = Schedule(
@@ -123,24 +114,23 @@ class Schedules:
             created_at=now, updated_at=now, created_by=actor, updated_by=actor,
         )  # fmt: skip
         event = sc.schedule_event(sc.SCHEDULE_CREATED, schedule, actor, spec=spec.to_json())
-        schedule, events = await store.insert_schedule(schedule, event)
+        schedule, events = await self._store.insert_schedule(schedule, event)
         self._published(events)
         self._changed()
         return schedule
 
     async def get(self, ref: str, tenant: str | None = None) -> Schedule:
         """By id, else by name in ``tenant`` (``default`` when None). Raises NotFound."""
-        store = scheduling_store(self._store)
-        found = await store.get_schedules([ScheduleId(ref)], tenant)
+        found = await self._store.get_schedules([ScheduleId(ref)], tenant)
         if found:
             return found[0]
-        by_name = await store.find_schedule(tenant or "default", ref)
+        by_name = await self._store.find_schedule(tenant or "default", ref)
         if by_name is None:
             raise NotFound("schedule", ref)
         return by_name
 
     async def list(self, filter: ScheduleFilter | None = None) -> builtins.list[Schedule]:
-        return await scheduling_store(self._store).list_schedules(filter or ScheduleFilter())
+        return await self._store.list_schedules(filter or ScheduleFilter())
 
     async def update(self, ref: str, *, tenant: str | None = None, actor: str = "system", **changes: Any) -> Schedule:
         """Change fields of the spec (``cron``, ``every``, ``timezone``, ``template`` (a JobTemplate or a
@@ -166,7 +156,7 @@ class Schedules:
         sc.check_actor(actor)
         schedule = await self.get(ref, tenant)
         event = sc.schedule_event(sc.SCHEDULE_DELETED, schedule, actor)
-        events = await scheduling_store(self._store).delete_schedule(schedule.id, tenant, self._clock.now(), event)
+        events = await self._store.delete_schedule(schedule.id, tenant, self._clock.now(), event)
         self._published(events)
         self._changed()
 
@@ -200,7 +190,7 @@ class Schedules:
         planned = await self._plan(
             schedule.id, spec, new_run_id(), RunTrigger.MANUAL, now, reason=reason, actor=actor, trigger_data=data
         )
-        fired = await scheduling_store(self._store).insert_run(planned, now)
+        fired = await self._store.insert_run(planned, now)
         self._published(fired.events)
         await self._jobs_created(fired.jobs)
         return fired.runs[0]
@@ -237,15 +227,8 @@ class Schedules:
             planned = await self._plan(
                 schedule_id, spec, new_run_id(), RunTrigger.SCHEDULE, tick, tick=tick, dry_run=True
             )
-            runs.append(
-                SimulatedRun(
-                    tick=tick,
-                    jobs=planned.jobs,
-                    items=planned.items,
-                    no_work=planned.run.no_work,
-                    error=planned.run.reason if planned.run.state is RunState.ERROR else None,
-                )
-            )
+            error = planned.run.reason if planned.run.state is RunState.ERROR else None
+            runs.append(SimulatedRun(tick, planned.jobs, planned.items, planned.run.no_work, error))
         return Simulation(spec, tuple(times), tuple(runs))
 
     # -- internals ----------------------------------------------------------------------------------
@@ -283,7 +266,7 @@ class Schedules:
             cursor = max(current.cursor, now)  # never back: a tick already handled must not fire again
             schedule = replace(schedule, cursor=cursor, next_fire_at=sc.first_fire(spec, cursor))
         event = sc.schedule_event(event_type, schedule, actor, changes=sorted(changes), spec=spec.to_json())
-        schedule, events = await scheduling_store(self._store).update_schedule(schedule, current.version, event)
+        schedule, events = await self._store.update_schedule(schedule, current.version, event)
         self._published(events)
         self._changed()
         return schedule

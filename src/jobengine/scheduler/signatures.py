@@ -32,7 +32,7 @@ from jobengine.core.states import JobState
 from jobengine.errors import InvalidSchedule, NotFound
 from jobengine.ports.schedules import SchedulingStore
 from jobengine.ports.store import Store
-from jobengine.scheduler.schedules import Published, scheduling_store
+from jobengine.scheduler.schedules import Published
 
 log = logging.getLogger("jobengine.signatures")
 
@@ -51,14 +51,12 @@ EXCLUDED_FRAMES: Final = tuple(
 
 
 class Signatures:
-    """The failure signatures of one engine's store. ``store`` None: the store has no scheduling ports;
-    reads and marks raise ConfigError and the hooks do nothing.
-
-    ``cache_seconds``: how long the set of non-retryable signatures read from the store is used."""
+    """The failure signatures of one engine's store. ``cache_seconds``: how long the set of non-retryable
+    signatures read from the store is used."""
 
     def __init__(
         self,
-        store: SchedulingStore | None,
+        store: SchedulingStore,
         *,
         jobs: Store,
         clock: Clock,
@@ -77,10 +75,10 @@ class Signatures:
 
     async def list(self, filter: SignatureFilter | None = None) -> builtins.list[Signature]:
         """Most recently seen first."""
-        return await scheduling_store(self._store).list_signatures(filter or SignatureFilter())
+        return await self._store.list_signatures(filter or SignatureFilter())
 
     async def get(self, key: str, *, tenant: str = "default") -> Signature:
-        found = await scheduling_store(self._store).get_signature(tenant, key)
+        found = await self._store.get_signature(tenant, key)
         if found is None:
             raise NotFound("signature", key)
         return found
@@ -96,7 +94,6 @@ class Signatures:
     ) -> Signature:
         """Set a signature's status (active / resolved / suppressed) and whether its failures may retry."""
         check_actor(actor)
-        store = scheduling_store(self._store)
         if status is None and non_retryable is None:
             raise InvalidSchedule("status", "give a status or non_retryable")
         try:
@@ -108,7 +105,7 @@ class Signatures:
             raise InvalidSchedule("non_retryable", "must be true or false")
         data = {"key": key, "status": new_status.value if new_status else None, "non_retryable": non_retryable}
         event = audit_event(sg.SIGNATURE_UPDATED, tenant, actor, data)
-        signature, events = await store.update_signature(
+        signature, events = await self._store.update_signature(
             tenant, key, new_status, non_retryable, self._clock.now(), event
         )
         self._published(events)
@@ -120,8 +117,6 @@ class Signatures:
         """Fingerprint the failures (not cancellations); those that would retry with a non-retryable
         signature (of their tenant) go to dead instead. Returns the failures to apply and the prints to
         :meth:`record` once the store applied them."""
-        if self._store is None:
-            return list(failures), {}
         prints = {
             f.job_id: sg.fingerprint(f.error.type, f.error.message, f.error.traceback, EXCLUDED_FRAMES)
             for f in failures
@@ -129,11 +124,11 @@ class Signatures:
         }
         if not prints:
             return list(failures), prints
-        return await self._apply_policy(self._store, failures, prints), prints
+        return await self._apply_policy(failures, prints), prints
 
     async def record(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None:
         """Count the failures the store applied (a fenced-out report is not counted). Best effort."""
-        if self._store is None or not prints:
+        if not prints:
             return
         now = self._clock.now()
         hits = [
@@ -149,12 +144,12 @@ class Signatures:
             log.warning("failure signatures: could not record %d occurrence(s) (%s)", len(hits), exc)
 
     async def _apply_policy(
-        self, store: SchedulingStore, failures: Sequence[Failure], prints: Mapping[JobId, Fingerprint]
+        self, failures: Sequence[Failure], prints: Mapping[JobId, Fingerprint]
     ) -> builtins.list[Failure]:
         now = self._clock.now()
         if now - self._non_retryable_at > self._cache_seconds:
             try:
-                self._non_retryable = await store.non_retryable_signatures()
+                self._non_retryable = await self._store.non_retryable_signatures()
                 self._non_retryable_keys = frozenset(k for _, k in self._non_retryable)
                 self._non_retryable_at = now
             except Exception as exc:

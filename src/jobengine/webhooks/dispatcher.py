@@ -1,16 +1,10 @@
 """The delivery service: fans the event log out into the delivery outbox and sends what is due.
 
 Run it in any number of processes (``jobengine up`` / ``serve`` start one): the fan-out moves a shared
-cursor by compare-and-set (a loser writes nothing and reads again), and each delivery is sent under a
-lease claimed in the store and every result is recorded fenced by that lease, so no two processes send the
-same attempt. A pass: fan out new events, then claim up to ``webhook_concurrency`` due deliveries, send
-them at once, record each attempt, and repeat while any were due; then sleep until the soonest retry this
-process scheduled, a wake-up (an event on the bus, a resend) or ``webhook_poll_interval``.
-
-Per delivery: the endpoint's rate limit is asked first (over it, the delivery is given back due when the
-window has room: it waits, it is not dropped); the URL is checked against SSRF again (a refusal is a failed
-attempt); the request goes to the checked address with the Host header and TLS name of the URL, without
-following redirects, within ``webhook_timeout``.
+cursor by compare-and-set, and each delivery is sent under a lease claimed in the store with its result
+recorded fenced by that lease, so no two processes send the same attempt. A pass fans out new events, then
+sends due deliveries ``webhook_concurrency`` at a time while any are due; then it sleeps until the soonest
+retry, a wake-up or ``webhook_poll_interval``. How an attempt is sent and judged: docs/webhooks.md.
 """
 
 from __future__ import annotations

@@ -62,12 +62,9 @@ class WorkerOptions:
     worker_id: str | None = None
     #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
     tune_gc: bool = True
-    #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds: a job
-    #: finishing soon after a flush waits for the next one, with whatever else finished meanwhile, so its
-    #: outcome is stored up to this much later. Each flush is a commit, whose WAL flush the database's other
-    #: commits queue behind (docs/decisions/0004-worker-outcome-flush-spacing.md). Not waited
-    #: out: FLUSH_EARLY outcomes waiting (a busy worker), or a job that others depend on
-    #: (``Job.has_dependents``). 0: after every loop turn. The setting ``worker_flush_spacing``.
+    #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds, each flush
+    #: a commit (docs/decisions/0004-worker-outcome-flush-spacing.md); not waited out with FLUSH_EARLY
+    #: outcomes waiting or a job others depend on. 0: after every loop turn. The setting ``worker_flush_spacing``.
     flush_spacing: float = 0.05
     #: How often the worker looks for dead workers, whose jobs then run again at once (the setting
     #: ``liveness_interval``; :mod:`jobengine.ports.workers`).
@@ -102,13 +99,10 @@ async def _halt(tasks: Iterable[asyncio.Task[None]]) -> None:
 
 
 def _tune_gc() -> None:
-    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (modules, the engine, the
-    application's imports: long-lived, not garbage), so the collector's full passes stop re-scanning it, and
-    collect the youngest generation after 7,000 allocations instead of 700 if nobody changed the default.
-    Jobs allocate many short-lived tracked objects (rows, jobs, events), and the collector's full passes
-    re-scanned every module each time (docs/decisions/0009-worker-gc-tuning.md). Garbage cycles made before
-    the freeze are kept (start-up's, bounded). ``tune_gc=False`` keeps
-    the interpreter's settings; so does a process that froze objects itself (or whose first worker did)."""
+    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (long-lived, not garbage), so
+    the collector's full passes stop re-scanning it, and collect the youngest generation after 7,000
+    allocations instead of 700 if nobody changed the default (docs/decisions/0009-worker-gc-tuning.md).
+    ``tune_gc=False`` keeps the interpreter's settings; so does a process that froze objects itself."""
     if not gc.isenabled() or gc.get_freeze_count():
         return
     gc.freeze()
@@ -128,18 +122,11 @@ class _Running:
         self.in_thread = False
 
 
-def _error(
-    job: Job, exc: BaseException, worker: str, type_: str | None = None, message: str | None = None
-) -> AttemptError:
-    return AttemptError(
-        attempt=job.attempt,
-        at=0.0,
-        # What a task raised is recorded, not refused: text no backend stores becomes U+FFFD.
-        type=storable(type_ or type(exc).__name__),
-        message=storable((message or str(exc) or type(exc).__name__)[:2000]),
-        traceback=storable("".join(traceback.format_exception(exc))[-8000:]),
-        worker=worker,
-    )
+def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptError:
+    # What a task raised is recorded, not refused: text no backend stores becomes U+FFFD.
+    message = storable((str(exc) or type(exc).__name__)[:2000])
+    trace = storable("".join(traceback.format_exception(exc))[-8000:])
+    return AttemptError(job.attempt, now, storable(type(exc).__name__), message, trace, worker)
 
 
 class Worker:
@@ -392,7 +379,7 @@ class Worker:
     def _failure(self, run: _Running, spec: TaskSpec | None, exc: BaseException, outcome: FailOutcome) -> Failure:
         job = run.shared.job
         now = self.source.clock.now()
-        err = replace(_error(job, exc, self.id), at=now)
+        err = _error(job, exc, self.id, now)
         retry_at = None
         if outcome is FailOutcome.RETRY:
             delay = spec.retry.delay(job.attempt) if spec is not None else 1.0
@@ -605,10 +592,6 @@ class Worker:
                 if (final or self._closing) and tries >= 5:  # shutting down: do not retry forever
                     return
                 await asyncio.sleep(min(2.0, 0.05 * 2**tries))
-
-
-class _Timeout(Exception):
-    pass
 
 
 def leases_of(jobs: Sequence[Job]) -> list[Lease]:
