@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse
 
 from jobengine.core.bounds import clamp_time
 from jobengine.core.clock import to_datetime
+from jobengine.core.ids import short_id
 from jobengine.core.models import Json
 
 #: Scripts only from this site, none inline (htmx adds one <style> of its own, hence inline styles).
@@ -83,7 +84,9 @@ def make_environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, ago=ago, duration=duration, percent=percent, pretty=pretty, sparkline=sparkline)
+    env.filters.update(
+        when=when, ago=ago, duration=duration, percent=percent, pretty=pretty, sparkline=sparkline, short_id=short_id
+    )
     return env
 
 

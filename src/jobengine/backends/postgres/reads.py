@@ -9,7 +9,7 @@ from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.mixin import StoreCalls
 from jobengine.backends.postgres.rows import event_from_row, job_from_row
 from jobengine.core import codec
-from jobengine.core.ids import JobId
+from jobengine.core.ids import JobId, prefix_range
 from jobengine.core.models import Event, Job, JobFilter
 from jobengine.core.states import JobState
 from jobengine.ports.watermarks import WatermarkValue
@@ -47,6 +47,19 @@ class PostgresReadsMixin:
         if filter.before_id is not None:
             conds.append("j.id < %(before)s::text")
             params["before"] = filter.before_id
+        if filter.id_prefix is not None:
+            conds.append("j.id >= %(id_low)s::text AND j.id < %(id_high)s::text")
+            params["id_low"], params["id_high"] = prefix_range(filter.id_prefix)
+        if filter.created_after is not None:
+            conds.append("j.created_at > %(created_after)s::float8")
+            params["created_after"] = filter.created_after
+        if filter.created_before is not None:
+            conds.append("j.created_at < %(created_before)s::float8")
+            params["created_before"] = filter.created_before
+        if filter.payload_text is not None:
+            # jsonb's text puts a space after ':' and ',': a search finds values and keys, not "k":"v" pairs.
+            conds.append("strpos(j.payload::text, %(payload_text)s::text) > 0")
+            params["payload_text"] = filter.payload_text
         rows = await self._rows(sql.list_query(self.schema, " AND ".join(conds)), params)
         return [job_from_row(r) for r in rows]
 

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from jobengine.core.ids import JobId
+from jobengine.core.ids import JobId, prefix_range
 from jobengine.core.models import Event, Job, JobFilter
 from jobengine.core.states import JobState
 
@@ -40,24 +40,36 @@ def list_jobs(conn: sqlite3.Connection, f: JobFilter) -> list[Job]:
     filters: list[str] = []
     params: list[Any] = []
     if f.queue is not None:
-        filters.append("queue = ?")
+        filters.append("jobs.queue = ?")
         params.append(f.queue)
     if f.task is not None:
-        filters.append("task = ?")
+        filters.append("jobs.task = ?")
         params.append(f.task)
     if f.before_id is not None:
-        filters.append("id < ?")
+        filters.append("jobs.id < ?")
         params.append(f.before_id)
+    if f.id_prefix is not None:
+        filters.append("jobs.id >= ? AND jobs.id < ?")
+        params.extend(prefix_range(f.id_prefix))
+    if f.created_after is not None:
+        filters.append("jobs.created_at > ?")
+        params.append(f.created_after)
+    if f.created_before is not None:
+        filters.append("jobs.created_at < ?")
+        params.append(f.created_before)
+    if f.payload_text is not None:
+        filters.append("instr(jobs.payload, ?) > 0")
+        params.append(f.payload_text)
     if f.tenant is None:
         where = list(filters)
         args = list(params)
         if f.states:
-            where.append(f"state IN ({', '.join('?' * len(f.states))})")
+            where.append(f"jobs.state IN ({', '.join('?' * len(f.states))})")
             args.extend(s.value for s in f.states)
-        clause = " AND ".join(f"jobs.{w}" for w in where) if where else "1"
+        clause = " AND ".join(where) if where else "1"
         return select_jobs(conn, f"{clause} ORDER BY jobs.id DESC LIMIT ?", [*args, f.limit])
     states = list(dict.fromkeys(f.states)) if f.states else list(JobState)
-    branch = " AND ".join(["tenant = ?", "state = ?", *filters])
+    branch = " AND ".join(["jobs.tenant = ?", "jobs.state = ?", *filters])
     union = " UNION ALL ".join(
         f"SELECT id FROM (SELECT id FROM jobs WHERE {branch} ORDER BY id DESC LIMIT ?)" for _ in states
     )
