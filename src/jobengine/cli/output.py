@@ -19,6 +19,7 @@ from rich.text import Text
 from jobengine.core.clock import to_datetime
 from jobengine.core.ids import short_id
 from jobengine.core.models import Event, Job, Phase, PhaseState
+from jobengine.core.selection import BulkResult
 from jobengine.core.states import JobState
 from jobengine.ports.workers import WorkerInfo
 
@@ -101,6 +102,19 @@ def emit_list(
         stdout().print(empty)
     else:
         stdout().print(table(list(items)))
+
+
+def bulk_report(result: BulkResult) -> Text:
+    """``cancelled 120 of 121 jobs; 1 refused`` and a line per refused job (the first ten)."""
+    done = {"cancel": "cancelled", "retry": "queued again", "replay": "replayed", "delete": "deleted"}
+    text = Text(f"{done[result.action.value]} {len(result.changed)} of {result.matched} jobs")
+    if result.refused_count:
+        text.append(f"; {result.refused_count} refused", style="yellow")
+    if result.more:
+        text.append("; more match (run it again for the rest)", style="yellow")
+    for job_id, why in result.refused[:10]:
+        text.append(f"\n  {short_id(job_id)}  {why}", style="dim")
+    return text
 
 
 def clock_time(ts: float | None, date: bool = False, millis: bool = True) -> str:
