@@ -1,4 +1,5 @@
-// jobengine dashboard: the overview chart (uPlot). Everything else is htmx + SSE; pages work without this.
+// jobengine dashboard: the overview chart (uPlot) and the job lists' selection. Everything else is htmx +
+// SSE; pages work without this.
 (function () {
   "use strict";
   var plot = null;
@@ -22,5 +23,18 @@
   });
   document.addEventListener("htmx:sseMessage", function (e) {
     if (e.detail && e.detail.type === "chart") draw(JSON.parse(e.detail.data));
+  });
+  // A live list holds still while jobs are ticked, so a new frame does not drop the selection.
+  document.addEventListener("htmx:sseBeforeMessage", function (e) {
+    var rows = e.target;
+    if (rows && rows.hasAttribute && rows.hasAttribute("data-hold-while-selected") &&
+        rows.querySelector("input[name=id]:checked")) e.preventDefault();
+  });
+  // The header's box ticks or clears every job of the page.
+  document.addEventListener("change", function (e) {
+    var box = e.target;
+    if (!box.matches || !box.matches("input[data-select-page]")) return;
+    var table = box.closest("table");
+    table.querySelectorAll("input[name=id]").forEach(function (b) { b.checked = box.checked; });
   });
 })();
