@@ -18,6 +18,7 @@ except ImportError:  # the `browser` fixture skips (or, under CI, fails) with th
 from jobengine.core.ids import short_id
 from jobengine.core.models import JobFilter
 from jobengine.core.states import JobState
+from support.waiting import wait_for
 
 from .conftest import Server
 from .test_dashboard import login
@@ -65,3 +66,24 @@ def test_five_hundred_queued_jobs_are_cancelled_with_one_bulk_action(page: Any, 
     assert {j.id for j in stored} == {j.id for j in jobs}
     assert server.call(eng.get_job(keep.id)).state is JobState.QUEUED
     assert page.console_errors == []
+
+
+def test_a_live_list_holds_still_while_jobs_are_ticked(page: Any, server: Server) -> None:
+    eng = server.engine
+    first = server.call(eng.enqueue("ticked", queue="held"))
+    login(page, server, target="/jobs?queue=held")
+    box = page.locator(f"#job-{first.id} input[name=id]")
+    box.check()
+    later = eng.new_job("ticked", queue="held")
+    page.evaluate(
+        "id => document.addEventListener('htmx:sseBeforeMessage', function (e) {"
+        "  if (e.detail.data.indexOf(id) >= 0) window.sawLater = true; })",
+        later.id,
+    )
+    server.call(eng.enqueue_many([later]))
+    # (not wait_for_function: it evaluates a string, which the dashboard's CSP refuses)
+    wait_for(lambda: page.evaluate("window.sawLater === true"), 30, "the frame with the new job")
+    assert page.locator(f"#job-{later.id}").count() == 0  # and was not swapped in
+    assert box.is_checked()
+    box.uncheck()
+    expect(page.locator(f"#job-{later.id}")).to_be_visible(timeout=30_000)
