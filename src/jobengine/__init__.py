@@ -13,6 +13,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.errors import (
     AlreadyExists,
+    AmbiguousId,
     Cancelled,
     ConfigError,
     IdempotencyConflict,
@@ -73,6 +74,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AlreadyExists",
+    "AmbiguousId",
     "Cancelled",
     "ConfigError",
     "Engine",

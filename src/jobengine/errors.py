@@ -7,6 +7,7 @@
     │                           catches both); ``field`` names it (``cron``, ``timezone``, ``template.task``)
     ├── UnknownTask             a job names a task no one registered
     ├── NotFound                no such job, schedule, run or signature (or not in this tenant)
+    ├── AmbiguousId             an id prefix names several jobs; ``candidates`` lists some
     ├── AlreadyExists           a schedule name already used in the tenant
     ├── IdempotencyConflict     same idempotency key, different request
     ├── UnknownDependency       depends_on names a job that does not exist
@@ -66,6 +67,18 @@ class NotFound(JobEngineError):
         super().__init__(f"{what} {ident!r} not found")
         self.what = what
         self.ident = ident
+
+
+class AmbiguousId(JobEngineError):
+    """A prefix given for an id matches more than one; ``candidates``: a few of the ids it matches."""
+
+    def __init__(self, what: str, prefix: str, candidates: list[str]) -> None:
+        shown = ", ".join(candidates)
+        super().__init__(f"{what}_id: {prefix!r} is the start of several {what} ids ({shown}); give more characters")
+        self.what = what
+        self.prefix = prefix
+        self.candidates = candidates
+        self.message = str(self)
 
 
 class IdempotencyConflict(JobEngineError):

@@ -15,6 +15,7 @@ from jobengine.core.clock import iso
 from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
 from jobengine.core.runs import Run, Segment
 from jobengine.core.schedules import JobTemplate, Schedule
+from jobengine.core.selection import BulkResult
 from jobengine.core.signatures import Signature
 from jobengine.ports.workers import WorkerInfo
 from jobengine.scheduler.planning import Simulation
@@ -224,4 +225,17 @@ def worker_to_json(worker: WorkerInfo, *, in_flight: bool = True) -> JsonObject:
         "started_at": iso(worker.started_at),
         "last_seen": iso(worker.last_seen),
         "in_flight": worker.in_flight if in_flight else None,
+    }
+
+
+def bulk_to_json(result: BulkResult) -> JsonObject:
+    """A bulk action's report, as the HTTP API answers it and ``jobs <action> --json`` prints it."""
+    return {
+        "action": result.action.value,
+        "matched": result.matched,
+        "changed": len(result.changed),
+        "changed_ids": list(result.changed),
+        "refused": [{"id": i, "reason": why} for i, why in result.refused],
+        "refused_count": result.refused_count,
+        "more": result.more,
     }

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from jobengine.core.ids import short_id
 from jobengine.core.models import Job, JobFilter
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
@@ -153,7 +154,7 @@ def test_jobs_list_filters_and_renders_a_table(cli: Cli) -> None:
 
     table = cli("jobs", "list").stdout
     for job_id in (first, second, scheduled):
-        assert job_id in table
+        assert short_id(job_id) in table  # the short form, a prefix `jobs show` takes
     assert "hello" in table and "scheduled" in table
     assert "no jobs match" in cli("jobs", "list", "--task", "nothing").stdout
 

@@ -32,6 +32,7 @@ from jobengine.core.models import (
     NewJob,
     PhaseUpdate,
     Pruned,
+    filter_matches,
     overall_progress,
 )
 from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, JobState
@@ -352,19 +353,10 @@ class Oracle:
     async def list_jobs(self, filter: JobFilter) -> list[Job]:
         out = []
         for job in sorted(self._jobs.values(), key=lambda j: j.id, reverse=True):
-            if filter.before_id is not None and job.id >= filter.before_id:
-                continue
-            if filter.tenant is not None and job.tenant != filter.tenant:
-                continue
-            if filter.states and job.state not in filter.states:
-                continue
-            if filter.queue is not None and job.queue != filter.queue:
-                continue
-            if filter.task is not None and job.task != filter.task:
-                continue
-            out.append(job)
-            if len(out) >= filter.limit:
-                break
+            if filter_matches(filter, job, codec.dumps(job.payload)):
+                out.append(job)
+                if len(out) >= filter.limit:
+                    break
         return out
 
     async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:

@@ -31,6 +31,7 @@ from jobengine.cli.webhooks import webhooks_app
 from jobengine.engine import Engine
 from jobengine.errors import (
     AlreadyExists,
+    AmbiguousId,
     ConfigError,
     IdempotencyConflict,
     InvalidJob,
@@ -40,7 +41,9 @@ from jobengine.errors import (
 )
 from jobengine.version import __version__
 
-USAGE_ERRORS = (ConfigError, InvalidJob, UnknownTask, UnknownDependency, IdempotencyConflict, AlreadyExists)
+USAGE_ERRORS = (
+    ConfigError, InvalidJob, UnknownTask, UnknownDependency, IdempotencyConflict, AlreadyExists, AmbiguousId,
+)  # fmt: skip
 
 
 def migrate(db: DbOption = None, config: ConfigOption = None) -> None:

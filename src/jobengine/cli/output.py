@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from jobengine.core.clock import to_datetime
+from jobengine.core.ids import short_id
 from jobengine.core.models import Event, Job, Phase, PhaseState
+from jobengine.core.selection import BulkResult
 from jobengine.core.states import JobState
 from jobengine.ports.workers import WorkerInfo
 
@@ -102,16 +104,17 @@ def emit_list(
         stdout().print(table(list(items)))
 
 
-def short_id(job_id: str | None) -> str:
-    """Eight characters that tell jobs apart in a listing. A jobengine id (UUIDv7,
-    ``mmmmmmmm-mmmm-7ccc-rrrr-rrrrrrrrrrrr``) keeps its random part per millisecond and counts ids within
-    one (``ccc``), so jobs enqueued together differ only there: the short form is the millisecond's low
-    digits and the counter (``mmmm.ccc``). Any other id: its last eight characters."""
-    if not job_id:
-        return "-"
-    if len(job_id) == 36 and job_id[14] == "7" and job_id[8] == job_id[13] == "-":
-        return f"{job_id[9:13]}.{job_id[15:18]}"
-    return job_id[-8:]
+def bulk_report(result: BulkResult) -> Text:
+    """``cancelled 120 of 121 jobs; 1 refused`` and a line per refused job (the first ten)."""
+    done = {"cancel": "cancelled", "retry": "queued again", "replay": "replayed", "delete": "deleted"}
+    text = Text(f"{done[result.action.value]} {len(result.changed)} of {result.matched} jobs")
+    if result.refused_count:
+        text.append(f"; {result.refused_count} refused", style="yellow")
+    if result.more:
+        text.append("; more match (run it again for the rest)", style="yellow")
+    for job_id, why in result.refused[:10]:
+        text.append(f"\n  {short_id(job_id)}  {why}", style="dim")
+    return text
 
 
 def clock_time(ts: float | None, date: bool = False, millis: bool = True) -> str:
@@ -144,7 +147,7 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
         table.add_column(column, no_wrap=column == "id")
     for job in jobs:
         table.add_row(
-            job.id,
+            short_id(job.id),
             job.task,
             job.queue,
             state_text(job.state.value),

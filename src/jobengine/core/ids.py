@@ -95,5 +95,31 @@ def new_run_id() -> RunId:
     return RunId(uuid7())
 
 
+#: Characters of a short id: the id without its last group (``mmmmmmmm-mmmm-7ccc-rrrr``).
+SHORT_ID_LENGTH = 23
+
+
+def short_id(ident: str | None) -> str:
+    """The form of an id shown to people (the dashboard, the CLI, logs): its first 23 characters.
+
+    A UUIDv7 from :data:`uuid7` reads ``mmmmmmmm-mmmm-7ccc-rrrr-rrrrrrrrrrrr``: the millisecond, a counter
+    that tells apart the ids one process makes in a millisecond, then random bits drawn once per millisecond
+    and process. Jobs enqueued together differ in the millisecond or the counter, both inside the short form;
+    ids of two processes in the same millisecond and count differ in the 14 random bits it keeps. Being a
+    prefix, a short id pasted back is a prefix that every id lookup accepts. Any id of 23 characters or
+    fewer (one a caller chose) is shown whole; ``-`` stands for none."""
+    if not ident:
+        return "-"
+    return ident[:SHORT_ID_LENGTH]
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """The ids that start with ``prefix`` are those ``low <= id < high``, compared by code point (the
+    byte order of UTF-8, in which both stores compare ids): a range scan of the primary key."""
+    if not prefix:
+        raise ValueError("an empty prefix is every id")
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def new_lease_token() -> LeaseToken:
     return LeaseToken(os.urandom(12).hex())

@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse
 
 from jobengine.core.bounds import clamp_time
 from jobengine.core.clock import to_datetime
+from jobengine.core.ids import short_id
 from jobengine.core.models import Json
 
 #: Scripts only from this site, none inline (htmx adds one <style> of its own, hence inline styles).
@@ -137,7 +138,7 @@ def make_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(when=when, ago=ago, duration=duration, percent=percent, pretty=pretty, sparkline=sparkline,
-                       event_fields=event_fields)  # fmt: skip
+                       event_fields=event_fields, short_id=short_id)  # fmt: skip
     return env
 
 

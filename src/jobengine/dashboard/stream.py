@@ -1,15 +1,15 @@
 """The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
 
 A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
-``overview`` for the overview, the list's name for a live list, ``run`` for a run's page) and, for the
-overview, the chart's series as JSON (event ``chart``). A job's stream re-reads and re-renders when the job
-has an event — the engine's event feed wakes it: the bus in this process, the store for other processes'
-commits (every ``sse_poll_interval``); workers save progress with a ``phase.progress`` event every
-``progress_every`` — and at least every ``sse_keepalive``. The overview, the lists (queues, workers,
-schedules, runs, failures, packs) and a run's page re-render every ``dashboard_refresh_seconds`` from the
-store, so what other processes did shows too. A frame is sent only when its HTML changed. A stream ends
-when the server stops (the browser reconnects by itself), and within ``sse_keepalive`` of its session
-ending (logout, its key revoked, expiry).
+``overview`` for the overview, the list's name for a live list, ``run`` for a run's page; ``jobs`` and
+``dead`` for the rows of the job list and the dead letter) and, for the overview, the chart's series as
+JSON (event ``chart``). A job's stream re-reads and re-renders when the job has an event — the engine's
+event feed wakes it: the bus in this process, the store for other processes' commits (every
+``sse_poll_interval``); workers save progress with a ``phase.progress`` event every ``progress_every`` — and
+at least every ``sse_keepalive``. The overview, the lists and a run's page re-render every
+``dashboard_refresh_seconds`` from the store, so what other processes did shows too. A frame is sent only
+when its HTML changed. A stream ends when the server stops (the browser reconnects by itself), and within
+``sse_keepalive`` of its session ending (logout, its key revoked, expiry).
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from jobengine.core.models import JobFilter
+from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
 from jobengine.dashboard.session import DashboardError
-from jobengine.dashboard.views_jobs import job_id_param, job_values, newest_events
+from jobengine.dashboard.views_jobs import PAGE, job_id_param, job_values, newest_events, search_of
 from jobengine.dashboard.views_ops import (
     failures_values,
     queues_values,
@@ -211,3 +213,37 @@ async def overview_stream(request: Request) -> Response:
             await anyio.sleep(st.refresh)
 
     return _respond(frames(), request)
+
+
+def _rows_stream(request: Request, session: sess.Session, filt: JobFilter, template: str, event: str) -> Response:
+    """The rows of a job list's first page, re-read every ``dashboard_refresh_seconds`` and sent when they
+    changed: new jobs appear and states change without a reload."""
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        ctx = context(request)
+        st = state(request)
+        watch = _Watch(request, session)
+        last = None
+        while not ctx.closing and await watch.holds():
+            jobs = await engine(request).list_jobs(filt)
+            html = st.renderer.text(template, {"jobs": jobs, "csrf": session.csrf})
+            if html != last:
+                last = html
+                yield ServerSentEvent(html, event=event)
+            await anyio.sleep(st.refresh)
+
+    return _respond(frames(), request)
+
+
+@router.get("/ui/stream/jobs")
+async def jobs_stream(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+    filt, _ = search_of(request.query_params.getlist, session.tenant)
+    return _rows_stream(request, session, filt, "_jobs_rows.html", "jobs")
+
+
+@router.get("/ui/stream/dead")
+async def dead_stream(request: Request) -> Response:
+    session = await sess.require(request, "jobs:read")
+    filt = JobFilter(tenant=session.tenant, states=(JobState.DEAD,), limit=PAGE)
+    return _rows_stream(request, session, filt, "_dead_rows.html", "dead")

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from jobengine.core import codec
-from jobengine.core.bounds import text_error
+from jobengine.core.bounds import check_time, text_error
 from jobengine.core.ids import JobId
 from jobengine.core.keys import allows
-from jobengine.core.models import Event, Job, JobFilter, check_name
+from jobengine.core.models import Event, JobFilter, check_filter, check_name
+from jobengine.core.selection import MAX_BULK, BulkAction
 from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, render, see_other, state
@@ -26,9 +29,8 @@ from jobengine.http.context import context
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 
 PAGE = 50
-#: A text search reads at most this many jobs (newest first) per page request, then offers to go on.
-SEARCH_SCAN = 2_000
-_SCAN_BATCH = 500
+#: The search form's fields beside ``state`` (the API's job list takes the same).
+SEARCH_FIELDS = ("queue", "task", "id", "created_after", "created_before", "payload")
 #: A job's events shown on its page (the newest).
 EVENTS_SHOWN = 100
 EVENT_PAGES = 50
@@ -87,16 +89,6 @@ async def overview_page(request: Request) -> Response:
 
 
 # -- jobs -------------------------------------------------------------------------------------------
-def _name_param(request: Request, field: str) -> str | None:
-    value = request.query_params.get(field, "").strip()
-    if not value:
-        return None
-    try:
-        return check_name(field, value)
-    except InvalidJob as exc:
-        raise DashboardError(422, exc.message, field) from None
-
-
 def _cursor_param(request: Request) -> JobId | None:
     value = request.query_params.get("cursor", "").strip()
     if not value:
@@ -106,9 +98,9 @@ def _cursor_param(request: Request) -> JobId | None:
     return JobId(value)
 
 
-def _states_param(request: Request) -> tuple[JobState, ...]:
+def _states_of(raws: list[str]) -> tuple[JobState, ...]:
     out = []
-    for raw in request.query_params.getlist("state"):
+    for raw in raws:
         if not raw:
             continue
         try:
@@ -119,59 +111,94 @@ def _states_param(request: Request) -> tuple[JobState, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _matches(job: Job, text: str) -> bool:
-    if text in job.id.lower() or text in job.task.lower() or text in job.queue.lower():
-        return True
-    if job.reason and text in job.reason.lower():
-        return True
-    if any(text in e.message.lower() or text in e.type.lower() for e in job.errors):
-        return True
-    return text in codec.dumps(job.payload).lower()
+def _moment(field: str, raw: str) -> float | None:
+    """A time of the search form: ISO 8601, UTC when it names no zone (what a datetime-local input sends)."""
+    if not raw:
+        return None
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise DashboardError(422, f"{raw!r} is not a time (like 2030-01-31T09:00)", field) from None
+    return check_time(field, at if at.tzinfo is not None else at.replace(tzinfo=UTC))
+
+
+def search_of(
+    values: Callable[[str], list[str]], tenant: str, limit: int = PAGE
+) -> tuple[JobFilter, list[tuple[str, str]]]:
+    """The job filter of a query string or a form (``values(name)``: the field's values), and its fields
+    as pairs to carry on (in links, the live stream and the bulk form). The same filter as the API's."""
+
+    def one(name: str) -> str:
+        return (values(name) or [""])[0].strip()
+
+    states = _states_of(values("state"))
+    queue, task = (_name_value(name, one(name)) for name in ("queue", "task"))
+    id_prefix, payload = one("id") or None, one("payload") or None
+    filt = JobFilter(
+        tenant=tenant, states=states, queue=queue, task=task, limit=limit, id_prefix=id_prefix,
+        created_after=_moment("created_after", one("created_after")),
+        created_before=_moment("created_before", one("created_before")), payload_text=payload,
+    )  # fmt: skip
+    try:
+        check_filter(filt)
+    except InvalidJob as exc:
+        raise DashboardError(422, exc.message, exc.field) from None
+    pairs = [("state", s.value) for s in states]
+    pairs += [(name, one(name)) for name in SEARCH_FIELDS if one(name)]
+    return filt, pairs
+
+
+def _name_value(field: str, value: str) -> str | None:
+    if not value:
+        return None
+    try:
+        return check_name(field, value)
+    except InvalidJob as exc:
+        raise DashboardError(422, exc.message, field) from None
 
 
 @router.get("/jobs")
 async def jobs_page(request: Request) -> Response:
     session = await sess.require(request, "jobs:read")
-    states = _states_param(request)
-    queue = _name_param(request, "queue")
-    task = _name_param(request, "task")
-    text = request.query_params.get("q", "").strip()
-    if len(text) > 200:
-        raise DashboardError(422, "search text is at most 200 characters", "q")
+    filt, pairs = search_of(request.query_params.getlist, session.tenant)
     cursor = _cursor_param(request)
-    eng = engine(request)
-    base = JobFilter(tenant=session.tenant, states=states, queue=queue, task=task, limit=PAGE, before_id=cursor)
-    scanned = 0
-    if not text:
-        jobs = await eng.list_jobs(base)
-        next_cursor = jobs[-1].id if len(jobs) >= PAGE else None
-    else:
-        # No index can answer a substring search: read newest first in batches, at most SEARCH_SCAN jobs.
-        needle = text.lower()
-        jobs, before, exhausted = [], cursor, False
-        while len(jobs) < PAGE and scanned < SEARCH_SCAN:
-            batch = await eng.list_jobs(
-                JobFilter(
-                    tenant=session.tenant, states=states, queue=queue, task=task, limit=_SCAN_BATCH, before_id=before
-                )
-            )
-            for job in batch:
-                scanned += 1
-                before = job.id
-                if _matches(job, needle):
-                    jobs.append(job)
-                    if len(jobs) >= PAGE:
-                        break
-            if len(batch) < _SCAN_BATCH:
-                exhausted = len(jobs) < PAGE
-                break
-        next_cursor = None if exhausted else before
+    jobs = await engine(request).list_jobs(replace(filt, before_id=cursor))
+    shown = dict(pairs)
     values: dict[str, Any] = {
-        "jobs": jobs, "states": [s.value for s in states], "queue": queue or "", "task": task or "", "q": text,
-        "next_cursor": next_cursor, "all_states": [s.value for s in JobState], "scanned": scanned,
-        "search_limit": SEARCH_SCAN, "first_page": cursor is None,
+        "jobs": jobs, "states": [s.value for s in filt.states], "all_states": [s.value for s in JobState],
+        **{name: shown.get(name, "") for name in SEARCH_FIELDS},
+        "search_pairs": pairs, "query": urlencode(pairs), "next_cursor": jobs[-1].id if len(jobs) >= PAGE else None,
+        "first_page": cursor is None, "bulk_max": MAX_BULK,
     }  # fmt: skip
     return render(request, "jobs.html", session, values)
+
+
+@router.post("/jobs/actions")
+async def jobs_bulk_action(request: Request) -> Response:
+    """Cancel, retry, replay or delete the jobs ticked, or every job the filter of the form selects."""
+    session, form = await sess.action(request, "jobs:write")
+    fields = parse_qs((await request.body()).decode(), keep_blank_values=True)
+    action = BulkAction.parse(form.get("action", ""))
+    back = form.get("back", "")
+    back = back if back.startswith(("/jobs", "/dead")) and "//" not in back else "/jobs"
+    eng = engine(request)
+    reason = "cancelled from the dashboard"
+    if form.get("all_matching") == "1":
+        filt, _ = search_of(lambda name: fields.get(name, []), session.tenant, MAX_BULK)
+        result = await eng.jobs.apply(action, filter=filt, tenant=session.tenant, reason=reason)
+    else:
+        ids = [i for i in fields.get("id", []) if i]
+        if not ids:
+            raise DashboardError(422, "tick some jobs, or all jobs matching the filter", "id")
+        if any(len(i) > 100 or not set(i) <= _ID_CHARS for i in ids):
+            raise DashboardError(422, "not a list of job ids", "id")
+        result = await eng.jobs.apply(action, ids=ids, tenant=session.tenant, reason=reason)
+    done = f"{action.value}: {len(result.changed)} of {result.matched} job(s) changed"
+    if result.refused_count:
+        done += f", {result.refused_count} left as they were ({result.refused[0][1]}, ...)"
+    if result.more:
+        done += f"; more than {MAX_BULK} matched, run it again for the rest"
+    return RedirectResponse(back + ("&" if "?" in back else "?") + urlencode({"done": done}), status_code=303)
 
 
 def job_id_param(job_id: str) -> str:
@@ -209,16 +236,20 @@ async def job_values(
 
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, job_id: str) -> Response:
+    """A job's page; a unique prefix of its id (a short id) redirects to its page."""
     session = await sess.require(request, "jobs:read")
-    values = await job_values(request, session, job_id_param(job_id))
+    found = await engine(request).jobs.resolve(job_id_param(job_id), session.tenant)
+    if found.id != job_id:
+        return RedirectResponse(f"/jobs/{found.id}", status_code=302)
+    values = await job_values(request, session, job_id)
     return render(request, "job.html", session, values)
 
 
 @router.post("/jobs/{job_id}/{verb}")
 async def job_action(request: Request, job_id: str, verb: str) -> Response:
     session, form = await sess.action(request, "jobs:write")
-    job_id = job_id_param(job_id)
     eng = engine(request)
+    job_id = await eng.jobs.resolve_id(job_id_param(job_id), session.tenant)
     if verb == "cancel":
         reason = form.get("reason", "").strip() or "cancelled from the dashboard"
         if len(reason) > 1000:

@@ -16,6 +16,7 @@ from jobengine.core.ids import JobId, RunId, ScheduleId
 from jobengine.core.models import Job, JobFilter
 from jobengine.core.runs import RunFilter
 from jobengine.core.schedules import ScheduleFilter
+from jobengine.core.selection import MAX_BULK
 from jobengine.core.signatures import SignatureFilter
 from jobengine.core.states import JobState
 from jobengine.dashboard import session as sess
@@ -270,7 +271,8 @@ async def dead_page(request: Request) -> Response:
     filt = JobFilter(tenant=session.tenant, states=(JobState.DEAD,), limit=PAGE,
                      before_id=JobId(cursor) if cursor else None)  # fmt: skip
     jobs = await engine(request).list_jobs(filt)
-    values = {"jobs": jobs, "next_cursor": jobs[-1].id if len(jobs) >= PAGE else None}
+    values = {"jobs": jobs, "next_cursor": jobs[-1].id if len(jobs) >= PAGE else None, "cursor": cursor,
+              "bulk_max": MAX_BULK}  # fmt: skip
     return render(request, "dead.html", session, values)
 
 

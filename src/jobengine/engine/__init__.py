@@ -40,6 +40,7 @@ from jobengine.engine.health import Health
 from jobengine.engine.keys import Keys
 from jobengine.engine.queues import Queues, QueueSettingsCache
 from jobengine.engine.requests import Requests
+from jobengine.engine.selection import JobSelection
 from jobengine.engine.transitions import Transitions
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
@@ -131,6 +132,8 @@ class Engine:
             store.workers(), self.clock, expiry=self.settings.lease_seconds,
             fail_jobs=lambda failures: self.transitions.fail_jobs(failures),
         )  # fmt: skip
+        #: Jobs by a prefix of their id, and actions on many jobs at once (:mod:`.selection`).
+        self.jobs = JobSelection(self)
         #: The worker protocol: every transition of a running job, instrumented (:mod:`.transitions`).
         self.transitions = Transitions(
             store, self.clock, self.tasks, self.bus, notifier=self.notifier, fleet=self.fleet,

@@ -5,7 +5,8 @@ validation errors and HTTP errors into it, so no route formats an error itself. 
 
     400 malformed JSON / unreadable body       404 NotFound (also: another tenant's id)
     401 missing, unknown or revoked key        409 IllegalState, IdempotencyConflict, AlreadyExists, a lost lease,
-    403 the key lacks the scope                    an Idempotency-Key still in flight
+    403 the key lacks the scope                    an Idempotency-Key still in flight, AmbiguousId (an id
+                                                   prefix of several jobs: ``candidates`` lists some)
     413 body over ``api_max_body_bytes``       415 a body that is not JSON
     422 invalid fields: ``type`` ``urn:jobengine:problem:validation`` when the request does not match the
         schema, ``urn:jobengine:problem:invalid-value`` when the engine refuses a value the schema allows
@@ -33,6 +34,7 @@ from starlette.responses import Response
 from jobengine.core import codec
 from jobengine.errors import (
     AlreadyExists,
+    AmbiguousId,
     ConfigError,
     FlowRefused,
     IdempotencyConflict,
@@ -131,6 +133,8 @@ def status_of(exc: JobEngineError) -> tuple[int, str | None]:
         return 503, "priority"
     if isinstance(exc, NotFound):
         return 404, None
+    if isinstance(exc, AmbiguousId):
+        return 409, f"{exc.what}_id"
     if isinstance(exc, InvalidJob):
         return 422, exc.field
     if isinstance(exc, UnknownDependency):
@@ -179,11 +183,12 @@ def install(app: FastAPI) -> None:
         else:
             detail = getattr(exc, "message", None) or str(exc)
         errors = [(field, detail)] if field else []
+        extra = {"candidates": exc.candidates} if isinstance(exc, AmbiguousId) else None
         # A field the schema accepted but the engine refused (a CRON expression, a dependency that does not
         # exist): a type of its own, so clients can tell it from a malformed request.
         type_ = INVALID_VALUE if status == 422 else FLOW_TYPES.get(type(exc).__name__)
         return problem_response(status, detail, instance=request.url.path, field=field, headers=headers,
-                                errors=errors, type_=type_)  # fmt: skip
+                                errors=errors, type_=type_, extra=extra)  # fmt: skip
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

@@ -26,6 +26,7 @@ from pydantic import (
 
 from jobengine.core import bounds
 from jobengine.core.models import MAX_PRIORITY, NAME_RE
+from jobengine.core.selection import MAX_BULK
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
 
@@ -133,6 +134,32 @@ class DeadSelectIn(Strict):
     ids: list[JobIdStr] | None = Field(None, min_length=1, max_length=MAX_BATCH)
     queue: Name | None = None
     limit: Annotated[StrictInt, Field(ge=1, le=MAX_BATCH), INTEGRAL] = MAX_BATCH
+
+
+IdPrefix = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+SearchText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class JobFilterIn(Strict):
+    """The jobs a bulk action takes, as ``GET /api/v1/jobs`` selects them (every field given must hold)."""
+
+    state: list[JobState] | None = Field(None, max_length=9)
+    queue: Name | None = None
+    task: TaskName | None = None
+    id: IdPrefix | None = Field(None, description="Ids starting with this")
+    created_after: Moment | None = None
+    created_before: Moment | None = None
+    payload: SearchText | None = Field(None, description="A substring of the payload's JSON, case as written")
+
+
+class BulkIn(Strict):
+    """One action on many jobs: exactly one of ``ids`` (whole ids) and ``filter``."""
+
+    action: Literal["cancel", "retry", "replay", "delete"]
+    ids: list[JobIdStr] | None = Field(None, min_length=1, max_length=MAX_BULK)
+    filter: JobFilterIn | None = None
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=500)] = "cancelled by user"
+    limit: Annotated[StrictInt, Field(ge=1, le=MAX_BULK), INTEGRAL] = MAX_BULK
 
 
 class QueueLimitsIn(Strict):
@@ -294,3 +321,22 @@ __all__ = [
     "WorkerList",
     "WorkerOut",
 ]
+
+
+class RefusedOut(BaseModel):
+    id: str
+    reason: str
+
+
+class BulkOut(BaseModel):
+    """What a bulk action did: ``matched`` jobs looked at, ``changed`` of them changed (their ids in
+    ``changed_ids``), ``refused_count`` left as they are (the first 100 in ``refused``, each with why);
+    ``more``: the filter matches more jobs than ``limit`` (send it again for the rest)."""
+
+    action: str
+    matched: int
+    changed: int
+    changed_ids: list[str]
+    refused: list[RefusedOut]
+    refused_count: int
+    more: bool

@@ -9,15 +9,17 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 
 from jobengine.core.clock import ManualClock
+from jobengine.core.ids import short_id
 from jobengine.core.models import JobFilter
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.core.states import JobState
-from jobengine.dashboard.session import COOKIE
+from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.http.server import ApiService
 
 from .conftest import Api, MakeApi, browser, form
@@ -129,7 +131,8 @@ async def test_actions_need_the_csrf_token_the_origin_and_the_scope(api: Api) ->
 async def test_bad_input_names_the_field_and_writes_nothing(api: Api, acme_ui: httpx.AsyncClient) -> None:
     e = api.engine
     for params, field in (({"state": "bogus"}, "state"), ({"queue": "bad queue!"}, "queue"),
-                          ({"cursor": "x" * 101}, "cursor"), ({"q": "x" * 201}, "q")):  # fmt: skip
+                          ({"cursor": "x" * 101}, "cursor"), ({"payload": "x" * 201}, "payload"),
+                          ({"created_after": "soon"}, "created_after"), ({"id": "a b"}, "id")):  # fmt: skip
         r = await acme_ui.get("/jobs", params=params)
         assert r.status_code == 422 and f"<strong>{field}</strong>" in r.text, (params, r.text[-300:])
     r = await acme_ui.post("/queues/billing/limit", data=form(acme_ui, concurrency="lots"))
@@ -228,11 +231,17 @@ async def test_jobs_filters_search_and_cursor_paging(api: Api, acme_ui: httpx.As
     assert ids.findall(r.text) == [j.id for j in reversed(batch)][50:100]
     r = await acme_ui.get("/jobs", params={"task": "other"})
     assert len(ids.findall(r.text)) == 1
-    r = await acme_ui.get("/jobs", params={"q": "name7-special"})
+    r = await acme_ui.get("/jobs", params={"payload": "name7-special"})
     assert len(ids.findall(r.text)) == 1 and "Older" not in r.text
-    # (letters that are not hex digits: a job id never matches by chance)
-    r = await acme_ui.get("/jobs", params={"q": "name11", "state": "queued"})
+    r = await acme_ui.get("/jobs", params={"payload": "name11", "state": "queued"})
     assert len(ids.findall(r.text)) == 11  # name11, name110..name119
+    # an id prefix (the short id shown) finds its job; on a job's URL it redirects to the whole id
+    r = await acme_ui.get("/jobs", params={"id": short_id(batch[5].id)})
+    assert ids.findall(r.text) == [batch[5].id]
+    r = await acme_ui.get(f"/jobs/{short_id(batch[5].id)}")
+    assert r.status_code == 302 and r.headers["location"] == f"/jobs/{batch[5].id}"
+    r = await acme_ui.get("/jobs", params={"created_after": "2100-01-01T00:00"})
+    assert ids.findall(r.text) == []
 
 
 async def test_the_api_keeps_json_only_and_the_openapi_has_no_dashboard_routes(api: Api) -> None:
@@ -410,3 +419,32 @@ async def test_an_open_stream_ends_when_its_session_ends(make_api: MakeApi) -> N
                         pass
         finally:
             await service.stop()
+
+
+async def post_pairs(client: httpx.AsyncClient, pairs: list[tuple[str, str]]) -> httpx.Response:
+    """A form with repeated fields (ticked jobs), urlencoded as a browser sends it."""
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    return await client.post("/jobs/actions", content=urlencode(pairs), headers=headers)
+
+
+async def test_bulk_actions_by_ticks_and_by_filter(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    mails = await e.enqueue_many([e.new_job("mail", {"n": i}, tenant="acme") for i in range(30)])
+    other = await e.enqueue("other", tenant="acme")
+    r = await acme_ui.get("/jobs", params={"task": "mail"})
+    assert 'name="all_matching"' in r.text and 'form="bulk"' in r.text
+    assert '<input type="hidden" name="task" value="mail">' in r.text  # the filter goes with the form
+    ticked = [mails[0].id, mails[1].id]
+    data = [("csrf", csrf_token(acme_ui.cookies[COOKIE])), ("action", "cancel"), ("back", "/jobs?task=mail")]
+    r = await post_pairs(acme_ui, [*data, *(("id", i) for i in ticked)])
+    assert r.status_code == 303 and r.headers["location"].startswith("/jobs?task=mail&done=")
+    assert [j.state for j in await e.get_jobs(ticked)] == [JobState.CANCELLED] * 2
+    r = await post_pairs(acme_ui, [*data, ("task", "mail"), ("state", "queued"), ("all_matching", "1")])
+    assert r.status_code == 303 and "28+of+28" in r.headers["location"]
+    assert {j.state for j in await e.get_jobs([m.id for m in mails])} == {JobState.CANCELLED}
+    assert (await e.get_job(other.id)).state is JobState.QUEUED
+    for bad, field in (([("action", "explode"), ("id", ticked[0])], "action"), ([("action", "retry")], "id")):
+        r = await post_pairs(acme_ui, [data[0], *bad])
+        assert r.status_code == 422 and f"<strong>{field}</strong>" in r.text, r.text[-300:]
+    r = await post_pairs(acme_ui, [("action", "cancel"), ("id", other.id)])  # no CSRF token
+    assert r.status_code == 403 and (await e.get_job(other.id)).state is JobState.QUEUED

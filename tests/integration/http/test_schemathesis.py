@@ -96,6 +96,8 @@ SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catc
 #: Webhooks: a URL that does not resolve or reaches a refused address (SSRF), a secret's base64 and length,
 #: a filter entry's form, an inbound hook's schedule that does not exist.
 SEMANTIC |= {"url", "secret", "filter.types", "filter.queues", "filter.tasks", "schedule", "name", "state"}
+#: Bulk actions: exactly one of ids and filter.
+SEMANTIC |= {"ids"}
 
 
 def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:

@@ -8,6 +8,7 @@ from jobengine.backends.postgres.mixin import StoreCalls
 from jobengine.backends.postgres.rows import job_from_row
 from jobengine.backends.sql.base import conditions
 from jobengine.core import codec
+from jobengine.core.ids import prefix_range
 from jobengine.core.models import Job, JobFilter
 from jobengine.ports.watermarks import WatermarkValue
 
@@ -20,8 +21,13 @@ class PostgresReadsMixin:
         f = filter
         clause, args = conditions(
             ("jobs.tenant = ?", f.tenant), ("jobs.queue = ?", f.queue), ("jobs.task = ?", f.task),
-            ("jobs.id < ?", f.before_id),
+            ("jobs.id < ?", f.before_id), ("jobs.created_at > ?", f.created_after),
+            ("jobs.created_at < ?", f.created_before),
+            # jsonb's text puts a space after ':' and ',': a search finds values and keys, not "k":"v" pairs.
+            ("strpos(jobs.payload::text, ?) > 0", f.payload_text),
         )  # fmt: skip
+        if f.id_prefix is not None:
+            clause, args = clause + " AND jobs.id >= ? AND jobs.id < ?", [*args, *prefix_range(f.id_prefix)]
         if f.states:
             clause, args = clause + " AND jobs.state {in_array}", [*args, [s.value for s in f.states]]
         where = f"{clause} ORDER BY jobs.id DESC LIMIT ?"

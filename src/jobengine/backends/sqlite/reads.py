@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from jobengine.backends.sql.base import conditions, marks
+from jobengine.core.ids import prefix_range
 from jobengine.core.models import Job, JobFilter
 from jobengine.core.states import JobState
 
@@ -28,7 +29,12 @@ def list_jobs(conn: sqlite3.Connection, f: JobFilter) -> list[Job]:
     all of them) would have to sort every job of the tenant to find the newest ``limit``. Without a
     tenant (an operator's view) the primary key is walked backwards.
     """
-    more, params = conditions(("queue = ?", f.queue), ("task = ?", f.task), ("id < ?", f.before_id), base="")
+    more, params = conditions(
+        ("queue = ?", f.queue), ("task = ?", f.task), ("id < ?", f.before_id), ("created_at > ?", f.created_after),
+        ("created_at < ?", f.created_before), ("instr(payload, ?) > 0", f.payload_text), base="",
+    )  # fmt: skip
+    if f.id_prefix is not None:
+        more, params = more + " AND id >= ? AND id < ?", [*params, *prefix_range(f.id_prefix)]
     if f.tenant is None:
         if f.states:
             more += f" AND state IN ({marks(len(f.states))})"

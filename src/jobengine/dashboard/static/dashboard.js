@@ -1,5 +1,5 @@
-// jobengine dashboard: the overview chart (uPlot) and times in the reader's zone. Everything else is
-// htmx + SSE; pages work without this (times then stay in UTC).
+// jobengine dashboard: the overview chart (uPlot), times in the reader's zone and the job lists'
+// selection. Everything else is htmx + SSE; pages work without this (times then stay in UTC).
 (function () {
   "use strict";
   function localTimes(root) {
@@ -44,6 +44,8 @@
   }
   document.addEventListener("htmx:sseBeforeMessage", function (e) {
     var a = document.activeElement;
+    // The job lists' rows hold still by their own rule (below): ticking a box is not typing.
+    if (e.target.hasAttribute && e.target.hasAttribute("data-hold-while-selected")) return;
     if (a && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && e.target.contains(a)) {
       e.preventDefault();
       held = { target: e.target, html: e.detail.data };
@@ -55,5 +57,18 @@
   document.addEventListener("htmx:sseMessage", function (e) {
     localTimes(document);
     if (e.detail && e.detail.type === "chart") draw(JSON.parse(e.detail.data));
+  });
+  // A live list holds still while jobs are ticked, so a new frame does not drop the selection.
+  document.addEventListener("htmx:sseBeforeMessage", function (e) {
+    var rows = e.target;
+    if (rows && rows.hasAttribute && rows.hasAttribute("data-hold-while-selected") &&
+        rows.querySelector("input[name=id]:checked")) e.preventDefault();
+  });
+  // The header's box ticks or clears every job of the page.
+  document.addEventListener("change", function (e) {
+    var box = e.target;
+    if (!box.matches || !box.matches("input[data-select-page]")) return;
+    var table = box.closest("table");
+    table.querySelectorAll("input[name=id]").forEach(function (b) { b.checked = box.checked; });
   });
 })();

@@ -3,25 +3,42 @@ replay a dead job. Every call is scoped to the key's tenant: another tenant's jo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
+from jobengine.core.bounds import check_time
 from jobengine.core.ids import JobId
-from jobengine.core.models import Job, JobFilter, NewJob
+from jobengine.core.models import Job, JobFilter, NewJob, check_filter
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
-from jobengine.http.responses import ENQUEUE, READ, READ_ONE, WRITE_ONE, json_response
-from jobengine.http.schemas import NAME_PATTERN, CancelIn, JobBatchIn, JobBatchOut, JobIn, JobOut, JobPage
-from jobengine.serialize import job_to_json
+from jobengine.http.problems import ProblemError, problem_responses
+from jobengine.http.responses import ENQUEUE, READ, READ_ONE, WRITE, WRITE_ONE, json_response
+from jobengine.http.schemas import (
+    NAME_PATTERN,
+    BulkIn,
+    BulkOut,
+    CancelIn,
+    JobBatchIn,
+    JobBatchOut,
+    JobFilterIn,
+    JobIn,
+    JobOut,
+    JobPage,
+    Moment,
+)
+from jobengine.serialize import bulk_to_json, job_to_json
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
-JobIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+ID_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
+#: A job's id or a unique prefix of it (engine.jobs.resolve).
+JobIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=ID_PATTERN)]
 Cursor = Annotated[
     str | None,
     Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$", description="`next_cursor` of a page"),
@@ -95,7 +112,27 @@ async def enqueue_batch(
     return json_response(body_out, 201, {"X-Queue-Pressure": worst})
 
 
-@router.get("/jobs", response_model=JobPage, responses=READ)
+def only_params(*names: str) -> Callable[[Request], None]:
+    """A dependency that answers 400 naming the first query parameter not among ``names``: a misspelt
+    filter must not silently return everything."""
+    allowed = frozenset(names)
+
+    def check(request: Request) -> None:
+        for name in request.query_params:
+            if name not in allowed:
+                known = ", ".join(sorted(allowed))
+                raise ProblemError(400, f"{name}: not a parameter of this list (known: {known})", field=name)
+
+    return check
+
+
+LIST_PARAMS = ("state", "queue", "task", "limit", "cursor", "id", "created_after", "created_before", "payload")
+
+
+@router.get(
+    "/jobs", response_model=JobPage, responses={**READ, **problem_responses(400)},
+    dependencies=[Depends(only_params(*LIST_PARAMS))],
+)  # fmt: skip
 async def list_jobs(
     request: Request,
     principal: Annotated[Principal, Depends(require("jobs:read"))],
@@ -104,22 +141,60 @@ async def list_jobs(
     task: NameQuery = None,
     limit: Limit = 50,
     cursor: Cursor = None,
+    id: Annotated[
+        str | None, Query(min_length=1, max_length=100, pattern=ID_PATTERN, description="Ids starting with this")
+    ] = None,
+    created_after: Annotated[Moment | None, Query(description="Created after this time (ISO 8601 with a zone)")] = None,
+    created_before: Annotated[Moment | None, Query(description="Created before this time")] = None,
+    payload: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="A substring of the payload's JSON, case as written"),
+    ] = None,
 ) -> Response:
-    """The tenant's jobs, newest first, optionally of some states, one queue, one task."""
+    """The tenant's jobs, newest first, optionally of some states, one queue, one task, ids starting with
+    ``id``, created in a time range, with ``payload`` in their payload's JSON. An unknown parameter is 400."""
     before = JobId(cursor) if cursor is not None else None
-    filt = JobFilter(tenant=principal.tenant, states=tuple(state or ()), queue=queue, task=task, limit=limit,
-                     before_id=before)  # fmt: skip
+    filt = job_filter(principal.tenant, JobFilterIn(state=state, queue=queue, task=task, id=id,
+                      created_after=created_after, created_before=created_before, payload=payload), limit)  # fmt: skip
+    filt = replace(filt, before_id=before)
     engine = context(request).engine
     jobs = await engine.list_jobs(filt)
     return json_response(job_page(jobs, limit, await engine.fleet.waiting_reasons(jobs)))
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, responses=READ_ONE)
+def job_filter(tenant: str, f: JobFilterIn, limit: int) -> JobFilter:
+    """The store's filter for what a request selects (InvalidJob naming the field for what no store takes)."""
+    return check_filter(JobFilter(
+        tenant=tenant, states=tuple(f.state or ()), queue=f.queue, task=f.task, limit=limit, id_prefix=f.id,
+        created_after=check_time("created_after", f.created_after) if f.created_after is not None else None,
+        created_before=check_time("created_before", f.created_before) if f.created_before is not None else None,
+        payload_text=f.payload,
+    ))  # fmt: skip
+
+
+@router.post("/jobs/actions", response_model=BulkOut, responses=WRITE)
+async def bulk_action(
+    body: BulkIn, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
+) -> Response:
+    """Cancel, retry, replay or delete many jobs: those of ``ids``, or the newest ``limit`` that ``filter``
+    selects. Jobs the action does not apply to are left as they are and listed in ``refused`` with why;
+    the jobs are changed in chunks, each in one transaction. 422 when neither or both of ids and filter."""
+    engine = context(request).engine
+    filt = job_filter(principal.tenant, body.filter, body.limit) if body.filter is not None else None
+    result = await engine.jobs.apply(
+        body.action, ids=body.ids, filter=filt, tenant=principal.tenant, reason=body.reason, limit=body.limit
+    )
+    return json_response(bulk_to_json(result))
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses={**READ_ONE, **problem_responses(409)})
 async def get_job(
     job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
 ) -> Response:
+    """A job by its id or a unique prefix of it (8 characters at least; 409 naming candidates when several
+    jobs start with it)."""
     engine = context(request).engine
-    job = await engine.get_job(job_id, principal.tenant)
+    job = await engine.jobs.resolve(job_id, principal.tenant)
     return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
@@ -133,7 +208,8 @@ async def cancel_job(
     """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``).
     409 if it already finished."""
     reason = body.reason if body is not None else "cancelled by user"
-    job = await context(request).engine.cancel(job_id, reason, principal.tenant)
+    engine = context(request).engine
+    job = await engine.cancel(await engine.jobs.resolve_id(job_id, principal.tenant), reason, principal.tenant)
     return json_response(job_to_json(job))
 
 
@@ -142,7 +218,8 @@ async def retry_job(
     job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
 ) -> Response:
     """Queue a dead, cancelled or failed job again now, with a fresh attempt budget (409 otherwise)."""
-    job = await context(request).engine.retry(job_id, principal.tenant)
+    engine = context(request).engine
+    job = await engine.retry(await engine.jobs.resolve_id(job_id, principal.tenant), principal.tenant)
     return json_response(job_to_json(job))
 
 
@@ -151,5 +228,6 @@ async def replay_job(
     job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:write"))]
 ) -> Response:
     """Replay a dead job (from the dead-letter): queued again with a fresh attempt budget (409 if not dead)."""
-    job = await context(request).engine.replay(job_id, principal.tenant)
+    engine = context(request).engine
+    job = await engine.replay(await engine.jobs.resolve_id(job_id, principal.tenant), principal.tenant)
     return json_response(job_to_json(job))
