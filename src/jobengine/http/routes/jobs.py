@@ -114,12 +114,36 @@ async def list_jobs(
     return json_response(job_page(jobs, limit, await engine.fleet.waiting_reasons(jobs)))
 
 
+#: The longest ``?wait=`` a request may hold its connection (longer waits are a client's loop of them).
+MAX_WAIT = 60.0
+Wait = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        le=MAX_WAIT,
+        description="Seconds (0 to 60) to wait for the job to end before answering. The answer is 200 either "
+        "way: the job's `state` tells them apart (`succeeded`, `dead`, `cancelled` or `stale`: it ended; any "
+        "other: the wait ran out and the job is shown as it is now).",
+    ),
+]
+
+
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=READ_ONE)
 async def get_job(
-    job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
+    job_id: JobIdPath,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("jobs:read"))],
+    wait: Wait = None,
 ) -> Response:
+    """The job; with ``wait``, once it has ended or after ``wait`` seconds (a long poll woken by the store's
+    notification, not a loop of reads)."""
     engine = context(request).engine
-    job = await engine.get_job(job_id, principal.tenant)
+    job = await engine.get_job(job_id, principal.tenant)  # another tenant's job is 404 before any wait
+    if wait and not job.terminal:
+        try:
+            job = await engine.wait_for(job.id, timeout=wait)
+        except TimeoutError:
+            job = await engine.get_job(job_id, principal.tenant)
     return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
