@@ -71,6 +71,15 @@ async def test_a_wait_on_an_ended_job_answers_at_once(acme: httpx.AsyncClient) -
     assert r.json()["state"] == "cancelled"
 
 
+async def test_a_stopping_server_ends_a_wait_with_the_job_as_it_is(api: Api, acme: httpx.AsyncClient) -> None:
+    job = (await acme.post("/api/v1/jobs", json={"task": "nobody-runs-this"})).json()
+    answer = asyncio.create_task(acme.get(f"/api/v1/jobs/{job['id']}", params={"wait": 60}))
+    await asyncio.sleep(0.3)
+    api.app.state.jobengine.closing = True  # what ApiService.stop sets
+    r = await asyncio.wait_for(answer, 20)  # far below the 60 s asked for
+    assert (r.status_code, r.json()["state"]) == (200, "queued")
+
+
 @pytest.mark.parametrize("wait", ["61", "-1", "soon", "nan"])
 async def test_a_wait_out_of_bounds_is_refused_naming_it(acme: httpx.AsyncClient, wait: str) -> None:
     job = (await acme.post("/api/v1/jobs", json={"task": "nobody-runs-this"})).json()

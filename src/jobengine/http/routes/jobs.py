@@ -3,6 +3,7 @@ replay a dead job. Every call is scoped to the key's tenant: another tenant's jo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
@@ -116,6 +117,7 @@ async def list_jobs(
 
 #: The longest ``?wait=`` a request may hold its connection (longer waits are a client's loop of them).
 MAX_WAIT = 60.0
+_WATCH = 0.5  # seconds between looks at the server's closing and the client's connection during a wait
 Wait = Annotated[
     float | None,
     Query(
@@ -137,13 +139,21 @@ async def get_job(
 ) -> Response:
     """The job; with ``wait``, once it has ended or after ``wait`` seconds (a long poll woken by the store's
     notification, not a loop of reads)."""
-    engine = context(request).engine
+    ctx = context(request)
+    engine = ctx.engine
     job = await engine.get_job(job_id, principal.tenant)  # another tenant's job is 404 before any wait
     if wait and not job.terminal:
+        waiting = asyncio.ensure_future(engine.wait_for(job.id, timeout=wait))
         try:
-            job = await engine.wait_for(job.id, timeout=wait)
-        except TimeoutError:
-            job = await engine.get_job(job_id, principal.tenant)
+            # The wait is woken by the store; this loop only ends it early for a stopping server or a
+            # client that went away, and reads nothing.
+            while not (await asyncio.wait({waiting}, timeout=_WATCH))[0]:
+                if ctx.closing or await request.is_disconnected():
+                    break
+        finally:
+            waiting.cancel()
+        ended = waiting.done() and not waiting.cancelled() and waiting.exception() is None
+        job = waiting.result() if ended else await engine.get_job(job_id, principal.tenant)
     return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
