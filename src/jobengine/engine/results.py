@@ -180,6 +180,10 @@ class Results:
             await pump.wake.wait()
             pump.wake.clear()
             if not pump.futures:
+                if self._listening and not any(p.futures for p in self._pumps.values()):
+                    # Nobody waits: the bus goes back to its fast path of no listeners.
+                    self._bus.remove_listener(self._on_event)
+                    self._listening = False
                 return
             ids = list(pump.futures) if pump.everything else [i for i in pump.dirty if i in pump.futures]
             pump.everything = False
