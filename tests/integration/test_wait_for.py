@@ -12,7 +12,7 @@ import pytest
 
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
-from jobengine.errors import NotFound
+from jobengine.errors import NotFound, StoreUnavailable
 from jobengine.ports.notifier import Notifier
 from jobengine.settings import Settings
 from jobengine.worker import JobContext
@@ -103,3 +103,14 @@ async def test_a_wait_that_runs_out_raises_timeout_error(producer: Engine) -> No
     with pytest.raises(TimeoutError):
         await producer.wait_for(job.id, timeout=0.3)
     assert (await producer.get_job(job.id)).state is JobState.QUEUED
+
+
+async def test_closing_the_engine_ends_a_wait_with_store_unavailable(database: str) -> None:
+    engine = Engine.from_settings(Settings(database=database))
+    await engine.start()
+    job = await engine.enqueue("nobody-runs-this")
+    waiting = asyncio.create_task(engine.wait_for(job.id, timeout=60))
+    await asyncio.sleep(0.3)
+    await engine.close()
+    with pytest.raises(StoreUnavailable, match="closed while waiting"):
+        await asyncio.wait_for(waiting, 20)

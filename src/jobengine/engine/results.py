@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from jobengine.bus import EventBus
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job
-from jobengine.errors import NotFound
+from jobengine.errors import NotFound, StoreUnavailable
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.store import Store
 
@@ -103,17 +103,18 @@ class Results:
                     del pump.futures[job_id]
 
     async def close(self) -> None:
-        """Stop the pumps and close their notifiers; waiters still waiting are cancelled."""
+        """Stop the pumps and close their notifiers; waits still waiting raise StoreUnavailable."""
         if self._listening:
             self._bus.remove_listener(self._on_event)
             self._listening = False
         pumps, self._pumps = self._pumps, {}
         current = asyncio.get_running_loop()
         for pump in pumps.values():
+            if pump.loop.is_closed():  # its tasks and notifier went with it
+                continue
             for waiting in pump.futures.values():
                 for future, _ in waiting:
-                    if not future.done():
-                        pump.loop.call_soon_threadsafe(future.cancel)
+                    pump.loop.call_soon_threadsafe(_closed, future)
             if pump.loop is current:
                 for task in pump.tasks:
                     task.cancel()
@@ -121,7 +122,7 @@ class Results:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
                 await pump.notifier.close()
-            elif not pump.loop.is_closed():
+            else:
                 for task in pump.tasks:
                     pump.loop.call_soon_threadsafe(task.cancel)
                 with contextlib.suppress(Exception):
@@ -211,3 +212,8 @@ class Results:
                         future.set_exception(NotFound("job", job_id))
                     else:
                         future.set_result(job)
+
+
+def _closed(future: asyncio.Future[Job]) -> None:
+    if not future.done():
+        future.set_exception(StoreUnavailable("the engine closed while waiting for the job"))
