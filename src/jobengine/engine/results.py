@@ -70,8 +70,13 @@ class _Pump:
 
 
 class Results:
-    """``wait(job_id, timeout)``: the job once it is terminal. ``read`` is the store's ``get_jobs``;
-    ``open_notifier`` opens a new finished-jobs notifier for an event loop (closed by :meth:`close`)."""
+    """``wait(job_id, timeout)``: the job once it is terminal. The jobs are read with ``store.get_jobs``;
+    ``open_notifier`` opens a new finished-jobs notifier for an event loop (closed by :meth:`close`); ``bus``
+    carries this process's events. Usage (``Engine.wait_for`` builds one on first use)::
+
+        results = Results(store, bus, store.finished_notifier)
+        job = await results.wait(job_id, timeout=60)
+    """
 
     def __init__(self, store: Store, bus: EventBus, open_notifier: Callable[[], Notifier]) -> None:
         self._store = store
