@@ -3,7 +3,6 @@ replay a dead job. Every call is scoped to the key's tenant: another tenant's jo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
@@ -16,6 +15,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
+from jobengine.http.longpoll import Wait, until_ended
 from jobengine.http.responses import ENQUEUE, READ, READ_ONE, WRITE_ONE, json_response
 from jobengine.http.schemas import NAME_PATTERN, CancelIn, JobBatchIn, JobBatchOut, JobIn, JobOut, JobPage
 from jobengine.serialize import job_to_json
@@ -115,21 +115,6 @@ async def list_jobs(
     return json_response(job_page(jobs, limit, await engine.fleet.waiting_reasons(jobs)))
 
 
-#: The longest ``?wait=`` a request may hold its connection (longer waits are a client's loop of them).
-MAX_WAIT = 60.0
-_WATCH = 0.5  # seconds between looks at the server's closing and the client's connection during a wait
-Wait = Annotated[
-    float | None,
-    Query(
-        ge=0,
-        le=MAX_WAIT,
-        description="Seconds (0 to 60) to wait for the job to end before answering. The answer is 200 either "
-        "way: the job's `state` tells them apart (`succeeded`, `dead`, `cancelled` or `stale`: it ended; any "
-        "other: the wait ran out and the job is shown as it is now).",
-    ),
-]
-
-
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=READ_ONE)
 async def get_job(
     job_id: JobIdPath,
@@ -137,23 +122,10 @@ async def get_job(
     principal: Annotated[Principal, Depends(require("jobs:read"))],
     wait: Wait = None,
 ) -> Response:
-    """The job; with ``wait``, once it has ended or after ``wait`` seconds (a long poll woken by the store's
-    notification, not a loop of reads)."""
-    ctx = context(request)
-    engine = ctx.engine
-    job = await engine.get_job(job_id, principal.tenant)  # another tenant's job is 404 before any wait
-    if wait and not job.terminal:
-        waiting = asyncio.ensure_future(engine.wait_for(job.id, timeout=wait))
-        try:
-            # The wait is woken by the store; this loop only ends it early for a stopping server or a
-            # client that went away, and reads nothing.
-            while not (await asyncio.wait({waiting}, timeout=_WATCH))[0]:
-                if ctx.closing or await request.is_disconnected():
-                    break
-        finally:
-            waiting.cancel()
-        ended = waiting.done() and not waiting.cancelled() and waiting.exception() is None
-        job = waiting.result() if ended else await engine.get_job(job_id, principal.tenant)
+    engine = context(request).engine
+    job = await engine.get_job(job_id, principal.tenant)
+    if wait:  # a long poll (jobengine.http.longpoll); another tenant's job was 404 above
+        job = await until_ended(request, job, wait)
     return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
