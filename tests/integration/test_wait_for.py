@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from jobengine.core.queue_config import QueueConfig, RedisConfig
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.errors import NotFound, StoreUnavailable
@@ -114,3 +115,25 @@ async def test_closing_the_engine_ends_a_wait_with_store_unavailable(database: s
     await engine.close()
     with pytest.raises(StoreUnavailable, match="closed while waiting"):
         await asyncio.wait_for(waiting, 20)
+
+
+async def test_jobs_delivered_by_redis_wake_their_waits_too(tmp_path: Path, redis_url: str) -> None:
+    """With a broker the jobs travel through Redis, but they end in the store, which wakes the waits."""
+    queue = QueueConfig(kind="redis", redis=RedisConfig(url=redis_url))
+    settings = Settings(database=str(tmp_path / "b.db"), queue=queue, poll_interval=60.0)
+    async with Engine.from_settings(settings) as producer, Engine.from_settings(settings) as runner:
+
+        @runner.task()
+        async def add(ctx: JobContext) -> int:
+            return int(ctx.payload["a"]) + 1
+
+        worker = runner.worker()
+        running = asyncio.create_task(worker.run())
+        try:
+            jobs = [await producer.enqueue("add", {"a": i}) for i in range(20)]
+            waits = asyncio.gather(*(producer.wait_for(j.id, 60, poll=30) for j in jobs))
+            done = await asyncio.wait_for(waits, 25)
+            assert [(j.state, j.result) for j in done] == [(JobState.SUCCEEDED, i + 1) for i in range(20)]
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 60)
