@@ -33,9 +33,6 @@ async def produce_and_wait(procs: Procs, database: str, backend: str) -> None:
     procs.env.update(env)
     settings = Settings(database=database, poll_interval=60.0)
     async with Engine.from_settings(settings) as engine:  # migrates before the worker starts
-        worker = procs.worker()
-        procs.wait_ready(worker)
-        # Jobs of 20 ms on 20 slots: they end over a few seconds, most of them while their waits run.
         jobs = [NewJob("work", {"sleep": 0.02, "i": i}) for i in range(JOBS)]
         stored = await engine.enqueue_many(jobs)
 
@@ -44,7 +41,12 @@ async def produce_and_wait(procs: Procs, database: str, backend: str) -> None:
             done = await engine.wait_for(job_id, timeout=300)
             return started, time.time(), done.finished_at, done.state
 
-        results = await asyncio.gather(*(wait(j.id) for j in stored))
+        waits = asyncio.gather(*(wait(j.id) for j in stored))
+        await asyncio.sleep(0.5)  # the waits begin (the worker takes seconds to start, so they wait)
+        # Jobs of 20 ms on 20 slots: they end over a few seconds after the worker is up. Its readiness is
+        # not awaited here: that wait would block this loop and delay the waits it measures.
+        worker = procs.worker()
+        results = await waits
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, procs.output(worker)
 
