@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mathrand "math/rand"
@@ -330,6 +331,62 @@ func (c *Client) GetJob(ctx context.Context, id string) (*JobInfo, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// MaxWait is the longest wait of one long poll (GET /api/v1/jobs/{id}?wait=); Wait loops over them.
+const MaxWait = 60 * time.Second
+
+// ErrWaitTimeout: Wait ran out of time before the job ended; the job is returned as it was last seen.
+var ErrWaitTimeout = errors.New("jobengine: the job has not ended yet")
+
+// Ended reports whether a job's state is terminal: succeeded, dead, cancelled or stale.
+func (j *JobInfo) Ended() bool {
+	switch j.State {
+	case "succeeded", "dead", "cancelled", "stale":
+		return true
+	}
+	return false
+}
+
+// Wait returns the job once it has ended (scope jobs:read), by long polls of GET /api/v1/jobs/{id}?wait=
+// (each at most MaxWait, so a proxy's idle timeout never cuts one), woken by the server when the job ends.
+// After timeout it returns the job as it is with an error wrapping ErrWaitTimeout; an unknown job is an
+// *APIError (404); ctx cancels the wait. Usage:
+//
+//	job, err := client.Enqueue(ctx, jobengine.NewJob{Task: "greet", Payload: map[string]any{"name": "Ada"}})
+//	...
+//	done, err := client.Wait(ctx, job.ID, 2*time.Minute)
+//	if err == nil && done.State == "succeeded" { ... done.Result ... }
+func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (*JobInfo, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("jobengine: Wait: timeout must not be negative, got %v", timeout)
+	}
+	deadline := time.Now().Add(timeout)
+	path := "/api/v1/jobs/" + url.PathEscape(id)
+	for {
+		wait := time.Until(deadline)
+		if wait < 0 {
+			wait = 0
+		}
+		if wait > MaxWait {
+			wait = MaxWait
+		}
+		var out JobInfo
+		// Each try outlasts the server's wait, which answers by itself when it runs out.
+		opt := callOptions{
+			query:   url.Values{"wait": {strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)}},
+			timeout: wait + 30*time.Second,
+		}
+		if err := c.do(ctx, http.MethodGet, path, nil, &out, opt); err != nil {
+			return nil, err
+		}
+		if out.Ended() {
+			return &out, nil
+		}
+		if !time.Now().Before(deadline) {
+			return &out, fmt.Errorf("%w: %s is %s after %v", ErrWaitTimeout, id, out.State, timeout)
+		}
+	}
 }
 
 // CancelJob asks the job to cancel (scope jobs:write): a queued job ends cancelled at once, a running one

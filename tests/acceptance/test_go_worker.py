@@ -52,6 +52,9 @@ GO_TESTS = [
     "TestGracefulShutdownFinishesQuickJobsAndReleasesTheRest",
     "TestRunReturnsAnErrorWhenTheKeyIsRefused",
     "TestRetriesA503AndHonoursRetryAfter",
+    "TestWaitReturnsTheJobOnceItEnds",
+    "TestWaitRunsOutWithTheJobAsItIs",
+    "TestWaitForAnUnknownJobIsNotFound",
 ]
 
 pytestmark = pytest.mark.slow

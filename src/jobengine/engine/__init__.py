@@ -61,6 +61,7 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 if TYPE_CHECKING:
     from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
+    from jobengine.engine.results import Results
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.transactional import TransactionalStore
     from jobengine.ports.watermarks import WatermarkStore
@@ -107,6 +108,7 @@ class Engine:
         self.bus = bus if bus is not None else EventBus()
         self._notifier: Notifier | None = None
         self._portal: _Portal | None = None
+        self._results: Results | None = None
         self._workers: list[Worker] = []
         self._webhook_store: WebhookStore | None = None
         self._planners: PlannerRegistry | None = None
@@ -158,6 +160,8 @@ class Engine:
             await self.transports.close()
         if self._webhook_store is not None:
             await self._webhook_store.close()
+        if self._results is not None:
+            await self._results.close()
         if self._notifier is not None:
             await self._notifier.close()
         await self.store.close()
@@ -552,14 +556,24 @@ class Engine:
         """Events with id > ``after_id``, oldest first (of one job / one tenant when given)."""
         return await self.store.list_events(after_id, limit, JobId(job_id) if job_id else None, tenant)
 
-    async def wait_for(self, job_id: str, timeout: float = 30.0, poll: float = 0.05) -> Job:
-        """Wait until a job is terminal (for scripts and tests); raises TimeoutError."""
-        async with asyncio.timeout(timeout):
-            while True:
-                job = await self.get_job(job_id)
-                if job.terminal:
-                    return job
-                await asyncio.sleep(poll)
+    async def wait_for(self, job_id: str, timeout: float = 30.0, poll: float = 5.0) -> Job:
+        """The job once it is terminal (succeeded, dead, cancelled), woken by the store's notification that
+        it finished, from whichever process ran it (:mod:`jobengine.engine.results`); TimeoutError after
+        ``timeout`` seconds, NotFound for a job that does not exist. ``poll``: the longest the job goes
+        unread when no notification comes (a safety net, not the way it is answered). Usage::
+
+            job = await engine.wait_for(job.id, timeout=60)
+            print(job.state, job.result)
+        """
+        if self._results is None:
+            from jobengine.engine.results import Results
+
+            self._results = Results(self.store, self.bus, self.store.finished_notifier)
+        return await self._results.wait(JobId(job_id), timeout, poll)
+
+    def wait_for_sync(self, job_id: str, timeout: float = 30.0) -> Job:
+        """:meth:`wait_for` for code that is not async (a script), on the loop ``enqueue_sync`` uses."""
+        return self._sync(self.wait_for(job_id, timeout))
 
     # -- maintenance ---------------------------------------------------------------------------------
     async def prune(self, limit: int = 10_000) -> Pruned:

@@ -79,6 +79,12 @@ class Store(OutboxStore, PackStore, Protocol):
         """The notifier that suits this store (in-process, SQLite data_version, LISTEN/NOTIFY...)."""
         ...
 
+    def finished_notifier(self) -> Notifier:
+        """A new notifier whose ``wait`` wakes when jobs reach a terminal state (succeeded, dead, cancelled)
+        in any process that shares the store, spuriously at times (SQLite wakes on every commit). Apart from
+        :meth:`notifier`, so waiting for outcomes never takes a worker's wake-up; the caller closes it."""
+        ...
+
     def workers(self) -> WorkerRegistry:
         """The registry of live workers (:mod:`jobengine.ports.workers`); the same object every call."""
         ...

@@ -21,12 +21,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from jobengine.errors import JobEngineError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: The states of a job that has ended (``GET /api/v1/jobs/{id}?wait=`` answers at once in them).
+TERMINAL_STATES = frozenset({"succeeded", "dead", "cancelled", "stale"})
+#: The server's longest ``?wait=``; a longer wait is a loop of them.
+MAX_WAIT = 60.0
 
 
 class ApiError(JobEngineError):
@@ -119,6 +124,29 @@ class ApiClient:
         if depends_on:
             body["depends_on"] = list(depends_on)
         return await self.post("/api/v1/jobs", body, idempotency_key=key)
+
+    async def wait(self, job_id: str, timeout: float = 30.0) -> Any:
+        """The job once it has ended (its ``state`` one of :data:`TERMINAL_STATES`), by long polls of
+        ``GET /api/v1/jobs/{id}?wait=`` (each at most 60 s, so a proxy's idle timeout never cuts one);
+        TimeoutError after ``timeout`` seconds, ApiError (404) for an unknown job. Usage::
+
+            job = await api.enqueue("greet", {"name": "Ada"})
+            done = await api.wait(job["id"], timeout=120)
+            print(done["state"], done["result"])
+        """
+        if timeout < 0:
+            raise ValueError("timeout: must not be negative")
+        deadline = time.monotonic() + timeout
+        path = f"/api/v1/jobs/{quote(job_id, safe='')}"
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = round(min(MAX_WAIT, max(0.0, remaining)), 3)
+            # The HTTP timeout outlasts the server's wait, which answers by itself when it runs out.
+            job = await self.request("GET", path, params={"wait": wait}, timeout=wait + 30.0)
+            if job["state"] in TERMINAL_STATES:
+                return job
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {job['state']} after {timeout:g}s")
 
     async def request(
         self,

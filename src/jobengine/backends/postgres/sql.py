@@ -107,6 +107,14 @@ def _notify(source: str, where: str) -> str:
     )
 
 
+def _finished(source: str, where: str = "true") -> str:
+    """A CTE that wakes waiters for outcomes (``Engine.wait_for`` in any process) when ``source`` holds a job
+    that reached a terminal state. One empty payload per statement: the waiters re-read the jobs they wait
+    for, and PostgreSQL folds equal notifications of one transaction into one. It runs only if the final
+    SELECT names it (an unreferenced SELECT CTE is never evaluated)."""
+    return f"fin AS (SELECT pg_notify('{{finished}}', '') FROM (SELECT 1 FROM {source} WHERE {where} LIMIT 1) x)"
+
+
 _J = job_columns("j")
 
 _EV_STARTED = _ev(
@@ -227,8 +235,8 @@ wm AS (
     ON CONFLICT (source, key) DO UPDATE
         SET value = EXCLUDED.value, job_id = EXCLUDED.job_id, updated_at = EXCLUDED.updated_at
         WHERE w.value < EXCLUDED.value
-)
-{_changed("done", "done.ord")}"""
+), {_finished("done")}
+{_changed("done", "done.ord", "(SELECT count(*) FROM fin)")}"""
 
 _FAIL_TYPE = "CASE how WHEN 'retry' THEN 'job.failed' WHEN 'dead' THEN 'job.dead' ELSE 'job.cancelled' END"
 _FAIL_DATA = """CASE how
@@ -259,8 +267,9 @@ guard AS (
       AND (%(all)s::bool OR ((SELECT ok FROM guard) AND (f.outcome = 'retry' OR NOT j.has_dependents)))
     RETURNING {_J}, f.ord, f.outcome AS how, f.error
 ), {_ev("upd", _FAIL_TYPE, _FAIL_DATA, "ord")},
-{_notify("upd", "how = 'retry' AND run_at <= %(now)s::float8")}
-{_changed("upd", "upd.ord", "(SELECT count(*) FROM n)")}"""
+{_notify("upd", "how = 'retry' AND run_at <= %(now)s::float8")},
+{_finished("upd", "how <> 'retry'")}
+{_changed("upd", "upd.ord", "(SELECT count(*) FROM n)", "(SELECT count(*) FROM fin)")}"""
 
 RELEASE = f"""WITH {_rows("l", "id text, token text", sized=True)}, upd AS (
     UPDATE {{s}}jobs j SET state = 'queued', attempt = greatest(0, j.attempt - 1), updated_at = %(now)s::float8,
@@ -299,8 +308,9 @@ CANCEL = f"""WITH x AS (
         lease_expires_at = CASE WHEN j.state = 'running' THEN j.lease_expires_at END
     FROM locked WHERE j.id = locked.id
     RETURNING {_J}, locked.ord
-), {_EV_CANCEL}
-{_changed("upd", "upd.ord")}"""
+), {_EV_CANCEL},
+{_finished("upd", "state = 'cancelled'")}
+{_changed("upd", "upd.ord", "(SELECT count(*) FROM fin)")}"""
 
 _EV_RETRIED = _ev(
     "upd", "'job.retried'", "jsonb_build_object('state', state, 'attempt', attempt, 'previous', previous)", "ord"
@@ -354,8 +364,9 @@ CASCADE = f"""WITH par AS (
         finished_at = %(now)s::float8, updated_at = %(now)s::float8, {_CLEAR_LEASE}
     FROM par WHERE j.id = par.job_id AND j.state = 'blocked'
     RETURNING {_J}
-), {_ev("cx", "'job.cancelled'", "jsonb_build_object('state', state, 'attempt', attempt, 'reason', reason)", "id")}
-{_changed("cx", "cx.id")}"""
+), {_ev("cx", "'job.cancelled'", "jsonb_build_object('state', state, 'attempt', attempt, 'reason', reason)", "id")},
+{_finished("cx")}
+{_changed("cx", "cx.id", "(SELECT count(*) FROM fin)")}"""
 
 # -- insert ---------------------------------------------------------------------------------------------
 _SRC_COLUMNS = (
@@ -577,10 +588,21 @@ def channel(schema: str) -> str:
     return f"jobengine_{check_schema(schema)}"[:63]
 
 
+def finished_channel(schema: str) -> str:
+    """The NOTIFY channel of a schema's finished jobs (``.`` never appears in a schema name, so it is never
+    the channel of work, :func:`channel`)."""
+    return f"jobengine.finished.{check_schema(schema)}"[:63]
+
+
 def build(schema: str) -> Queries:
     s = prefix(schema)
+    work, finished = channel(schema), finished_channel(schema)
     values = {
-        f.name: globals()[f.name.upper()].replace("{s}", s).replace("{channel}", channel(schema)).encode()
+        f.name: globals()[f.name.upper()]
+        .replace("{s}", s)
+        .replace("{channel}", work)
+        .replace("{finished}", finished)
+        .encode()
         for f in fields(Queries)
     }
     return Queries(**values)

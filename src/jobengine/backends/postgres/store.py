@@ -458,6 +458,10 @@ class PostgresStore(
             self._notifier = PgNotifier(self.dsn, self.channel, probe=self._q.any_runnable)
         return self._notifier
 
+    def finished_notifier(self) -> PgNotifier:
+        # Every (re)connection wakes once: a job that finished before the LISTEN was in place is re-read.
+        return PgNotifier(self.dsn, sql.finished_channel(self.schema), probe=b"SELECT true")
+
     def workers(self) -> PostgresWorkers:
         """The registry of live workers (:mod:`jobengine.ports.workers`)."""
         if self._workers is None:

@@ -218,6 +218,9 @@ class SqliteStore(
             self._notifier = SqliteNotifier(self._path)
         return self._notifier
 
+    def finished_notifier(self) -> SqliteNotifier:
+        return SqliteNotifier(self._path)
+
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
         from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it

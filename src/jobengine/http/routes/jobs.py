@@ -17,6 +17,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
+from jobengine.http.longpoll import Wait, until_ended
 from jobengine.http.problems import ProblemError, problem_responses
 from jobengine.http.responses import ENQUEUE, READ, READ_ONE, WRITE, WRITE_ONE, json_response
 from jobengine.http.schemas import (
@@ -189,12 +190,17 @@ async def bulk_action(
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses={**READ_ONE, **problem_responses(409)})
 async def get_job(
-    job_id: JobIdPath, request: Request, principal: Annotated[Principal, Depends(require("jobs:read"))]
+    job_id: JobIdPath,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("jobs:read"))],
+    wait: Wait = None,
 ) -> Response:
     """A job by its id or a unique prefix of it (8 characters at least; 409 naming candidates when several
     jobs start with it)."""
     engine = context(request).engine
     job = await engine.jobs.resolve(job_id, principal.tenant)
+    if wait:  # a long poll (jobengine.http.longpoll); another tenant's job was 404 above
+        job = await until_ended(request, job, wait)
     return json_response(job_to_json(job, (await engine.fleet.waiting_reasons([job])).get(job.id)))
 
 
