@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,10 +32,16 @@ class Settings:
     into docs/configuration.md, and a test holds that file equal to its output."""
 
     # -- storage --
+    state_dir: str = setting(
+        ".jobengine",
+        "the directory of local state: the default SQLite database and what lives beside it (the dev key "
+        "of `jobengine up`, pack content, worker locks, the secret key file) and the pack cache; made on "
+        "first use with a `.gitignore` of `*` inside, so none of it reaches git",
+    )
     database: str = setting(
-        "./jobengine.db",
-        "a SQLite file path (`./jobengine.db`), `sqlite:///path`, `postgresql://...`, or `memory`: "
-        "SQLite in a temporary file, gone when the process ends",
+        "",
+        "a SQLite file path (`./jobs.db`), `sqlite:///path`, `postgresql://...`, or `memory`: SQLite in a "
+        "temporary file, gone when the process ends; empty: `jobengine.db` in `state_dir`",
     )
     sqlite_synchronous: str = setting(
         "FULL",
@@ -138,7 +144,7 @@ class Settings:
     )
     packs_max_bytes: int = setting(16 * 1024 * 1024, "largest pack archive accepted (compressed)")
     worker_packs: tuple[str, ...] = setting((), "`name@version` (or `name@stable`) of approved packs a worker loads")
-    packs_cache_dir: str = setting("", "where workers unpack packs, by digest (empty: `~/.cache/jobengine/packs`)")
+    packs_cache_dir: str = setting("", "where workers unpack packs, by digest (empty: `pack-cache` in `state_dir`)")
     #: See blob_store_kind below and docs/packs.md.
     packs_blob_store: str = setting(
         "",
@@ -232,6 +238,10 @@ class Settings:
     scale_target_seconds: float = setting(60.0, "the drain time the recommended worker count aims at")
 
     def __post_init__(self) -> None:
+        if not self.state_dir.strip():
+            raise ConfigError("state_dir: give a directory (the default is .jobengine)")
+        if not self.database:  # resolved once, so every reader of `database` sees the file it names
+            object.__setattr__(self, "database", str(Path(self.state_dir) / DATABASE_FILE))
         _refuse(self, _not_positive, _POSITIVE, "lease_seconds", "poll_interval", "rescue_interval",
                 "retention_interval", "liveness_interval", "scheduler_poll_interval", "scheduler_lease_seconds",
                 "scheduler_reconcile_interval", "sse_keepalive", "sse_poll_interval", "event_settle_grace",
@@ -327,7 +337,30 @@ class Settings:
                     coerced[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
-        return replace(base, **coerced)
+        # Built anew rather than replaced on the defaults: an unset `database` then follows `state_dir`.
+        return cls(**coerced)
+
+
+#: The SQLite file of the default database, in ``state_dir``.
+DATABASE_FILE = "jobengine.db"
+#: What ``state_dir/.gitignore`` holds: everything in the directory is ignored, itself included.
+STATE_DIR_GITIGNORE = "# Made by jobengine: local state (database, keys, caches) that no repository should hold.\n*\n"
+
+
+def prepare_state_dir(s: Settings) -> Path:
+    """``state_dir``, made if it is missing, with a ``.gitignore`` of ``*`` inside (as pytest does for its
+    cache) so that a database, a dev key or a cache made in a project never shows in its ``git status``."""
+    path = Path(s.state_dir).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(STATE_DIR_GITIGNORE)
+    return path
+
+
+def in_state_dir(s: Settings, file: str | Path) -> bool:
+    """Whether ``file`` lies directly in ``state_dir`` (so opening it should make the directory first)."""
+    return Path(file).expanduser().absolute().parent == Path(s.state_dir).expanduser().absolute()
 
 
 BLOB_STORES = ("filesystem", "s3", "database")

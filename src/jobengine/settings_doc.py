@@ -20,7 +20,7 @@ REGENERATE: Final = "python -m jobengine.settings_doc > docs/configuration.md"
 
 #: The field each topic starts with; a topic runs, in the order of the fields, until the next one starts.
 TOPICS: Final = {
-    "database": "Storage",
+    "state_dir": "Storage",
     "worker_concurrency": "Workers",
     "retention_interval": "Retention of finished jobs",
     "scheduler_poll_interval": "Scheduler, events and runs",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 
 import httpx
 
@@ -53,6 +54,7 @@ def test_serve_answers_and_stops_on_sigterm(cli: Cli) -> None:
 
 
 def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=cli.cwd, check=True)  # the user's project
     (cli.cwd / "jobengine.yaml").write_text("api_port: 0\npoll_interval: 0.2\n")
     first = cli.spawn("up", "up")
     pattern = r"API on (http://127\.0\.0\.1:\d+) .*dev key (je_\S+)"
@@ -66,9 +68,16 @@ def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
         assert page.status_code == 200 and 'name="key"' in page.text and str(page.url).endswith("/login?next=%2F")
     first.send_signal(signal.SIGINT)
     assert first.wait(timeout=30) == 0, cli.output(first)
+    (cli.cwd / "jobengine.db").write_bytes(b"")  # where the default database used to be: not opened, named
     again = cli.spawn("up-again", "up")
     second = wait_for(lambda: re.search(pattern, cli.output(again)), 120, "the second start")
+    assert "./jobengine.db is not used: the database is .jobengine/jobengine.db" in cli.output(again)
     assert second.group(2) == key  # the same dev key: kept beside the database, readable by its owner only
-    assert (cli.cwd / "jobengine.db.devkey").stat().st_mode & 0o077 == 0
+    assert (cli.cwd / ".jobengine" / "jobengine.db.devkey").stat().st_mode & 0o077 == 0
     again.send_signal(signal.SIGTERM)
     assert again.wait(timeout=30) == 0, cli.output(again)
+    # The database, the dev key and the rest are in .jobengine/, which its own .gitignore hides from git.
+    assert {p.name for p in (cli.cwd / ".jobengine").iterdir()} >= {"jobengine.db", "jobengine.db.devkey", ".gitignore"}
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=cli.cwd, check=True,
+                            capture_output=True, text=True).stdout  # fmt: skip
+    assert set(status.splitlines()) <= {"?? jobengine.yaml", "?? jobengine.db", "?? up.out", "?? up-again.out"}, status

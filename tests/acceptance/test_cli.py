@@ -1,7 +1,7 @@
 """The ``jobengine`` command end to end: real subprocesses on a SQLite file in the test's own temp dir.
 
 Every command runs as ``python -m jobengine`` with the temp dir as its working directory (so the default
-``./jobengine.db`` and ``./jobengine.yaml`` are the test's own) and without any ``JOBENGINE_*`` variable of
+``.jobengine/jobengine.db`` and ``./jobengine.yaml`` are the test's own) and without any ``JOBENGINE_*`` variable of
 the calling environment.
 """
 
@@ -81,7 +81,7 @@ def assert_one_error_line(proc: subprocess.CompletedProcess[str], *fragments: st
 def test_migrate_applies_the_schema_once(cli: Cli) -> None:
     first = cli("migrate")
     assert "applied migrations 1" in first.stdout
-    assert (cli.cwd / "jobengine.db").exists()
+    assert (cli.cwd / ".jobengine" / "jobengine.db").exists()
     assert "up to date" in cli("migrate").stdout
     assert "applied migrations 1" in cli("migrate", "--db", "other.db").stdout
 
@@ -175,7 +175,7 @@ def test_cancel_a_waiting_job_then_retry_it(cli: Cli) -> None:
 
 def test_retry_a_dead_job(cli: Cli) -> None:
     job_id = cli("enqueue", "flaky", "--payload", '{"fail_rate": 1}', "--max-attempts", "1").stdout.strip()
-    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app", "--db", "jobengine.db")
+    worker = cli.spawn("worker", "worker", "--app", "jobengine.examples:app", "--db", ".jobengine/jobengine.db")
     dead = wait_for(
         lambda: (job := cli.json("jobs", "show", job_id))["state"] == "dead" and job, 30, "the flaky job to die"
     )
@@ -211,7 +211,7 @@ def test_worker_reads_the_config_file_given_with_config(cli: Cli) -> None:
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, cli.output(worker)
     assert "started on queues media" in cli.output(worker)
-    assert not (cli.cwd / "jobengine.db").exists()  # the app's default database was never opened
+    assert not (cli.cwd / ".jobengine").exists()  # the app's default database was never opened
 
 
 # -- errors -----------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_up_runs_the_demo_jobs_and_stops_cleanly_on_sigterm(cli: Cli) -> None:
     def demo_done() -> list[dict[str, Any]] | None:
         if up.poll() is not None:
             raise AssertionError(f"`jobengine up` exited {up.returncode}:\n{cli.output(up)}")
-        if not (cli.cwd / "jobengine.db").exists():
+        if not (cli.cwd / ".jobengine" / "jobengine.db").exists():
             return None
         # The demo schedule's runs add jobs at every minute: only the demo jobs (no run) are counted.
         jobs: list[dict[str, Any]] = [j for j in cli.json("jobs", "list") if j["run_id"] is None]
@@ -369,7 +369,7 @@ def test_worker_second_signal_releases_jobs_at_once(cli: Cli) -> None:
     job = cli.json("jobs", "show", job_id_text, "--db", "jobs.db")
     assert (job["state"], job["attempt"]) == ("queued", 0)
     assert "releasing jobs in flight now" in cli.output(worker)
-    assert not (cli.cwd / "jobengine.db").exists()  # --db replaced the app's default database
+    assert not (cli.cwd / ".jobengine").exists()  # --db replaced the app's default database
 
 
 def with_engine(database: Path, action: Callable[[Engine], Awaitable[T]]) -> T:

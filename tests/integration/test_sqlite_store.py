@@ -310,3 +310,21 @@ async def test_the_hot_statements_use_their_indexes(store: SqliteStore) -> None:
     assert len(found) > 20
     full_scans = {sql[:200]: plan for sql, plan in found.items() if any(_FULL_SCAN.match(p) for p in plan)}
     assert full_scans == {}
+
+
+# -- the state directory --------------------------------------------------------------------------------
+async def test_the_default_database_makes_the_state_directory_when_first_opened(tmp_path: Path) -> None:
+    from jobengine.engine import Engine
+    from jobengine.settings import Settings
+
+    state = tmp_path / "state"
+    engine = Engine.from_settings(Settings(state_dir=str(state)))
+    assert not state.exists()  # building an engine (an --app module being imported) writes nothing
+    async with engine:
+        pass
+    assert (state / "jobengine.db").is_file()
+    assert (state / ".gitignore").read_text().splitlines()[-1] == "*"
+    elsewhere = Engine.from_settings(Settings(state_dir=str(tmp_path / "unused"), database=str(tmp_path / "j.db")))
+    async with elsewhere:
+        pass
+    assert not (tmp_path / "unused").exists()  # an explicit database keeps its files beside it

@@ -8,7 +8,7 @@ import pytest
 
 from jobengine.cli.common import load_settings
 from jobengine.errors import ConfigError
-from jobengine.settings import Settings
+from jobengine.settings import Settings, in_state_dir, prepare_state_dir
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -21,7 +21,7 @@ def test_defaults_without_file_or_environment(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     settings = Settings.load(env={})
     assert settings == Settings()
-    assert settings.database == "./jobengine.db"
+    assert settings.database == ".jobengine/jobengine.db"  # in state_dir
     assert settings.heartbeat_every == settings.lease_seconds / 3
 
 
@@ -107,3 +107,24 @@ def test_cli_flags_apply_on_top_of_file_and_environment(tmp_path: Path, monkeypa
     assert settings.grace_period == 7.0
     with pytest.raises(ConfigError, match="worker_concurrency: must be at least 1"):
         load_settings(path, worker_concurrency=0)
+
+
+def test_the_default_database_follows_the_state_directory(tmp_path: Path) -> None:
+    assert Settings.load(env={"JOBENGINE_STATE_DIR": "/srv/state"}).database == "/srv/state/jobengine.db"
+    given = Settings.load(env={"JOBENGINE_STATE_DIR": "/srv/state", "JOBENGINE_DATABASE": "jobs.db"})
+    assert (given.state_dir, given.database) == ("/srv/state", "jobs.db")  # an explicit database stays where it is
+    assert Settings(state_dir=str(tmp_path)).database == str(tmp_path / "jobengine.db")
+    with pytest.raises(ConfigError, match="state_dir: give a directory"):
+        Settings(state_dir=" ")
+
+
+def test_the_state_directory_is_made_with_a_gitignore_of_everything(tmp_path: Path) -> None:
+    settings = Settings(state_dir=str(tmp_path / "state"))
+    assert in_state_dir(settings, settings.database)
+    assert not in_state_dir(settings, tmp_path / "jobs.db")
+    made = prepare_state_dir(settings)
+    assert made == tmp_path / "state"
+    assert (made / ".gitignore").read_text().splitlines()[-1] == "*"
+    (made / ".gitignore").write_text("mine\n")
+    prepare_state_dir(settings)  # a second time: the user's file is kept
+    assert (made / ".gitignore").read_text() == "mine\n"

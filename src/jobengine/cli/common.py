@@ -149,7 +149,8 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database: a SQLite file, sqlite:///path or 'memory' [default: the config's, else ./jobengine.db].",
+        help="Database: a SQLite file, sqlite:///path or 'memory' [default: the config's, else "
+        ".jobengine/jobengine.db].",
         show_default=False,
     ),
 ]

@@ -20,6 +20,7 @@ from rich.table import Table
 from jobengine.cli import output
 from jobengine.errors import ConfigError, InvalidJob, JobEngineError
 from jobengine.packs.archive import build as build_pack
+from jobengine.settings import Settings, prepare_state_dir
 
 pack_app = typer.Typer(
     name="pack", help="Build task packs and manage the pack registry.", no_args_is_help=True, rich_markup_mode=None
@@ -236,30 +237,31 @@ def archive(ref: RefArg, reason: ReasonOption = None, url: UrlOption = DEFAULT_U
 
 
 # -- workers that run packs (``jobengine worker --packs``) ------------------------------------------------
-def cache_dir(settings_dir: str) -> Path:
-    return Path(settings_dir).expanduser() if settings_dir else Path.home() / ".cache" / "jobengine" / "packs"
+def cache_dir(settings: Settings) -> Path:
+    """``packs_cache_dir``, else ``pack-cache`` in the state directory."""
+    if settings.packs_cache_dir:
+        return Path(settings.packs_cache_dir).expanduser()
+    return prepare_state_dir(settings) / "pack-cache"
 
 
 async def load_local(engine: Any, refs: tuple[str, ...]) -> None:
     """Load approved packs from the worker's own database into ``engine.tasks`` (before its worker is built)."""
     from jobengine.packs.loader import RegistryFetcher, load_packs
 
-    loaded = await load_packs(
-        engine.tasks, RegistryFetcher(engine.packs), refs, cache_dir(engine.settings.packs_cache_dir)
-    )
+    loaded = await load_packs(engine.tasks, RegistryFetcher(engine.packs), refs, cache_dir(engine.settings))
     _report(loaded)
 
 
-async def load_remote(tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: str) -> None:
+async def load_remote(tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: Path) -> None:
     """Load approved packs over the HTTP API (scope packs:read) into the task registry ``tasks``."""
     from jobengine.packs.loader import HttpFetcher, load_packs
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
-        _report(await load_packs(tasks, HttpFetcher(client), refs, cache_dir(directory)))
+        _report(await load_packs(tasks, HttpFetcher(client), refs, directory))
 
 
 def _report(loaded: Any) -> None:
     for p in loaded:
         output.stderr().print(f"[dim]pack {escape(p.name)}@{escape(p.version)} (sha256:{p.sha256[:12]}…): "
-                              f"{len(p.tasks)} tasks from {escape(str(p.path))}[/dim]")  # fmt: skip
+                              f"tasks {escape(', '.join(p.tasks))} from {escape(str(p.path))}[/dim]")  # fmt: skip

@@ -25,7 +25,7 @@ from jobengine.engine import Engine
 from jobengine.errors import ConfigError, InvalidJob
 from jobengine.examples import DEMO_SCHEDULE, build_engine, enqueue_demo, ensure_demo_schedule
 from jobengine.services import RetentionService, SchedulerService, Service, WorkerService
-from jobengine.settings import Settings
+from jobengine.settings import DATABASE_FILE, Settings
 
 
 async def _up(settings: Settings, early: EarlySignals | None = None, app: Engine | None = None) -> None:
@@ -93,6 +93,12 @@ def up(
         if concurrency is not None:
             settings = replace(settings, worker_concurrency=concurrency)
             engine = rebind(engine, settings)
+    if Path(DATABASE_FILE).is_file() and Path(settings.database) != Path(DATABASE_FILE):
+        # A database left where the default used to be, in the working directory, is not opened: say so.
+        output.stdout().print(
+            f"[yellow]note:[/yellow] ./{DATABASE_FILE} is not used: the database is {escape(settings.database)}; "
+            f"move the file there, or run with --db {DATABASE_FILE}"
+        )
     setup_logging()
     run(_up(settings, early, engine))
 
@@ -211,9 +217,9 @@ def _remote_worker(
 
     async def go() -> None:
         if refs:
-            from jobengine.cli.packs import load_remote
+            from jobengine.cli.packs import cache_dir, load_remote
 
-            await load_remote(tasks, url, key, refs, settings.packs_cache_dir)
+            await load_remote(tasks, url, key, refs, cache_dir(settings))
             if not options["queues"]:
                 options["queues"] = tuple(tasks.queues())
         await run_remote(url, key, tasks, options, early)

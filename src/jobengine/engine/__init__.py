@@ -11,13 +11,14 @@ woken; no backend and no feature does that bookkeeping itself. Usage::
 
     async with engine:
         job = await engine.enqueue("greet", {"name": "Ada"})
-        await engine.run_worker()        # until stop()
+        await engine.run_worker()        # until SIGTERM, SIGINT or stop()
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
@@ -602,7 +603,20 @@ class Engine:
         return worker
 
     async def run_worker(self, **overrides: Any) -> None:
-        await self.worker(**overrides).run()
+        """Run a worker (:meth:`worker`) until it is stopped. In the main thread, SIGTERM and SIGINT stop it
+        as they stop ``jobengine worker``: the first gracefully, a second at once; it then returns, so the
+        script that awaits it ends with exit code 0 instead of being killed by the signal."""
+        worker = self.worker(**overrides)
+        loop = asyncio.get_running_loop()
+        # Signal handlers can only be installed from the main thread; elsewhere stop() is the only way out.
+        signals = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, worker.stop)
+        try:
+            await worker.run()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
     # -- internals ----------------------------------------------------------------------------------
     def _published(self, events: Sequence[Event]) -> None:

@@ -6,17 +6,20 @@ Everything else receives a store, a transport or a blob store already built; thi
 
 from __future__ import annotations
 
+from functools import partial
+
 from jobengine.errors import ConfigError
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.store import Store
-from jobengine.settings import Settings
+from jobengine.settings import Settings, in_state_dir, prepare_state_dir
 from jobengine.webhooks.limiter import LIMITERS, LocalLimiter, NoopLimiter
 
 
 def open_store(database: str, settings: Settings | None = None) -> Store:
     """Choose the backend a ``database`` setting names: ``memory`` (SQLite in a temporary file, gone when
     the store closes or the process ends), a SQLite path, ``sqlite:///path`` or a ``postgresql://`` DSN
-    (imported only then, so SQLite users need no psycopg)."""
+    (imported only then, so SQLite users need no psycopg). A SQLite file in ``state_dir`` makes that
+    directory, with its ``.gitignore``, when the store first opens it."""
     if database == "memory":
         from jobengine.backends.sqlite.temporary import TemporarySqliteStore
 
@@ -44,6 +47,7 @@ def open_store(database: str, settings: Settings | None = None) -> Store:
         synchronous=s.sqlite_synchronous,
         worker_synchronous=s.sqlite_worker_synchronous,
         leader_lease_seconds=s.scheduler_lease_seconds,
+        prepare=partial(prepare_state_dir, s) if in_state_dir(s, path) else None,
     )
 
 

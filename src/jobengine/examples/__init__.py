@@ -49,7 +49,7 @@ def register(engine: Engine) -> Engine:
 
 
 def build_engine(settings: Settings | None = None) -> Engine:
-    """A new engine on ``settings`` (defaults: ``./jobengine.db``) with the example tasks registered."""
+    """A new engine on ``settings`` (defaults: ``.jobengine/jobengine.db``) with the example tasks registered."""
     return register(Engine.from_settings(settings or Settings()))
 
 

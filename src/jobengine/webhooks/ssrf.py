@@ -79,5 +79,6 @@ async def check_url(url: object, policy: AddressPolicy, resolver: Resolver = sys
             continue
         reason = refused(ip) or "not allowed"
         shown = host if literal is None else str(url).split("//", 1)[-1].split("/", 1)[0]
-        raise InvalidWebhook("url", f"{shown} is or resolves to {ip}, a {reason} address: refused (SSRF)")
+        raise InvalidWebhook("url", f"{shown} is or resolves to {ip}, a {reason} address: refused (SSRF; a "
+                                    "receiver of your own: list its host in webhook_allow_hosts)")  # fmt: skip
     return Target(text, parts.scheme, host, port, str(addresses[0]), netloc, path)

@@ -27,7 +27,7 @@ class Result:
 
 
 class InProcessCli:
-    """``jobengine`` commands run by ``main()`` in this process, on ``./jobengine.db`` of a temp dir."""
+    """``jobengine`` commands run by ``main()`` in this process, on ``.jobengine/jobengine.db`` of a temp dir."""
 
     def __init__(self, cwd: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
         self.capsys = capsys
@@ -118,7 +118,7 @@ def test_schedules_from_create_to_delete(cli: InProcessCli, tmp_path: Path) -> N
     assert "not found" in cli("schedules", "show", "nightly", expect=1).stderr
 
     async def audit() -> list[tuple[str, str]]:
-        async with Engine.from_settings(Settings(database=str(tmp_path / "jobengine.db"))) as engine:
+        async with Engine.from_settings(Settings(database=str(tmp_path / ".jobengine" / "jobengine.db"))) as engine:
             assert len(await engine.runs.list(RunFilter())) == 2  # runs stay after their schedule is deleted
             events = await engine.events(limit=10_000)
             return [(e.type, str(e.data.get("actor"))) for e in events if not e.type.startswith("job.")]

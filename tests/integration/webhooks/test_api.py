@@ -118,6 +118,7 @@ async def test_ssrf_refusals_and_a_canary_that_gets_no_connection(
             r = await acme.post(f"{W}/endpoints", json={"url": url})
             assert r.status_code == 422, (url, r.text)
             assert r.json()["field"] == "url" and "refused" in r.json()["detail"], r.text
+            assert "webhook_allow_hosts" in r.json()["detail"]  # the way to allow a receiver of one's own
         assert (await acme.get(f"{W}/endpoints")).json()["items"] == []
         ok = await acme.post(f"{W}/endpoints", json={"url": "https://public.example.com/hook"})
         assert ok.status_code == 201, ok.text

@@ -111,7 +111,9 @@ class SqliteStore(
         worker_synchronous: str = "NORMAL",
         busy_timeout_ms: int = 30000,
         leader_lease_seconds: float = 5.0,
+        prepare: Callable[[], object] | None = None,
     ) -> None:
+        """``prepare``: called once before the file is first opened (to make the directory it lies in)."""
         if path == ":memory:" or path.startswith("file::memory:") or path == "":
             # Each connection would get its own private database: the notifier's connection could never
             # see the store's commits. ``database: memory`` is a temporary file instead.
@@ -132,6 +134,7 @@ class SqliteStore(
         self._synchronous_now: str | None = None  # what the connection is set to (store thread only)
         self._busy_timeout_ms = busy_timeout_ms
         self._leader_lease_seconds = leader_lease_seconds
+        self._prepare = prepare
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobengine-sqlite")
         self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
         self._notifier: SqliteNotifier | None = None
@@ -146,6 +149,9 @@ class SqliteStore(
     # -- plumbing -----------------------------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
+            if self._prepare is not None:
+                self._prepare()
+                self._prepare = None
             conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous)
             fenced.register_functions(conn, fenced.LeaseTokens())
             self._conn = conn
