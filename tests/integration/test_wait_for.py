@@ -137,3 +137,30 @@ async def test_jobs_delivered_by_redis_wake_their_waits_too(tmp_path: Path, redi
         finally:
             worker.stop()
             await asyncio.wait_for(running, 60)
+
+
+async def test_a_replayed_dead_job_travels_through_redis_again(tmp_path: Path, redis_url: str) -> None:
+    """Replay, like retry, tells the broker: a worker that only hears Redis runs the job again."""
+    queue = QueueConfig(kind="redis", redis=RedisConfig(url=redis_url))
+    settings = Settings(database=str(tmp_path / "r.db"), queue=queue, poll_interval=60.0)
+    calls: list[int] = []
+    async with Engine.from_settings(settings) as producer, Engine.from_settings(settings) as runner:
+
+        @runner.task(max_attempts=1)
+        async def flaky(ctx: JobContext) -> str:
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyError("first time")
+            return "ok"
+
+        worker = runner.worker()
+        running = asyncio.create_task(worker.run())
+        try:
+            job = await producer.enqueue("flaky", max_attempts=1)
+            assert (await producer.wait_for(job.id, 60)).state is JobState.DEAD
+            await producer.replay(job.id)
+            done = await producer.wait_for(job.id, 60, poll=30)
+            assert (done.state, done.result, len(calls)) == (JobState.SUCCEEDED, "ok", 2)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 60)

@@ -532,6 +532,17 @@ class Engine:
         job = await self.get_job(job_id, tenant)
         if job.state not in (JobState.DEAD, JobState.CANCELLED, JobState.FAILED):
             raise IllegalState(f"job {job_id} is {job.state.value}; only dead, cancelled or failed jobs can be retried")
+        return await self._queue_again(job, tenant)
+
+    async def replay(self, job_id: str, tenant: str | None = None) -> Job:
+        """Queue a dead job again with a fresh attempt budget. IllegalState if it is not dead."""
+        job = await self.get_job(job_id, tenant)
+        if job.state is not JobState.DEAD:
+            raise IllegalState(f"job {job_id} is {job.state.value}; only a dead job can be replayed")
+        return await self._queue_again(job, tenant)
+
+    async def _queue_again(self, job: Job, tenant: str | None) -> Job:
+        # A broker hears of the job again, and its run is reopened, whichever action queued it.
         changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
         self._published(changed.events)
         if self.settings.queue.broker:
@@ -539,17 +550,7 @@ class Engine:
         if any(j.run_id is not None for j in changed.jobs):
             await self.runs.reopened(changed.jobs)
         self.notifier().notify()
-        return await self.get_job(job_id, tenant)
-
-    async def replay(self, job_id: str, tenant: str | None = None) -> Job:
-        """Queue a dead job again with a fresh attempt budget. IllegalState if it is not dead."""
-        job = await self.get_job(job_id, tenant)
-        if job.state is not JobState.DEAD:
-            raise IllegalState(f"job {job_id} is {job.state.value}; only a dead job can be replayed")
-        changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
-        self._published(changed.events)
-        self.notifier().notify()
-        return await self.get_job(job_id, tenant)
+        return await self.get_job(job.id, tenant)
 
     async def events(
         self, after_id: int = 0, limit: int = 100, job_id: str | None = None, tenant: str | None = None
