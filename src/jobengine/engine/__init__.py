@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints, overload
 
 from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
@@ -36,12 +36,14 @@ from jobengine.core.models import (
     Json,
     NewJob,
     Pruned,
+    check_name,
 )
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine.compose import open_rate_limiter, open_store
 from jobengine.engine.event_log import EventLog
 from jobengine.engine.flow import FlowControl
+from jobengine.engine.handles import JobHandle, Task, TaskDecorator
 from jobengine.engine.health import Health
 from jobengine.engine.keys import Keys
 from jobengine.engine.queues import Queues, QueueSettingsCache
@@ -58,7 +60,9 @@ from jobengine.ports.queues import QueueSettingsStore
 from jobengine.ports.store import Store
 from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
-from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
+from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec, phase
+from jobengine.worker.arguments import Parameters, adapt
+from jobengine.worker.context import JobContext, SyncJobContext
 from jobengine.worker.runtime import Worker, WorkerOptions
 
 # The scheduler's modules are imported where first used, not here: a worker process never loads them
@@ -79,7 +83,17 @@ if TYPE_CHECKING:
     from jobengine.webhooks.manager import Webhooks
 
 T = TypeVar("T")
-F = TypeVar("F", bound=TaskFn)
+P = ParamSpec("P")
+R = TypeVar("R")
+__all__ = ["Engine", "JobHandle", "Task"]
+
+
+def _returns(fn: Callable[..., Any]) -> Any:
+    """The return annotation of ``fn`` when it can be resolved (a pydantic model is rebuilt from it)."""
+    try:
+        return get_type_hints(fn).get("return")
+    except Exception:  # an annotation the type checker alone can resolve: results stay JSON
+        return None
 
 
 def _seconds(value: float | datetime | timedelta | None, field: str) -> float | None:
@@ -306,26 +320,56 @@ class Engine:
             await self.transports.publish_jobs(jobs, "scheduled")
 
     # -- tasks --------------------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[Concatenate[SyncJobContext, P], R], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
     def task(
         self,
         name: str | None = None,
+        /,
         *,
         queue: str = "default",
         priority: int = 0,
         max_attempts: int = 3,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Callable[[F], F]:
-        """Register the decorated function (async, or sync to run in a thread) as a task."""
+    ) -> TaskDecorator: ...
+    def task(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        /,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Register the decorated function (async, or sync to run in a thread) as a task named after it (or
+        ``name``) and return its :class:`~jobengine.engine.handles.Task`. The task's parameters are its
+        job's arguments; one annotated ``JobContext`` (first, for the type checker) receives the context.
+        Usage::
 
-        def register(fn: F) -> F:
-            self.tasks.add(
-                make_spec(
-                    name or fn.__name__, fn, None, queue=queue, priority=priority,
-                    max_attempts=max_attempts, timeout=timeout, retry=retry,
-                )
+            @engine.task(queue="mail", max_attempts=5)
+            async def send_welcome(ctx: JobContext, email: str, lang: str = "en") -> str:
+                return f"sent to {email}"
+
+            handle = await send_welcome.enqueue("ada@example.com", lang="en")
+        """
+        if callable(name):
+            return self.task()(name)
+
+        def register(fn: Callable[..., Any]) -> Any:
+            return self.add_task(
+                name or fn.__name__, fn, queue=queue, priority=priority, max_attempts=max_attempts,
+                timeout=timeout, retry=retry,
             )  # fmt: skip
-            return fn
 
         return register
 
@@ -340,14 +384,33 @@ class Engine:
         max_attempts: int = 3,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
-    ) -> None:
-        """Register a task from a function, or from ordered ``phases`` (each ``fn(ctx) -> result``)."""
-        self.tasks.add(
-            make_spec(
-                name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
-                timeout=timeout, retry=retry,
-            )
-        )  # fmt: skip
+    ) -> Task[..., Any]:
+        """Register a task from a function, or from ordered ``phases``, and return its handle. A phase takes
+        the task's arguments it names (each keyword-only at enqueue) and the context, and returns its
+        result; the job's result is the phases' results by name. Usage::
+
+            async def extract(source: str, ctx: JobContext) -> dict: ...
+            async def load(ctx: JobContext) -> int: ...
+
+            etl = engine.add_task("etl", phases=[extract, load])
+            await etl.enqueue(source="s3://bucket/day")
+        """
+        check_name("task", name)
+        if fn is not None and not phases:
+            params = Parameters.of(name, fn)
+            spec = make_spec(name, adapt(name, fn), None, queue=queue, priority=priority,
+                             max_attempts=max_attempts, timeout=timeout, retry=retry)  # fmt: skip
+            returns = _returns(fn)
+        else:
+            named = [p if isinstance(p, PhaseSpec) else phase(p.__name__, p) for p in phases or ()]
+            each = [Parameters.of(name, p.fn) for p in named]
+            params = Parameters.union(name, each)
+            adapted = [PhaseSpec(p.name, adapt(name, p.fn, params.names), p.is_async) for p in named]
+            spec = make_spec(name, fn, adapted or None, queue=queue, priority=priority,
+                             max_attempts=max_attempts, timeout=timeout, retry=retry)  # fmt: skip
+            returns = None
+        self.tasks.add(spec)
+        return Task(self, name, params, fn, returns)
 
     # -- enqueue ------------------------------------------------------------------------------------
     def new_job(

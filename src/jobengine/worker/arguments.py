@@ -1,0 +1,241 @@
+"""How a task's parameters map to its job's payload, at enqueue and in the worker.
+
+The payload of a task that declares parameters is one JSON object: each argument under its parameter's
+name, positional arguments included (``send_welcome("ada@example.com", lang="en")`` is stored as
+``{"email": "ada@example.com", "lang": "en"}``), so a producer in another language or over HTTP writes the
+same object. Defaults are not stored: the worker applies the function's own. Extra keys go to a
+``**kwargs`` parameter if there is one, and are refused otherwise.
+
+A parameter annotated with :class:`~jobengine.worker.context.JobContext` (or ``SyncJobContext``), or one
+named ``ctx`` / ``context`` without a type, receives the job's context instead of an argument. A function
+whose only parameters are such a context is a task written the original way: it is called with its
+context and reads ``ctx.payload``, whatever shape the payload has.
+
+A parameter annotated with a pydantic model is validated when the job is enqueued (a model or a dict is
+accepted, its JSON form stored) and rebuilt from the payload in the worker; a model returned by a task is
+stored as its JSON form. pydantic is looked up only if the task's module imported it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobengine.core.bounds import check_json
+from jobengine.core.models import Json
+from jobengine.errors import ConfigError, InvalidJob, NonRetryable
+from jobengine.worker.context import JobContext
+
+_CONTEXT_NAMES = frozenset({"ctx", "context"})
+_CONTEXT_TYPES = frozenset({"JobContext", "SyncJobContext"})
+
+
+def _model(annotation: Any) -> Any:
+    """The pydantic model class ``annotation`` is, or None (pydantic not imported means no model)."""
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is None or not isinstance(annotation, type):
+        return None
+    return annotation if issubclass(annotation, pydantic.BaseModel) else None
+
+
+def _is_context(param: inspect.Parameter) -> bool:
+    ann = param.annotation
+    if isinstance(ann, type):
+        return issubclass(ann, JobContext)
+    if isinstance(ann, str):  # not resolvable (a name imported under TYPE_CHECKING): go by its spelling
+        return ann.rpartition(".")[2] in _CONTEXT_TYPES
+    return (ann is inspect.Parameter.empty or ann is typing.Any) and param.name in _CONTEXT_NAMES
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    try:
+        return inspect.signature(fn, eval_str=True)
+    except NameError:  # ``from __future__ import annotations`` with a name only the type checker sees
+        return inspect.signature(fn)
+
+
+@dataclass(frozen=True, slots=True)
+class _Param:
+    name: str
+    kind: inspect._ParameterKind
+    required: bool
+    model: Any  # a pydantic model class, or None
+    context: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Parameters:
+    """The parameters of one task function: which are arguments, which receive the context."""
+
+    task: str
+    params: tuple[_Param, ...]
+    var_keyword: bool
+    signature: inspect.Signature  # the arguments only, as a caller of ``enqueue`` passes them
+
+    @classmethod
+    def of(cls, task: str, fn: Callable[..., Any]) -> Parameters:
+        """ConfigError for a ``*args`` parameter: a JSON object has no place for unnamed arguments."""
+        sig = _signature(fn)
+        params: list[_Param] = []
+        arguments: list[inspect.Parameter] = []
+        var_keyword = False
+        for p in sig.parameters.values():
+            if p.kind is p.VAR_POSITIONAL:
+                raise ConfigError(f"task {task!r}: *{p.name} cannot be stored by name; take a list parameter")
+            context = _is_context(p)
+            if p.kind is p.VAR_KEYWORD:
+                var_keyword = True
+            else:
+                params.append(_Param(p.name, p.kind, p.default is p.empty, _model(p.annotation), context))
+            if not context:
+                arguments.append(p)
+        return cls(task, tuple(params), var_keyword, sig.replace(parameters=arguments))
+
+    @classmethod
+    def union(cls, task: str, phases: Sequence[Parameters]) -> Parameters:
+        """The arguments of a task made of phases: every argument a phase names, each keyword-only (a
+        phase's order says nothing about the others'), required when some phase requires it."""
+        merged: dict[str, _Param] = {}
+        for each in phases:
+            for p in each.params:
+                if p.context:
+                    continue
+                seen = merged.get(p.name)
+                merged[p.name] = _Param(p.name, inspect.Parameter.KEYWORD_ONLY,
+                                        p.required or (seen is not None and seen.required),
+                                        p.model if seen is None else seen.model, False)  # fmt: skip
+        var_keyword = any(each.var_keyword for each in phases)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        arguments = [
+            inspect.Parameter(p.name, keyword, default=inspect.Parameter.empty if p.required else None)
+            for p in merged.values()
+        ]
+        if var_keyword:
+            arguments.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+        return cls(task, tuple(merged.values()), var_keyword, inspect.Signature(arguments))
+
+    @property
+    def takes_arguments(self) -> bool:
+        """False for a task written the original way (its context only, or nothing)."""
+        return self.var_keyword or any(not p.context for p in self.params)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(p.name for p in self.params if not p.context)
+
+    def payload(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Json]:
+        """The payload of a call of the task with these arguments: TypeError naming a missing or unknown
+        parameter, InvalidJob naming a parameter whose value is not JSON or fails its model."""
+        if not self.var_keyword and (unknown := sorted(set(kwargs) - set(self.signature.parameters))):
+            raise TypeError(f"{self.task}: got an unexpected keyword argument {unknown[0]!r}")
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.task}: {exc}") from None
+        payload: dict[str, Json] = {}
+        models = {p.name: p.model for p in self.params}
+        for name, value in bound.arguments.items():
+            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                for key, extra in value.items():
+                    payload[key] = check_json(key, extra)
+            else:
+                payload[name] = _encode(name, value, models.get(name))
+        return payload
+
+    def call(self, payload: Json, ctx: JobContext, others: frozenset[str]) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of the function for this payload (``others``: keys other phases of the task
+        take). NonRetryable naming the parameter when the payload cannot be the function's arguments."""
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise NonRetryable(f"payload: task {self.task!r} takes named arguments, so a JSON object")
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for p in self.params:
+            if p.context:
+                value: Any = ctx
+            elif p.name in payload:
+                value = _decode(p.name, payload[p.name], p.model)
+            elif p.required:
+                raise NonRetryable(f"payload: missing argument {p.name!r} of task {self.task!r}")
+            else:
+                continue
+            if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+                args.append(value)
+            else:
+                kwargs[p.name] = value
+        extra = {k: v for k, v in payload.items() if k not in self.names}
+        if self.var_keyword:
+            kwargs.update(extra)
+        elif unknown := sorted(set(extra) - others):
+            raise NonRetryable(f"payload: task {self.task!r} has no parameter {unknown[0]!r}")
+        return args, kwargs
+
+
+def _encode(name: str, value: Any, model: Any) -> Json:
+    if model is not None:
+        pydantic = sys.modules["pydantic"]
+        try:
+            value = model.model_validate(value)
+        except pydantic.ValidationError as exc:
+            raise InvalidJob(name, _first_error(exc)) from None
+        return typing.cast(Json, value.model_dump(mode="json"))
+    if _model(type(value)) is not None:  # a model passed to a parameter typed otherwise: its JSON form
+        return typing.cast(Json, value.model_dump(mode="json"))
+    return typing.cast(Json, check_json(name, value))
+
+
+def _decode(name: str, value: Json, model: Any) -> Any:
+    if model is None:
+        return value
+    pydantic = sys.modules["pydantic"]
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        raise NonRetryable(f"payload: {name}: {_first_error(exc)}") from None
+
+
+def _first_error(exc: Any) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+def result_json(value: Any) -> Any:
+    """A task's return value as it is stored: a pydantic model as its JSON form, the rest as it is."""
+    if _model(type(value)) is not None:
+        return value.model_dump(mode="json")
+    return value
+
+
+def adapt(task: str, fn: Callable[..., Any], others: frozenset[str] = frozenset()) -> Callable[[Any], Any]:
+    """``fn`` as the worker calls a task, ``fn(ctx)``: the original function for a task written that way,
+    else a function that takes its arguments from the payload (async if ``fn`` is)."""
+    params = Parameters.of(task, fn)
+    only = params.params[0] if len(params.params) == 1 and not params.var_keyword else None
+    if only is not None and only.context and only.kind is not inspect.Parameter.KEYWORD_ONLY:
+        return fn
+    allowed = others | params.names
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def call_async(ctx: JobContext) -> Any:
+            args, kwargs = params.call(ctx.payload, ctx, allowed)
+            return result_json(await fn(*args, **kwargs))
+
+        return call_async
+
+    @functools.wraps(fn)
+    def call(ctx: JobContext) -> Any:
+        args, kwargs = params.call(ctx.payload, ctx, allowed)
+        return result_json(fn(*args, **kwargs))
+
+    return call
