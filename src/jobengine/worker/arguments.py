@@ -45,11 +45,13 @@ def _model(annotation: Any) -> Any:
 
 def _is_context(param: inspect.Parameter) -> bool:
     ann = param.annotation
+    if ann is inspect.Parameter.empty or ann is typing.Any:
+        return param.name in _CONTEXT_NAMES
     if isinstance(ann, type):
         return issubclass(ann, JobContext)
     if isinstance(ann, str):  # not resolvable (a name imported under TYPE_CHECKING): go by its spelling
-        return ann.rpartition(".")[2] in _CONTEXT_TYPES
-    return (ann is inspect.Parameter.empty or ann is typing.Any) and param.name in _CONTEXT_NAMES
+        return ann.rpartition(".")[2] in _CONTEXT_TYPES or (ann == "Any" and param.name in _CONTEXT_NAMES)
+    return False
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
