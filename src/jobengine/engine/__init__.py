@@ -109,6 +109,20 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
 
 
 class Engine:
+    """The one facade: tasks, enqueueing, jobs and their results, workers, and the services beside them
+    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...). Build it from settings; use it as an
+    async context manager (it applies migrations at start and closes the store at exit). Usage::
+
+        engine = Engine.from_settings(Settings(database="postgresql://localhost/jobs"))
+
+        @engine.task(queue="mail")
+        async def send_welcome(email: str) -> str: ...
+
+        async with engine:
+            handle = await send_welcome.enqueue("ada@example.com")
+            job = await engine.get_job(handle.id)
+    """
+
     def __init__(
         self,
         store: Store,
@@ -332,7 +346,6 @@ class Engine:
     def task(
         self,
         name: str | None = None,
-        /,
         *,
         queue: str = "default",
         priority: int = 0,
@@ -343,7 +356,6 @@ class Engine:
     def task(
         self,
         name: str | Callable[..., Any] | None = None,
-        /,
         *,
         queue: str = "default",
         priority: int = 0,
@@ -571,7 +583,10 @@ class Engine:
         watermark: Watermark | None = None,
     ) -> Job:
         """:meth:`enqueue` for code that is not async (a Django view, a script), with the same options
-        (not ``connection``: a caller's transaction is an async connection)."""
+        (not ``connection``: a caller's transaction is an async connection). Usage::
+
+            job = engine.enqueue_sync("send_welcome", {"email": "ada@example.com"}, delay=60)
+        """
         return self._sync(
             self.enqueue(
                 task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
@@ -658,7 +673,12 @@ class Engine:
         return await self.store.list_events(after_id, limit, JobId(job_id) if job_id else None, tenant)
 
     async def wait_for(self, job_id: str, timeout: float = 30.0, poll: float = 0.05) -> Job:
-        """Wait until a job is terminal (for scripts and tests); raises TimeoutError."""
+        """Wait until a job is terminal and return it (a task's handle does this in ``result()``); raises
+        TimeoutError. Usage::
+
+            job = await engine.wait_for(job.id, timeout=60)
+            print(job.state, job.result)
+        """
         async with asyncio.timeout(timeout):
             while True:
                 job = await self.get_job(job_id)
