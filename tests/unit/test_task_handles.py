@@ -105,22 +105,38 @@ async def test_a_pydantic_parameter_is_validated_at_enqueue_and_rebuilt_in_the_w
         assert seen == [Address(email="ada@example.com")]
 
 
+BAD_PAYLOADS = [
+    ({"email": "a", "emial": "b"}, "payload.emial", "has no parameter 'emial'"),
+    ({}, "payload.email", "missing argument 'email'"),
+    (["a"], "payload", "takes named arguments"),
+]
+
+
+async def test_an_enqueue_by_name_with_a_payload_that_cannot_be_the_arguments_is_refused(engine: Engine) -> None:
+    @engine.task
+    async def send_welcome(email: str) -> None: ...
+
+    for payload, field, why in BAD_PAYLOADS:
+        with pytest.raises(InvalidJob, match=why) as refused:
+            await engine.enqueue("send_welcome", payload)
+        assert refused.value.field == field
+    assert await engine.list_jobs() == []
+
+
 async def test_a_payload_that_cannot_be_the_arguments_sends_the_job_to_dead_naming_why(engine: Engine) -> None:
     @engine.task(max_attempts=3)
     async def send_welcome(email: str) -> None: ...
 
+    elsewhere = Engine(engine.store)  # a producer that does not run the task (an API server, say)
     async with working(engine):
-        for payload, why in (
-            ({"email": "a", "emial": "b"}, "has no parameter 'emial'"),
-            ({}, "missing argument 'email'"),
-            (["a"], "takes named arguments"),
-        ):
-            job = await engine.enqueue("send_welcome", payload)
+        for payload, field, why in BAD_PAYLOADS:
+            job = await elsewhere.enqueue("send_welcome", payload)
             with pytest.raises(JobFailed) as failed:
                 await jobengine.JobHandle(engine, job).result(timeout=60)
             assert failed.value.state == "dead"
             assert failed.value.job.attempt == 1  # NonRetryable: a retry cannot make it fit
-            assert failed.value.error is not None and why in failed.value.error.message
+            assert failed.value.error is not None
+            assert failed.value.error.message.startswith(f"{field}: ") and why in failed.value.error.message
 
 
 async def test_tasks_written_the_original_way_still_get_their_context(engine: Engine) -> None:

@@ -421,6 +421,8 @@ class Engine:
             spec = make_spec(name, fn, adapted or None, queue=queue, priority=priority,
                              max_attempts=max_attempts, timeout=timeout, retry=retry)  # fmt: skip
             returns = None
+        if params.takes_arguments:
+            spec = replace(spec, check_payload=params.check)
         self.tasks.add(spec)
         return Task(self, name, params, fn, returns)
 
@@ -531,6 +533,7 @@ class Engine:
             tasks = {j.task for j in jobs}
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
+        self._check_payloads(jobs, tasks)
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         names = {task: self._phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
@@ -597,6 +600,16 @@ class Engine:
 
     def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
         return self._sync(self.enqueue_many(jobs))
+
+    def _check_payloads(self, jobs: Sequence[NewJob], tasks: set[str]) -> None:
+        """InvalidJob naming the field for a payload that cannot be the arguments of a task this process
+        registered with named arguments (a handle's enqueue made it right already; a name's may not)."""
+        checks = {t: c for t in tasks if (spec := self.tasks.get(t)) is not None and (c := spec.check_payload)}
+        if checks:
+            for job in jobs:
+                check = checks.get(job.task)
+                if check is not None:
+                    check(job.payload)
 
     async def _refuse_unknown(self, tasks: set[str]) -> None:
         """InvalidJob naming ``task`` for a task that neither this process nor any live worker runs (a pack

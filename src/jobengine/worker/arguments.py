@@ -149,33 +149,50 @@ class Parameters:
                 payload[name] = _encode(name, value, models.get(name))
         return payload
 
-    def call(self, payload: Json, ctx: JobContext, others: frozenset[str]) -> tuple[list[Any], dict[str, Any]]:
-        """The arguments of the function for this payload (``others``: keys other phases of the task
-        take). NonRetryable naming the parameter when the payload cannot be the function's arguments."""
+    def problem(self, payload: Json, others: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+        """Why ``payload`` cannot be this function's arguments, as (field, message), or None when it can
+        (``others``: keys other phases of the task take). Values are checked by the function's models in
+        the worker, not here."""
         if payload is None:
             payload = {}
         if not isinstance(payload, dict):
-            raise NonRetryable(f"payload: task {self.task!r} takes named arguments, so a JSON object")
+            return "payload", f"task {self.task!r} takes named arguments, so a JSON object"
+        for p in self.params:
+            if p.required and not p.context and p.name not in payload:
+                return f"payload.{p.name}", f"missing argument {p.name!r} of task {self.task!r}"
+        if not self.var_keyword:
+            names = self.names
+            unknown = [k for k in payload if k not in names and k not in others]
+            if unknown:
+                return f"payload.{unknown[0]}", f"task {self.task!r} has no parameter {unknown[0]!r}"
+        return None
+
+    def check(self, payload: Json, others: frozenset[str] = frozenset()) -> None:
+        """InvalidJob naming the field when ``payload`` cannot be the arguments (an enqueue by name)."""
+        if (problem := self.problem(payload, others)) is not None:
+            raise InvalidJob(*problem)
+
+    def call(self, payload: Json, ctx: JobContext, others: frozenset[str]) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of the function for this payload. NonRetryable naming the parameter when the
+        payload cannot be the function's arguments: no attempt can change that."""
+        if (problem := self.problem(payload, others)) is not None:
+            raise NonRetryable(f"{problem[0]}: {problem[1]}")
+        values: dict[str, Any] = payload if isinstance(payload, dict) else {}
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for p in self.params:
             if p.context:
                 value: Any = ctx
-            elif p.name in payload:
-                value = _decode(p.name, payload[p.name], p.model)
-            elif p.required:
-                raise NonRetryable(f"payload: missing argument {p.name!r} of task {self.task!r}")
+            elif p.name in values:
+                value = _decode(p.name, values[p.name], p.model)
             else:
                 continue
             if p.kind is inspect.Parameter.POSITIONAL_ONLY:
                 args.append(value)
             else:
                 kwargs[p.name] = value
-        extra = {k: v for k, v in payload.items() if k not in self.names}
         if self.var_keyword:
-            kwargs.update(extra)
-        elif unknown := sorted(set(extra) - others):
-            raise NonRetryable(f"payload: task {self.task!r} has no parameter {unknown[0]!r}")
+            kwargs.update((k, v) for k, v in values.items() if k not in self.names)
         return args, kwargs
 
 
