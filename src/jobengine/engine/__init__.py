@@ -60,8 +60,8 @@ from jobengine.ports.queues import QueueSettingsStore
 from jobengine.ports.store import Store
 from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
-from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec, phase
-from jobengine.worker.arguments import Parameters, adapt
+from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
+from jobengine.worker.arguments import adapt_task
 from jobengine.worker.context import JobContext, SyncJobContext
 from jobengine.worker.runtime import Worker, WorkerOptions
 
@@ -408,23 +408,13 @@ class Engine:
             await etl.enqueue(source="s3://bucket/day")
         """
         check_name("task", name)
-        if fn is not None and not phases:
-            params = Parameters.of(name, fn)
-            spec = make_spec(name, adapt(name, fn), None, queue=queue, priority=priority,
-                             max_attempts=max_attempts, timeout=timeout, retry=retry)  # fmt: skip
-            returns = _returns(fn)
-        else:
-            named = [p if isinstance(p, PhaseSpec) else phase(p.__name__, p) for p in phases or ()]
-            each = [Parameters.of(name, p.fn) for p in named]
-            params = Parameters.union(name, each)
-            adapted = [PhaseSpec(p.name, adapt(name, p.fn, params.names), p.is_async) for p in named]
-            spec = make_spec(name, fn, adapted or None, queue=queue, priority=priority,
-                             max_attempts=max_attempts, timeout=timeout, retry=retry)  # fmt: skip
-            returns = None
+        adapted, adapted_phases, params = adapt_task(name, fn, phases)
+        spec = make_spec(name, adapted, adapted_phases, queue=queue, priority=priority, max_attempts=max_attempts,
+                         timeout=timeout, retry=retry)  # fmt: skip
         if params.takes_arguments:
             spec = replace(spec, check_payload=params.check)
         self.tasks.add(spec)
-        return Task(self, name, params, fn, returns)
+        return Task(self, name, params, fn, _returns(fn) if fn is not None and not phases else None)
 
     # -- enqueue ------------------------------------------------------------------------------------
     def new_job(

@@ -29,6 +29,7 @@ from typing import Any
 from jobengine.core.bounds import check_json
 from jobengine.core.models import Json
 from jobengine.errors import ConfigError, InvalidJob, NonRetryable
+from jobengine.tasks import PhaseSpec, TaskFn, phase
 from jobengine.worker.context import JobContext
 
 _CONTEXT_NAMES = frozenset({"ctx", "context"})
@@ -258,3 +259,16 @@ def adapt(task: str, fn: Callable[..., Any], others: frozenset[str] = frozenset(
         return result_json(fn(*args, **kwargs))
 
     return call
+
+
+def adapt_task(
+    task: str, fn: TaskFn | None, phases: Sequence[TaskFn | PhaseSpec] | None
+) -> tuple[TaskFn | None, list[PhaseSpec] | None, Parameters]:
+    """A task's function or phases as the worker calls them (:func:`adapt`), and the task's arguments (of
+    every phase together). Both or neither given is left for ``tasks.make_spec`` to refuse."""
+    if fn is not None and not phases:
+        return adapt(task, fn), None, Parameters.of(task, fn)
+    named = [p if isinstance(p, PhaseSpec) else phase(p.__name__, p) for p in phases or ()]
+    params = Parameters.union(task, [Parameters.of(task, p.fn) for p in named])
+    adapted = [PhaseSpec(p.name, adapt(task, p.fn, params.names), p.is_async) for p in named]
+    return fn, adapted or None, params
