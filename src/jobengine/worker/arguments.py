@@ -23,7 +23,7 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobengine.core.bounds import check_json
@@ -79,6 +79,20 @@ class Parameters:
     params: tuple[_Param, ...]
     var_keyword: bool
     signature: inspect.Signature  # the arguments only, as a caller of ``enqueue`` passes them
+    # Derived once here, not per job:
+    names: frozenset[str] = field(init=False)  # the arguments' names
+    required: tuple[str, ...] = field(init=False)
+    models: Mapping[str, Any] = field(init=False)  # argument name -> its pydantic model
+    var_name: str | None = field(init=False)  # the name of ``**kwargs`` in the signature
+
+    def __post_init__(self) -> None:
+        arguments = [p for p in self.params if not p.context]
+        set_ = object.__setattr__
+        set_(self, "names", frozenset(p.name for p in arguments))
+        set_(self, "required", tuple(p.name for p in arguments if p.required))
+        set_(self, "models", {p.name: p.model for p in arguments if p.model is not None})
+        kinds = ((p.name, p.kind) for p in self.signature.parameters.values())
+        set_(self, "var_name", next((n for n, k in kinds if k is inspect.Parameter.VAR_KEYWORD), None))
 
     @classmethod
     def of(cls, task: str, fn: Callable[..., Any]) -> Parameters:
@@ -127,27 +141,22 @@ class Parameters:
         """False for a task written the original way (its context only, or nothing)."""
         return self.var_keyword or any(not p.context for p in self.params)
 
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(p.name for p in self.params if not p.context)
-
     def payload(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Json]:
         """The payload of a call of the task with these arguments: TypeError naming a missing or unknown
         parameter, InvalidJob naming a parameter whose value is not JSON or fails its model."""
-        if not self.var_keyword and (unknown := sorted(set(kwargs) - set(self.signature.parameters))):
+        if not self.var_keyword and (unknown := sorted(kwargs.keys() - self.names)):
             raise TypeError(f"{self.task}: got an unexpected keyword argument {unknown[0]!r}")
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.task}: {exc}") from None
         payload: dict[str, Json] = {}
-        models = {p.name: p.model for p in self.params}
         for name, value in bound.arguments.items():
-            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            if name == self.var_name:
                 for key, extra in value.items():
                     payload[key] = check_json(key, extra)
             else:
-                payload[name] = _encode(name, value, models.get(name))
+                payload[name] = _encode(name, value, self.models.get(name))
         return payload
 
     def problem(self, payload: Json, others: frozenset[str] = frozenset()) -> tuple[str, str] | None:
@@ -158,12 +167,11 @@ class Parameters:
             payload = {}
         if not isinstance(payload, dict):
             return "payload", f"task {self.task!r} takes named arguments, so a JSON object"
-        for p in self.params:
-            if p.required and not p.context and p.name not in payload:
-                return f"payload.{p.name}", f"missing argument {p.name!r} of task {self.task!r}"
-        if not self.var_keyword:
-            names = self.names
-            unknown = [k for k in payload if k not in names and k not in others]
+        for name in self.required:
+            if name not in payload:
+                return f"payload.{name}", f"missing argument {name!r} of task {self.task!r}"
+        if not self.var_keyword and not payload.keys() <= self.names:
+            unknown = [k for k in payload if k not in self.names and k not in others]
             if unknown:
                 return f"payload.{unknown[0]}", f"task {self.task!r} has no parameter {unknown[0]!r}"
         return None
