@@ -278,10 +278,11 @@ def test_sync_code_enqueues_and_waits_for_the_result(tmp_path: Path) -> None:
         def double(n: int) -> int:
             return 2 * n
 
-    stop = threading.Event()
+    stop, migrated = threading.Event(), threading.Event()
 
     async def serve() -> None:
-        async with consumer:
+        async with consumer:  # migrates the new file: the producer enqueues after that
+            migrated.set()
             worker = consumer.worker(poll_interval=0.05)
             running = asyncio.create_task(worker.run())
             await asyncio.to_thread(stop.wait, 120)
@@ -291,6 +292,7 @@ def test_sync_code_enqueues_and_waits_for_the_result(tmp_path: Path) -> None:
     thread = threading.Thread(target=asyncio.run, args=(serve(),))
     thread.start()
     try:
+        assert migrated.wait(60)
         handle = double.enqueue_sync(21)  # the producer's handle (the last one registered on it)
         assert handle.job.payload == {"n": 21}
         assert handle.result_sync(timeout=60) == 42

@@ -7,7 +7,8 @@ same object. Defaults are not stored: the worker applies the function's own. Ext
 ``**kwargs`` parameter if there is one, and are refused otherwise.
 
 A parameter annotated with :class:`~jobengine.worker.context.JobContext` (or ``SyncJobContext``), or one
-named ``ctx`` / ``context`` without a type, receives the job's context instead of an argument. A function
+named ``ctx`` / ``context`` typed as nothing, ``Any`` or ``object`` (or anything, when it is the only
+parameter), receives the job's context instead of an argument. A function
 whose only parameters are such a context is a task written the original way: it is called with its
 context and reads ``ctx.payload``, whatever shape the payload has.
 
@@ -44,15 +45,21 @@ def _model(annotation: Any) -> Any:
     return annotation if issubclass(annotation, pydantic.BaseModel) else None
 
 
-def _is_context(param: inspect.Parameter) -> bool:
+def _is_context(param: inspect.Parameter, alone: bool) -> bool:
+    """Whether ``param`` receives the context: typed as one, or named ``ctx`` / ``context`` and typed as
+    anything a context is (``Any``, ``object``, nothing); a lone parameter so named whatever its type (a
+    task written the original way), unless it is a pydantic model."""
     ann = param.annotation
-    if ann is inspect.Parameter.empty or ann is typing.Any:
-        return param.name in _CONTEXT_NAMES
-    if isinstance(ann, type):
-        return issubclass(ann, JobContext)
+    named = param.name in _CONTEXT_NAMES
     if isinstance(ann, str):  # not resolvable (a name imported under TYPE_CHECKING): go by its spelling
-        return ann.rpartition(".")[2] in _CONTEXT_TYPES or (ann == "Any" and param.name in _CONTEXT_NAMES)
-    return False
+        return ann.rpartition(".")[2] in _CONTEXT_TYPES or (named and (alone or ann in ("Any", "object")))
+    if ann is inspect.Parameter.empty or ann is typing.Any:
+        return named
+    if isinstance(ann, type) and issubclass(ann, JobContext):
+        return True
+    if not named or _model(ann) is not None:
+        return False
+    return alone or (isinstance(ann, type) and issubclass(JobContext, ann))
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
@@ -101,10 +108,11 @@ class Parameters:
         params: list[_Param] = []
         arguments: list[inspect.Parameter] = []
         var_keyword = False
+        alone = len(sig.parameters) == 1
         for p in sig.parameters.values():
             if p.kind is p.VAR_POSITIONAL:
                 raise ConfigError(f"task {task!r}: *{p.name} cannot be stored by name; take a list parameter")
-            context = _is_context(p)
+            context = _is_context(p, alone)
             if p.kind is p.VAR_KEYWORD:
                 var_keyword = True
             else:
