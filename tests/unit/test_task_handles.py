@@ -157,6 +157,22 @@ async def test_tasks_written_the_original_way_still_get_their_context(engine: En
         assert engine.tasks.get("old") is not None and engine.tasks.get("old").phases[0].fn is old.__wrapped__
 
 
+async def test_a_task_with_its_context_may_read_more_of_the_payload(engine: Engine) -> None:
+    for name in ("a", "b"):
+
+        async def run(ctx: JobContext, task: str = name) -> list[Any]:  # a default binds the loop's value
+            return [task, ctx.payload]
+
+        engine.add_task(name, run)
+    async with working(engine):
+        job = await engine.enqueue("a", {"sleep": 0.01})  # not an argument: read through ctx.payload
+        assert (await engine.wait_for(job.id, timeout=60)).result == ["a", {"sleep": 0.01}]
+        job = await engine.enqueue("b", [1, 2])
+        assert (await engine.wait_for(job.id, timeout=60)).result == ["b", [1, 2]]
+        job = await engine.enqueue("b", {"task": "given"})
+        assert (await engine.wait_for(job.id, timeout=60)).result == ["given", {"task": "given"}]
+
+
 async def test_a_context_parameter_anywhere_receives_the_context(engine: Engine) -> None:
     @engine.task
     def render(report: str, ctx: SyncJobContext, *, pages: int = 1) -> list[Any]:

@@ -4,7 +4,8 @@ The payload of a task that declares parameters is one JSON object: each argument
 name, positional arguments included (``send_welcome("ada@example.com", lang="en")`` is stored as
 ``{"email": "ada@example.com", "lang": "en"}``), so a producer in another language or over HTTP writes the
 same object. Defaults are not stored: the worker applies the function's own. Extra keys go to a
-``**kwargs`` parameter if there is one, and are refused otherwise.
+``**kwargs`` parameter if there is one; a function that receives its context may read them through
+``ctx.payload``; for any other function they are refused.
 
 A parameter annotated with :class:`~jobengine.worker.context.JobContext` (or ``SyncJobContext``), or one
 named ``ctx`` / ``context`` typed as nothing, ``Any`` or ``object`` (or anything, when it is the only
@@ -91,6 +92,7 @@ class Parameters:
     required: tuple[str, ...] = field(init=False)
     models: Mapping[str, Any] = field(init=False)  # argument name -> its pydantic model
     var_name: str | None = field(init=False)  # the name of ``**kwargs`` in the signature
+    open_keys: bool = field(init=False)  # keys beyond the arguments are allowed
 
     def __post_init__(self) -> None:
         arguments = [p for p in self.params if not p.context]
@@ -100,6 +102,8 @@ class Parameters:
         set_(self, "models", {p.name: p.model for p in arguments if p.model is not None})
         kinds = ((p.name, p.kind) for p in self.signature.parameters.values())
         set_(self, "var_name", next((n for n, k in kinds if k is inspect.Parameter.VAR_KEYWORD), None))
+        # A function that receives its context may read more of the payload through ``ctx.payload``.
+        set_(self, "open_keys", self.var_keyword or any(p.context for p in self.params))
 
     @classmethod
     def of(cls, task: str, fn: Callable[..., Any]) -> Parameters:
@@ -140,9 +144,10 @@ class Parameters:
             inspect.Parameter(p.name, keyword, default=inspect.Parameter.empty if p.required else None)
             for p in merged.values()
         ]
+        contexts = [p for each in phases for p in each.params if p.context][:1]  # some phase reads ctx.payload
         if var_keyword:
             arguments.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-        return cls(task, tuple(merged.values()), var_keyword, inspect.Signature(arguments))
+        return cls(task, (*merged.values(), *contexts), var_keyword, inspect.Signature(arguments))
 
     @property
     def takes_arguments(self) -> bool:
@@ -174,11 +179,13 @@ class Parameters:
         if payload is None:
             payload = {}
         if not isinstance(payload, dict):
-            return "payload", f"task {self.task!r} takes named arguments, so a JSON object"
+            if self.required or not any(p.context for p in self.params):
+                return "payload", f"task {self.task!r} takes named arguments, so a JSON object"
+            payload = {}  # defaults only: the function reads the payload through its context
         for name in self.required:
             if name not in payload:
                 return f"payload.{name}", f"missing argument {name!r} of task {self.task!r}"
-        if not self.var_keyword and not payload.keys() <= self.names:
+        if not self.open_keys and not payload.keys() <= self.names:
             unknown = [k for k in payload if k not in self.names and k not in others]
             if unknown:
                 return f"payload.{unknown[0]}", f"task {self.task!r} has no parameter {unknown[0]!r}"
