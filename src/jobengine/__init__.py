@@ -1,7 +1,37 @@
-"""jobengine: a durable job engine. The public API is what ``__all__`` lists; everything else is private.
+"""jobengine: a durable job engine for Python. Jobs are stored first, leased to one worker, retried with
+backoff, dead-lettered, replayable; on SQLite or PostgreSQL. Usage::
 
-The scheduler's types (schedules, runs, failure signatures, ``PlanContext``) are imported when first named
-(PEP 562): a worker process, which needs none of them, starts without loading their modules.
+    import asyncio
+    from jobengine import Engine, JobContext, Settings
+
+    engine = Engine.from_settings(Settings(database="./jobs.db"))
+
+    @engine.task(max_attempts=5)
+    async def send_welcome(ctx: JobContext, email: str, lang: str = "en") -> str:
+        ctx.progress(0.5, "rendering")
+        return f"sent to {email}"
+
+    async def main() -> None:
+        async with engine:                                   # applies migrations
+            handle = await send_welcome.enqueue("ada@example.com", lang="en")
+            worker = engine.worker()                         # usually `jobengine worker --app module:engine`
+            running = asyncio.create_task(worker.run())
+            print(await handle.result(timeout=30))           # "sent to ada@example.com"
+            worker.stop()
+            await running
+
+    asyncio.run(main())
+
+The names to start from: :class:`Engine` (tasks, enqueueing, jobs, workers), :class:`Task` (what
+``@engine.task`` returns: ``enqueue``, ``enqueue_sync``, ``options``), :class:`JobHandle` (``result``,
+``result_sync``), :class:`JobContext` (progress, checkpoints, earlier phases' results, cancellation),
+:class:`Settings`, and the errors (:class:`JobFailed`, :class:`NonRetryable`, :class:`InvalidJob`...).
+``engine.enqueue("send_welcome", {"email": ...})`` enqueues by name, as other languages and the HTTP API do.
+
+The public API is what ``__all__`` lists; everything else (the worker protocol, the HTTP layer, the
+backends) is private. The scheduler's types (schedules, runs, failure signatures, ``PlanContext``) are
+imported when first named (PEP 562): a worker process, which needs none of them, starts without loading
+their modules.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -10,7 +40,7 @@ from jobengine.core.clock import ManualClock, SystemClock
 from jobengine.core.models import Job, JobFilter, NewJob, Phase, PhaseState
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
-from jobengine.engine import Engine
+from jobengine.engine import Engine, JobHandle, Task
 from jobengine.errors import (
     AlreadyExists,
     AmbiguousId,
@@ -21,6 +51,7 @@ from jobengine.errors import (
     InvalidJob,
     InvalidSchedule,
     JobEngineError,
+    JobFailed,
     NonRetryable,
     NotFound,
     StoreError,
@@ -85,7 +116,9 @@ __all__ = [
     "Job",
     "JobContext",
     "JobEngineError",
+    "JobFailed",
     "JobFilter",
+    "JobHandle",
     "JobState",
     "JobTemplate",
     "ManualClock",
@@ -114,6 +147,7 @@ __all__ = [
     "StoreError",
     "SyncJobContext",
     "SystemClock",
+    "Task",
     "TaskTimeout",
     "UnknownDependency",
     "UnknownTask",

@@ -16,9 +16,10 @@
     │   └── StoreUnavailable    cannot reach / open the store
     ├── TransportError          a queue transport (Redis, NATS) refused a request
     │   └── TransportUnavailable  cannot reach the broker (the caller retries)
-    └── FlowRefused             flow control refused new work (nothing was written); retry after
-        ├── QueueFull           the queue's depth is past its hard limit (HTTP 429)
-        └── Overloaded          the service sheds low-priority work while saturated (HTTP 503)
+    ├── FlowRefused             flow control refused new work (nothing was written); retry after
+    │   ├── QueueFull           the queue's depth is past its hard limit (HTTP 429)
+    │   └── Overloaded          the service sheds low-priority work while saturated (HTTP 503)
+    └── JobFailed               a job whose result was awaited ended dead or cancelled; ``job`` is it
 
 Exceptions a *task* raises to steer its own job (not errors of the engine):
 
@@ -28,6 +29,11 @@ Exceptions a *task* raises to steer its own job (not errors of the engine):
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobengine.core.models import AttemptError, Job
 
 
 class JobEngineError(Exception):
@@ -152,6 +158,25 @@ class Overloaded(FlowRefused):
         self.priority = priority
         self.min_priority = min_priority
         self.reasons = reasons
+
+
+class JobFailed(JobEngineError):
+    """The job a caller waited on ended without a result: ``dead`` or ``cancelled`` (``state``). ``job`` is
+    the job as it ended, ``error`` its last attempt's error (None for a job cancelled before it ran)::
+
+        try:
+            await handle.result(timeout=30)
+        except JobFailed as exc:
+            print(exc.state, exc.error.type if exc.error else exc.job.reason)
+    """
+
+    def __init__(self, job: Job) -> None:
+        state = job.outcome if job.outcome is not None else job.state
+        self.job = job
+        self.state = state.value
+        self.error: AttemptError | None = job.errors[-1] if job.errors else None
+        why = f"{self.error.type}: {self.error.message}" if self.error else (job.reason or "no error recorded")
+        super().__init__(f"job {job.id} ({job.task}) ended {self.state}: {why}")
 
 
 class NonRetryable(Exception):

@@ -29,7 +29,12 @@ def setting(default: _T, doc: str) -> _T:
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting, with its meaning in ``metadata["doc"]``: ``python -m jobengine.settings_doc`` renders them
-    into docs/configuration.md, and a test holds that file equal to its output."""
+    into docs/configuration.md, and a test holds that file equal to its output. Frozen: change one with
+    ``dataclasses.replace``. Usage::
+
+        settings = Settings(database="postgresql://localhost/jobs", worker_concurrency=20)
+        settings = Settings.load("jobengine.yaml")     # the file, then JOBENGINE_* variables
+    """
 
     # -- storage --
     state_dir: str = setting(

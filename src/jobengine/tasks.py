@@ -43,6 +43,9 @@ class TaskSpec:
     timeout: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     explicit_phases: bool = False
+    #: For a task that takes named arguments: raises InvalidJob naming the field of a payload that cannot
+    #: be them, so an enqueue by name (the HTTP API, another language) is refused before it is stored.
+    check_payload: Callable[[Any], None] | None = None
 
     @property
     def phase_names(self) -> tuple[str, ...]:

@@ -25,18 +25,19 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints, overload
 
 from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId
-from jobengine.core.models import Event, Job, JobFilter, Json, NewJob, Pruned
+from jobengine.core.models import Event, Job, JobFilter, Json, NewJob, Pruned, check_name
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine.compose import open_rate_limiter, open_store
 from jobengine.engine.event_log import EventLog
 from jobengine.engine.flow import FlowControl
+from jobengine.engine.handles import JobHandle, Task, TaskDecorator
 from jobengine.engine.health import Health
 from jobengine.engine.keys import Keys
 from jobengine.engine.queues import Queues, QueueSettingsCache
@@ -55,6 +56,8 @@ from jobengine.ports.store import Store
 from jobengine.ports.watermarks import Watermark
 from jobengine.settings import Settings
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
+from jobengine.worker.arguments import adapt_task
+from jobengine.worker.context import JobContext, SyncJobContext
 from jobengine.worker.runtime import Worker, WorkerOptions
 
 # The scheduler's modules are imported where first used, not here: a worker process never loads them
@@ -75,7 +78,17 @@ if TYPE_CHECKING:
     from jobengine.webhooks.manager import Webhooks
 
 T = TypeVar("T")
-F = TypeVar("F", bound=TaskFn)
+P = ParamSpec("P")
+R = TypeVar("R")
+__all__ = ["Engine", "JobHandle", "Task"]
+
+
+def _returns(fn: Callable[..., Any]) -> Any:
+    """The return annotation of ``fn`` when it can be resolved (a pydantic model is rebuilt from it)."""
+    try:
+        return get_type_hints(fn).get("return")
+    except Exception:  # an annotation the type checker alone can resolve: results stay JSON
+        return None
 
 
 def _seconds(value: float | datetime | timedelta | None, field: str) -> float | None:
@@ -91,6 +104,20 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
 
 
 class Engine:
+    """The one facade: tasks, enqueueing, jobs and their results, workers, and the services beside them
+    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...). Build it from settings; use it as an
+    async context manager (it applies migrations at start and closes the store at exit). Usage::
+
+        engine = Engine.from_settings(Settings(database="postgresql://localhost/jobs"))
+
+        @engine.task(queue="mail")
+        async def send_welcome(email: str) -> str: ...
+
+        async with engine:
+            handle = await send_welcome.enqueue("ada@example.com")
+            job = await engine.get_job(handle.id)
+    """
+
     def __init__(
         self,
         store: Store,
@@ -280,6 +307,15 @@ class Engine:
             await self.transports.publish_jobs(jobs, "scheduled")
 
     # -- tasks --------------------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[Concatenate[SyncJobContext, P], R], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
     def task(
         self,
         name: str | None = None,
@@ -289,13 +325,36 @@ class Engine:
         max_attempts: int = 3,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Callable[[F], F]:
-        """Register the decorated function (async, or sync to run in a thread) as a task."""
+    ) -> TaskDecorator: ...
+    def task(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Register the decorated function (async, or sync to run in a thread) as a task named after it (or
+        ``name``) and return its :class:`~jobengine.engine.handles.Task`. The task's parameters are its
+        job's arguments; one annotated ``JobContext`` (first, for the type checker) receives the context.
+        Usage::
 
-        def register(fn: F) -> F:
-            self.add_task(name or fn.__name__, fn, queue=queue, priority=priority, max_attempts=max_attempts,
-                          timeout=timeout, retry=retry)  # fmt: skip
-            return fn
+            @engine.task(queue="mail", max_attempts=5)
+            async def send_welcome(ctx: JobContext, email: str, lang: str = "en") -> str:
+                return f"sent to {email}"
+
+            handle = await send_welcome.enqueue("ada@example.com", lang="en")
+        """
+        if callable(name):
+            return self.task()(name)
+
+        def register(fn: Callable[..., Any]) -> Any:
+            return self.add_task(
+                name or fn.__name__, fn, queue=queue, priority=priority, max_attempts=max_attempts,
+                timeout=timeout, retry=retry,
+            )  # fmt: skip
 
         return register
 
@@ -310,11 +369,25 @@ class Engine:
         max_attempts: int = 3,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
-    ) -> None:
-        """Register a task from a function, or from ordered ``phases`` (each ``fn(ctx) -> result``)."""
-        spec = make_spec(name, fn, phases, queue=queue, priority=priority, max_attempts=max_attempts,
+    ) -> Task[..., Any]:
+        """Register a task from a function, or from ordered ``phases``, and return its handle. A phase takes
+        the task's arguments it names (each keyword-only at enqueue) and the context, and returns its
+        result; the job's result is the phases' results by name. Usage::
+
+            async def extract(source: str, ctx: JobContext) -> dict: ...
+            async def load(ctx: JobContext) -> int: ...
+
+            etl = engine.add_task("etl", phases=[extract, load])
+            await etl.enqueue(source="s3://bucket/day")
+        """
+        check_name("task", name)
+        adapted, adapted_phases, params = adapt_task(name, fn, phases)
+        spec = make_spec(name, adapted, adapted_phases, queue=queue, priority=priority, max_attempts=max_attempts,
                          timeout=timeout, retry=retry)  # fmt: skip
+        if params.takes_arguments:
+            spec = replace(spec, check_payload=params.check)
         self.tasks.add(spec)
+        return Task(self, name, params, fn, _returns(fn) if fn is not None and not phases else None)
 
     # -- enqueue ------------------------------------------------------------------------------------
     def new_job(
@@ -423,6 +496,7 @@ class Engine:
             tasks = {j.task for j in jobs}
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
+        self._check_payloads(jobs, tasks)
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         names = {task: self.tasks.phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
@@ -475,7 +549,10 @@ class Engine:
         watermark: Watermark | None = None,
     ) -> Job:
         """:meth:`enqueue` for code that is not async (a Django view, a script), with the same options
-        (not ``connection``: a caller's transaction is an async connection)."""
+        (not ``connection``: a caller's transaction is an async connection). Usage::
+
+            job = engine.enqueue_sync("send_welcome", {"email": "ada@example.com"}, delay=60)
+        """
         return self._sync(
             self.enqueue(
                 task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
@@ -486,6 +563,16 @@ class Engine:
 
     def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
         return self._sync(self.enqueue_many(jobs))
+
+    def _check_payloads(self, jobs: Sequence[NewJob], tasks: set[str]) -> None:
+        """InvalidJob naming the field for a payload that cannot be the arguments of a task this process
+        registered with named arguments (a handle's enqueue made it right already; a name's may not)."""
+        checks = {t: c for t in tasks if (spec := self.tasks.get(t)) is not None and (c := spec.check_payload)}
+        if checks:
+            for job in jobs:
+                check = checks.get(job.task)
+                if check is not None:
+                    check(job.payload)
 
     async def _refuse_unknown(self, tasks: set[str]) -> None:
         """InvalidJob naming ``task`` for a task that neither this process nor any live worker runs (a pack
@@ -560,9 +647,10 @@ class Engine:
 
     async def wait_for(self, job_id: str, timeout: float = 30.0, poll: float = 5.0) -> Job:
         """The job once it is terminal (succeeded, dead, cancelled), woken by the store's notification that
-        it finished, from whichever process ran it (:mod:`jobengine.engine.results`); TimeoutError after
-        ``timeout`` seconds, NotFound for a job that does not exist. ``poll``: the longest the job goes
-        unread when no notification comes (a safety net, not the way it is answered). Usage::
+        it finished, from whichever process ran it (:mod:`jobengine.engine.results`); a task's handle does
+        this in ``result()``. TimeoutError after ``timeout`` seconds, NotFound for a job that does not exist.
+        ``poll``: the longest the job goes unread when no notification comes (a safety net, not the way it
+        is answered). Usage::
 
             job = await engine.wait_for(job.id, timeout=60)
             print(job.state, job.result)

@@ -30,6 +30,7 @@ from jobengine.core.retry import RetryPolicy
 from jobengine.sdk.client import ApiClient
 from jobengine.sdk.source import HttpWorkerSource
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
+from jobengine.worker.arguments import adapt_task
 from jobengine.worker.runtime import Worker, WorkerOptions
 
 F = TypeVar("F", bound=TaskFn)
@@ -68,6 +69,9 @@ class TaskApp:
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
+        """Register a function, or ordered ``phases``; their parameters are the job's arguments, as for
+        ``Engine.add_task`` (a parameter typed ``JobContext``, or one named ``ctx``, gets the context)."""
+        fn, phases, _ = adapt_task(name, fn, phases)
         self.tasks.add(make_spec(name, fn, phases, queue=queue, priority=0, max_attempts=max_attempts,
                                  timeout=timeout, retry=retry))  # fmt: skip
 

@@ -46,6 +46,19 @@ class SharedState:
 
 
 class JobContext:
+    """What a running job knows and can do: its ``job``, ``payload`` and ``attempt``, the running
+    ``phase``, earlier phases' ``results``, its ``checkpoint``; report ``progress``, ``save_checkpoint``,
+    see whether it was ``cancelled``. A task receives it by declaring a parameter of this type (first,
+    for the type checker). Usage::
+
+        @engine.task
+        async def import_file(ctx: JobContext, url: str) -> int:
+            ctx.progress(0.1, "downloading")
+            ctx.raise_if_cancelled()
+            await ctx.save_checkpoint({"downloaded": True})   # ctx.checkpoint after a crash
+            return 42
+    """
+
     def __init__(self, shared: SharedState) -> None:
         self._s = shared
 
@@ -112,6 +125,15 @@ class JobContext:
 
 
 class SyncJobContext(JobContext):
+    """The context of a sync task (a plain ``def``, run in a thread): ``save_checkpoint`` blocks until the
+    checkpoint is stored. Usage::
+
+        @engine.task
+        def resize(ctx: SyncJobContext, path: str) -> str:
+            ctx.save_checkpoint({"path": path})
+            return path
+    """
+
     def __init__(self, shared: SharedState, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(shared)
         self._loop = loop

@@ -261,3 +261,18 @@ async def test_openapi_documents_problem_responses(acme: httpx.AsyncClient) -> N
     assert "Problem" in spec["components"]["schemas"]
     assert (await acme.get("/docs")).status_code == 200
     assert JobState.QUEUED.value in str(spec["components"]["schemas"]["JobState"])
+
+
+async def test_a_payload_that_cannot_be_a_registered_tasks_arguments_is_a_problem_naming_the_field(
+    api: Api, acme: httpx.AsyncClient
+) -> None:
+    @api.engine.task
+    async def send_welcome(email: str, lang: str = "en") -> None: ...
+
+    for payload, field in (({"emial": "x"}, "payload.email"), ({"email": "x", "lnag": "fr"}, "payload.lnag")):
+        r = await acme.post("/api/v1/jobs", json={"task": "send_welcome", "payload": payload})
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+        assert r.json()["field"] == field
+    assert await count_jobs(api) == 0
+    ok = await acme.post("/api/v1/jobs", json={"task": "send_welcome", "payload": {"email": "ada@example.com"}})
+    assert ok.status_code == 201 and ok.json()["payload"] == {"email": "ada@example.com"}

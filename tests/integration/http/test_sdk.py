@@ -18,6 +18,7 @@ from jobengine.errors import NonRetryable
 from jobengine.http.server import ApiService
 from jobengine.sdk import ApiClient, ApiError, RemoteWorker, TaskApp
 from jobengine.tasks import phase
+from jobengine.worker import JobContext, SyncJobContext
 
 from .conftest import Api, MakeApi
 
@@ -205,3 +206,31 @@ async def test_a_remote_worker_shuts_down_gracefully(make_api: MakeApi) -> None:
         assert time.monotonic() - t0 < 3  # the long-poll did not hold the shutdown up
         released = await api.engine.get_job(job.id)
         assert released.state is JobState.QUEUED and released.attempt == 0  # given back, no attempt spent
+
+
+async def test_a_remote_worker_runs_tasks_that_take_named_arguments(make_api: MakeApi) -> None:
+    async with make_api() as api, served(api) as url:
+        key = await api.key("acme", "worker")
+        app = TaskApp()
+
+        @app.task()
+        async def greet(ctx: JobContext, name: str, punctuation: str = "!") -> str:
+            return f"hello {name}{punctuation} (attempt {ctx.attempt})"
+
+        def count(text: str) -> int:
+            return len(text)
+
+        def double(ctx: SyncJobContext) -> int:
+            return 2 * int(ctx.results["count"])
+
+        app.add_task("words", phases=[count, double])
+        worker = RemoteWorker(url, key=key, tasks=app, long_poll=1.0)
+        run = asyncio.create_task(worker.run())
+        greeted = await api.engine.enqueue("greet", {"name": "Ada"}, tenant="acme")
+        counted = await api.engine.enqueue("words", {"text": "abc"}, tenant="acme")
+        greeted = await api.engine.wait_for(greeted.id, 60)
+        counted = await api.engine.wait_for(counted.id, 60)
+        worker.stop()
+        await asyncio.wait_for(run, 60)
+        assert greeted.result == "hello Ada! (attempt 1)"
+        assert counted.result == {"count": 3, "double": 6}
