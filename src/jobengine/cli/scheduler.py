@@ -52,7 +52,7 @@ def scheduler(
             engine = rebind(engine, replace(engine.settings, database=db))
     else:
         engine = Engine.from_settings(load_settings(config, database=db))
-    from jobengine.cli.supervise import setup_logging
+    from jobengine.cli.logs import apply_settings
 
-    setup_logging()
+    apply_settings(engine.settings)
     run(_scheduler(engine))

@@ -30,6 +30,7 @@ from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId
+from jobengine.core.locations import describe_store, describe_transport
 from jobengine.core.models import (
     Event,
     Job,
@@ -650,6 +651,10 @@ class Engine:
             fetch_batch=s.fetch_batch,
             flush_spacing=s.worker_flush_spacing,
             liveness_interval=s.liveness_interval,
+            setup=(
+                ("store", describe_store(s.database, s.postgres_schema)),
+                ("transport", describe_transport(s.queue)),
+            ),
         )
         for key in overrides:
             if not hasattr(options, key):
