@@ -22,7 +22,7 @@ from jobengine.services import SchedulerService
 async def _scheduler(engine: Engine) -> None:
     from jobengine.cli.serve import serve_until_signal
 
-    console = output.stderr()
+    console = output.stdout()  # stderr holds the log records only (one JSON object a line under json)
     async with engine:
         service = SchedulerService(engine)
 
