@@ -3,6 +3,7 @@ redacted locations they show (jobengine.core.locations)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobengine import Engine
 from jobengine.cli.logs import JsonFormatter, TextFormatter, apply_settings, configure_from
 from jobengine.cli.main import main
 from jobengine.core.locations import describe_store, describe_transport, redact_url
@@ -141,3 +143,19 @@ def test_the_settings_refuse_an_unknown_level_or_format() -> None:
     with pytest.raises(ConfigError, match="log_format: one of text, json"):
         Settings(log_format="yaml")
     assert Settings.from_mapping({"log_level": "DEBUG"}, env={}).log_level == "DEBUG"
+
+
+def test_a_worker_the_engine_builds_names_its_store_and_transport_without_secrets() -> None:
+    settings = Settings.from_mapping({
+        "database": "postgresql://app:s3cret@127.0.0.1:1/jobs", "postgres_schema": "app",
+        "queue": {"kind": "redis", "redis": {"url": "redis://:pw@127.0.0.1:1/3"}},
+    }, env={})  # fmt: skip
+    engine = Engine.from_settings(settings)  # nothing connects until used
+    try:
+        setup = dict(engine.worker().options.setup)
+    finally:
+        asyncio.run(engine.close())
+    assert setup == {
+        "store": "postgres postgresql://app:***@127.0.0.1:1/jobs (schema app)",
+        "transport": "redis redis://:***@127.0.0.1:1/3 (stream scheduler:runner)",
+    }
