@@ -206,8 +206,12 @@ class Engine:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         portal, self._portal = self._portal, None
-        if portal is not None:
-            _shut_portal(portal, weakref.ref(self))
+        if portal is None:
+            return
+        try:
+            portal.run(self._close_parts())  # an error closing is the caller's to see, as with ``async with``
+        finally:
+            portal.close()
 
     @property
     def transports(self) -> Transports:
@@ -727,9 +731,9 @@ class _Portal:
 
 
 def _shut_portal(portal: _Portal, engine: weakref.ref[Engine]) -> None:
-    """Close what the engine holds on the portal's loop (when it is still alive: a ``with`` block's end, or
-    interpreter exit), then the loop. At exit a part may fail to close (the interpreter's executors are shut
-    down by then); the loop's cancellation still ends its tasks, and the process ends the rest."""
+    """The finalizer of an engine never closed: close what it holds on the portal's loop (when it is still
+    alive: interpreter exit), then the loop. At exit a part may fail to close (the interpreter's executors
+    are shut down by then); the loop's cancellation still ends its tasks, and the process ends the rest."""
     alive = engine()
     if alive is not None:
         with contextlib.suppress(Exception):
