@@ -67,6 +67,11 @@ class Settings:
         "PostgreSQL: pooled sessions per process and event loop (plus one for that loop's calls in "
         "sequence, and the notifier's)",
     )
+    # -- logging (the command line's; a library user configures logging as usual) --
+    log_level: str = setting("info", "`debug`, `info` (a line per job start and end), `warning`, `error` or `critical`")
+    log_format: str = setting(
+        "text", "`text`, or `json`: one object per line with time, level, logger, message and the job's fields"
+    )
     # -- workers --
     worker_concurrency: int = setting(10, "jobs in flight per worker process")
     worker_queues: tuple[str, ...] = setting(
@@ -279,6 +284,10 @@ class Settings:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(f"log_level: one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format: one of {', '.join(LOG_FORMATS)}, not {self.log_format!r}")
         _check_blobs(self)
         _check_webhooks(self)
         _refuse(self, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth",
@@ -369,6 +378,8 @@ def in_state_dir(s: Settings, file: str | Path) -> bool:
 
 
 BLOB_STORES = ("filesystem", "s3", "database")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("text", "json")
 
 
 def blob_store_kind(s: Settings, store_kind: str) -> str:

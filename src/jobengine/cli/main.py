@@ -23,6 +23,7 @@ from jobengine.cli import health, jobs, output, run, scheduler, serve
 from jobengine.cli.common import ConfigOption, DbOption, load_settings
 from jobengine.cli.flow import flow_app
 from jobengine.cli.keys import keys_app
+from jobengine.cli.logs import configure_from
 from jobengine.cli.packs import pack_app
 from jobengine.cli.runs import runs_app, signatures_app
 from jobengine.cli.schedules import schedules_app
@@ -77,8 +78,25 @@ def _root(
         bool | None,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            help="debug, info, warning, error or critical [default: log_level, info].",
+            show_default=False,
+        ),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="text, or json: one object per line [default: log_format, text].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """A durable job engine: enqueue jobs, run workers, inspect and manage jobs."""
+    configure_from(log_level, log_format, os.environ)
 
 
 def build_app() -> typer.Typer:

@@ -9,6 +9,7 @@ server knows who uploads and who approves (four-eyes). A refused request prints 
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +33,8 @@ KeyOption = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 DEFAULT_URL = "http://127.0.0.1:8080"
+
+log = logging.getLogger("jobengine.packs")
 
 
 class RegistryError(JobEngineError):
@@ -263,5 +266,5 @@ async def load_remote(tasks: Any, url: str, key: str | None, refs: tuple[str, ..
 
 def _report(loaded: Any) -> None:
     for p in loaded:
-        output.stderr().print(f"[dim]pack {escape(p.name)}@{escape(p.version)} (sha256:{p.sha256[:12]}…): "
-                              f"tasks {escape(', '.join(p.tasks))} from {escape(str(p.path))}[/dim]")  # fmt: skip
+        log.info("pack %s@%s (sha256:%s…): %d tasks from %s", p.name, p.version, p.sha256[:12], len(p.tasks), p.path,
+                 extra={"pack": f"{p.name}@{p.version}", "sha256": p.sha256})  # fmt: skip

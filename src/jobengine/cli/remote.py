@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobengine.cli import output
 from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.errors import ConfigError
 from jobengine.sdk.source import HttpWorkerSource
@@ -63,7 +62,7 @@ async def run_remote(
     remote = RemoteWorker(url, key=key, tasks=tasks, **options)
     service = WorkerService(remote.worker)
     try:
-        async with Supervisor(service, output.stderr(), early) as supervisor:
+        async with Supervisor(service, early) as supervisor:
             await supervisor.serve([service, _StopClaims(remote.source)])
     finally:
         await remote.client.aclose()

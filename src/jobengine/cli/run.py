@@ -19,7 +19,8 @@ from rich.markup import escape
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, app_engine, load_app, load_settings, rebind, run
 from jobengine.cli.live import LiveView
-from jobengine.cli.supervise import EarlySignals, Supervisor, setup_logging
+from jobengine.cli.logs import apply_settings
+from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.core.models import JobFilter, check_name
 from jobengine.engine import Engine
 from jobengine.errors import ConfigError, InvalidJob
@@ -34,7 +35,7 @@ async def _up(settings: Settings, early: EarlySignals | None = None, app: Engine
     console = output.stdout()
     engine = app if app is not None else build_engine(settings)
     worker = WorkerService(engine.worker())
-    async with Supervisor(worker, console, early) as supervisor, engine:
+    async with Supervisor(worker, early) as supervisor, engine:
         console.print(
             f"[bold]jobengine up[/bold] · database [cyan]{escape(settings.database)}[/cyan] · "
             f"tasks {', '.join(engine.tasks.names())} · concurrency {settings.worker_concurrency}"
@@ -99,7 +100,7 @@ def up(
             f"[yellow]note:[/yellow] ./{DATABASE_FILE} is not used: the database is {escape(settings.database)}; "
             f"move the file there, or run with --db {DATABASE_FILE}"
         )
-    setup_logging()
+    apply_settings(settings, live_view=True)
     run(_up(settings, early, engine))
 
 
@@ -117,7 +118,7 @@ def parse_queues(value: str | None) -> tuple[str, ...] | None:
 async def _worker(
     engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None
 ) -> None:
-    async with Supervisor(None, output.stderr(), early) as supervisor, engine:
+    async with Supervisor(None, early) as supervisor, engine:
         if packs:  # before the worker is built: its queues default to those of the registered tasks
             from jobengine.cli.packs import load_local
 
@@ -179,7 +180,7 @@ def worker(
     }
     given = {k: v for k, v in flags.items() if v is not None}
     settings = replace(engine.settings, **given)
-    setup_logging()
+    apply_settings(settings)
     overrides = {
         "queues": settings.worker_queues,
         "concurrency": settings.worker_concurrency,
@@ -208,7 +209,7 @@ def _remote_worker(
 
     tasks = load_tasks(app) if app is not None else TaskRegistry()
     refs = packs if packs is not None else settings.worker_packs
-    setup_logging()
+    apply_settings(settings)
     options = {
         "queues": settings.worker_queues, "concurrency": settings.worker_concurrency,
         "lease_seconds": settings.lease_seconds, "heartbeat_every": settings.heartbeat_every,

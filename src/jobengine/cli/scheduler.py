@@ -22,7 +22,7 @@ from jobengine.services import SchedulerService
 async def _scheduler(engine: Engine) -> None:
     from jobengine.cli.serve import serve_until_signal
 
-    console = output.stderr()
+    console = output.stdout()  # stderr holds the log records only (one JSON object a line under json)
     async with engine:
         service = SchedulerService(engine)
 
@@ -52,7 +52,7 @@ def scheduler(
             engine = rebind(engine, replace(engine.settings, database=db))
     else:
         engine = Engine.from_settings(load_settings(config, database=db))
-    from jobengine.cli.supervise import setup_logging
+    from jobengine.cli.logs import apply_settings
 
-    setup_logging()
+    apply_settings(engine.settings)
     run(_scheduler(engine))

@@ -82,9 +82,9 @@ def serve(
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until SIGTERM / SIGINT."""
     settings = load_settings(config, database=db, api_host=host, api_port=port)
     engine = rebind(load_app(app), settings) if app is not None else Engine.from_settings(settings)
-    from jobengine.cli.supervise import setup_logging
+    from jobengine.cli.logs import apply_settings
 
-    setup_logging()
+    apply_settings(settings)
     run(_serve(engine, settings, settings.api_host, settings.api_port))
 
 

@@ -1,4 +1,5 @@
-"""How a long-running command (``up``, ``worker``, ``serve``, ``scheduler``) logs and stops.
+"""How a long-running command (``up``, ``worker``, ``serve``, ``scheduler``) stops (it logs through
+:mod:`jobengine.cli.logs`).
 
 The first SIGINT / SIGTERM stops claiming jobs and lets the ones in flight finish within the grace period (the
 rest are released back to ``queued`` without spending an attempt); a second one releases them at once.
@@ -15,17 +16,10 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType, TracebackType
 
-from rich.console import Console
-from rich.logging import RichHandler
-
-from jobengine.cli import output
 from jobengine.services import Service, WorkerService
 
-
-def setup_logging() -> None:
-    handler = RichHandler(console=output.stderr(), show_path=False, rich_tracebacks=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", datefmt="[%X]", handlers=[handler])
-    logging.getLogger("jobengine").setLevel(logging.INFO)
+# Log records, not console lines: under --log-format json every line on stderr is one JSON object.
+log = logging.getLogger("jobengine.cli")
 
 
 class EarlySignals:
@@ -62,9 +56,8 @@ class Supervisor:
     handled as it is entered.
     """
 
-    def __init__(self, worker: WorkerService | None, console: Console, early: EarlySignals | None = None) -> None:
+    def __init__(self, worker: WorkerService | None, early: EarlySignals | None = None) -> None:
         self.worker = worker
-        self.console = console
         self.early = early
         self.signals = 0
         self._stop = asyncio.Event()
@@ -74,12 +67,10 @@ class Supervisor:
         self.signals += 1
         if self.signals == 1:
             grace = f" within {self.worker.worker.options.grace_period:g}s" if self.worker is not None else ""
-            self.console.print(
-                f"[bold]{name}: stopping[/bold] — jobs in flight may finish{grace}; signal again to release them now"
-            )
+            log.info("%s: stopping — jobs in flight may finish%s; signal again to release them now", name, grace)
             self._stop.set()
         elif self.signals == 2:
-            self.console.print(f"[bold]{name}: releasing jobs in flight now[/bold]")
+            log.info("%s: releasing jobs in flight now", name)
             if self.worker is not None:
                 self.worker.stop_now()
 

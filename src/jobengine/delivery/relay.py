@@ -161,10 +161,13 @@ class OutboxRelay:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        # Cancelled again until it ends: a cancellation can be lost on its way (an awaitable finishing as its
+        # awaiter is cancelled), and a relay that lost its only one would keep this stop waiting forever.
+        while task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task], timeout=0.1)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.warning("relay: stopped with %r", task.exception())
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5.0):
                 await self.flush()  # what this process enqueued last

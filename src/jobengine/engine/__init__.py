@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from jobengine.bus import EventBus
 from jobengine.core.bounds import MAX_TIME, MAX_TIME_ISO, check_text, check_time
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId
+from jobengine.core.locations import describe_store, describe_transport
 from jobengine.core.models import Event, Job, JobFilter, Json, NewJob, Pruned, check_name
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
@@ -182,6 +184,14 @@ class Engine:
             await self.transports.start()
 
     async def close(self) -> None:
+        """Stop the workers, close the transports, the notifier and the store; then the sync facade's loop,
+        if a sync call started one. Idempotent."""
+        await self._close_parts()
+        portal, self._portal = self._portal, None
+        if portal is not None:
+            portal.close()
+
+    async def _close_parts(self) -> None:
         for worker in self._workers:
             worker.stop()
         if "transports" in self.__dict__:  # built (cached_property): close what it opened
@@ -193,8 +203,6 @@ class Engine:
         if self._notifier is not None:
             await self._notifier.close()
         await self.store.close()
-        if self._portal is not None:
-            self._portal.close()
 
     async def __aenter__(self) -> Engine:
         await self.start()
@@ -204,6 +212,27 @@ class Engine:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    def __enter__(self) -> Engine:
+        """``async with`` for code that is not async: starts the engine (migrations, the outbox relay) on the
+        sync facade's own loop, and closes it there on exit. Usage::
+
+            with Engine.from_settings(Settings.load()) as engine:
+                engine.enqueue_sync("send_welcome", {"email": "ada@example.com"})
+        """
+        self._portal_run(self.start())
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        portal, self._portal = self._portal, None
+        if portal is None:
+            return
+        try:
+            portal.run(self._close_parts())  # an error closing is the caller's to see, as with ``async with``
+        finally:
+            portal.close()
 
     @cached_property
     def transports(self) -> Transports:
@@ -682,6 +711,8 @@ class Engine:
             heartbeat_every=s.heartbeat_every, poll_interval=s.poll_interval, rescue_interval=s.rescue_interval,
             grace_period=s.grace_period, fetch_batch=s.fetch_batch, flush_spacing=s.worker_flush_spacing,
             liveness_interval=s.liveness_interval,
+            setup=(("store", describe_store(s.database, s.postgres_schema)),
+                   ("transport", describe_transport(s.queue))),
         )  # fmt: skip
         for key in overrides:
             if not hasattr(options, key):
@@ -716,8 +747,20 @@ class Engine:
         self.notifier().notify()
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the sync facade's loop. The first call on a store that
+        ``migrates_on_first_use`` applies pending migrations first; elsewhere a missing table is an error
+        naming ``jobengine migrate``."""
+        if self._portal is None and self.store.capabilities.migrates_on_first_use:
+            coro = _after(self.store.migrate(), coro)
+        return self._portal_run(coro)
+
+    def _portal_run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._portal is None:
             self._portal = _Portal()
+            # Closes what the loop holds when the engine is collected unclosed, or at interpreter exit if it is
+            # still open: a loop dropped with its driver's tasks pending prints "Task was destroyed but it
+            # is pending!" once per task. A weak reference, so the finalizer does not keep the engine alive.
+            self._portal.finalizer = weakref.finalize(self, _shut_portal, self._portal, weakref.ref(self))
         return self._portal.run(coro)
 
 
@@ -728,15 +771,22 @@ class _Portal:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="jobengine-portal", daemon=True)
         self._thread.start()
+        self.finalizer: weakref.finalize[..., Any] | None = None
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         if threading.current_thread() is self._thread:
+            coro.close()
             raise RuntimeError("enqueue_sync called from inside the engine's own loop; use await enqueue()")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        if self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("the engine is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def close(self) -> None:
         """Cancel what is still running in the loop (a driver's background tasks), wait for it, then stop:
         a loop stopped with pending tasks would destroy them unfinished."""
+        if self.finalizer is not None:
+            self.finalizer.detach()
         if self._loop.is_closed():
             return
         with contextlib.suppress(Exception):
@@ -745,6 +795,26 @@ class _Portal:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+def _shut_portal(portal: _Portal, engine: weakref.ref[Engine]) -> None:
+    """The finalizer of an engine never closed: close what it holds on the portal's loop (when it is still
+    alive: interpreter exit), then the loop. At exit a part may fail to close (the interpreter's executors
+    are shut down by then); the loop's cancellation still ends its tasks, and the process ends the rest."""
+    alive = engine()
+    if alive is not None:
+        with contextlib.suppress(Exception):
+            portal.run(alive._close_parts(), timeout=10)
+    portal.close()
+
+
+async def _after(first: Coroutine[Any, Any, object], then: Coroutine[Any, Any, T]) -> T:
+    try:
+        await first
+    except BaseException:
+        then.close()  # never awaited: closed, so that it warns of nothing
+        raise
+    return await then
 
 
 async def _cancel_the_rest() -> None:

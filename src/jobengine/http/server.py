@@ -86,8 +86,11 @@ class ApiService:
             sock.close()
             raise ConfigError(f"api_port: cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.port = sock.getsockname()[1]
+        # log_config=None: uvicorn's records go to the process's own handlers (the command line's text or JSON
+        # lines) rather than to handlers and a format of uvicorn's.
         config = uvicorn.Config(
             self.app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=3,
+            log_config=None,
         )  # fmt: skip
         self._server = server = _Server(config)
 

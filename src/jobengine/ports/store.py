@@ -62,6 +62,11 @@ class Capabilities:
     watermarks: bool = False
     #: The event log answers reads of settled events only (:class:`~jobengine.ports.eventlog.SettlingEventLog`).
     settled_events: bool = False
+    #: Applying pending migrations on a process's first call is safe: the schema is in a file this process
+    #: opens, with no deployment step to apply them and no other database user to surprise. The sync facade
+    #: (:meth:`jobengine.engine.Engine.enqueue_sync`) then migrates before its first call; elsewhere a
+    #: missing table is an error naming ``jobengine migrate``.
+    migrates_on_first_use: bool = False
 
 
 class Store(OutboxStore, PackStore, Protocol):

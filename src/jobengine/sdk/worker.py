@@ -26,6 +26,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from jobengine.core.locations import redact_url
 from jobengine.core.retry import RetryPolicy
 from jobengine.sdk.client import ApiClient
 from jobengine.sdk.source import HttpWorkerSource
@@ -102,6 +103,7 @@ class RemoteWorker:
             heartbeat_every=heartbeat_every or lease_seconds / 3, grace_period=grace_period,
             rescue_interval=3600.0,  # the server rescues; the source's rescue is a no-op anyway
             worker_id=worker_id,
+            setup=(("store", f"the server at {redact_url(url)}"), ("transport", "http (the server's API)")),
         )  # fmt: skip
         self.worker = Worker(self.source, options)
 

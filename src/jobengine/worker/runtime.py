@@ -42,6 +42,7 @@ from jobengine.core.models import (
 from jobengine.errors import Cancelled, NonRetryable, TaskTimeout, UnknownTask
 from jobengine.fleet import local_worker
 from jobengine.tasks import PhaseSpec, TaskSpec
+from jobengine.worker import joblog
 from jobengine.worker.context import JobContext, SharedState, SyncJobContext
 from jobengine.worker.source import WorkerSource
 
@@ -71,6 +72,9 @@ class WorkerOptions:
     liveness_interval: float = 0.5
     #: The packs this worker loaded (``name@version``), as the registry of live workers shows them.
     packs: tuple[str, ...] = ()
+    #: What the worker runs on, for its start-up lines: ``(label, value)`` pairs such as
+    #: ``("store", "postgres postgresql://app:***@db/jobs (schema jobengine)")``, secrets redacted.
+    setup: tuple[tuple[str, str], ...] = ()
 
 
 class _LeaseLost(Exception):
@@ -111,7 +115,7 @@ def _tune_gc() -> None:
 
 
 class _Running:
-    __slots__ = ("in_thread", "lease", "shared", "stop_reason", "task")
+    __slots__ = ("began", "in_thread", "lease", "shared", "stop_reason", "task")
 
     def __init__(self, job: Job, shared: SharedState) -> None:
         assert job.lease_token is not None
@@ -120,6 +124,10 @@ class _Running:
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None  # lease_lost | cancel | shutdown
         self.in_thread = False
+        self.began = 0.0  # the loop's time when the job started, for its end line
+
+    def ended(self, outcome: str, exc: BaseException | None = None) -> None:
+        joblog.ended(self.shared.job, outcome, asyncio.get_running_loop().time() - self.began, exc)
 
 
 def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptError:
@@ -176,7 +184,8 @@ class Worker:
                 self._hard.set()
         self._tasks = tuple(self.source.tasks.names())
         await self._register()
-        log.info("worker %s started on queues %s", self.id, ",".join(self.queues))
+        opts = self.options
+        joblog.start_block(self.id, self.queues, opts.setup, opts.concurrency, self._tasks, opts.packs)
         pump = asyncio.create_task(self._pump(), name="jobengine-pump")
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="jobengine-heartbeat"),
@@ -335,6 +344,8 @@ class Worker:
                 run.stop_reason = "shutdown"
                 self._releases.append(run.lease)
                 return
+            run.began = asyncio.get_running_loop().time()
+            joblog.started(job)
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -348,20 +359,26 @@ class Worker:
                 raise
             if run.stop_reason != "lease_lost":
                 self._completions.append(Completion(job.id, run.lease.token, result))
+                run.ended("succeeded")
+            else:
+                run.ended("lease_lost")
         except asyncio.CancelledError:
             if run.stop_reason == "cancel":
                 self._failures.append(self._failure(run, spec, Cancelled("cancelled"), FailOutcome.CANCELLED))
             elif run.stop_reason != "lease_lost":
                 self._releases.append(run.lease)
+                run.ended("released")
+            else:
+                run.ended("lease_lost")
         except _LeaseLost:
-            pass
+            run.ended("lease_lost")
         except Cancelled as exc:
             self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
         except NonRetryable as exc:
             self._failures.append(self._failure(run, spec, exc, FailOutcome.DEAD))
         except Exception as exc:
             if run.stop_reason == "lease_lost":
-                pass
+                run.ended("lease_lost")
             elif run.stop_reason == "cancel":
                 self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
             else:
@@ -384,6 +401,7 @@ class Worker:
         if outcome is FailOutcome.RETRY:
             delay = spec.retry.delay(job.attempt) if spec is not None else 1.0
             retry_at = now + delay
+        run.ended(outcome.value, exc)
         return Failure(job.id, run.lease.token, err, outcome, retry_at)
 
     async def _run_phases(self, spec: TaskSpec, run: _Running) -> Json:

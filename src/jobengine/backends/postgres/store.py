@@ -104,6 +104,15 @@ _GONE = ("57P01", "57P02", "57P03")
 _NOT_RUN = ("57P01", "57P03")
 
 
+def store_error(exc: psycopg.Error) -> StoreError:
+    """The StoreError of a driver error. A missing table or schema is one line that says what to do: its
+    usual cause is a database nobody migrated, and the driver's own message spans several lines."""
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
+        hint = "is the schema migrated? run `jobengine migrate`"
+        return StoreError(f"postgres: {exc.diag.message_primary or exc} ({hint})")
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
 def _disconnected(exc: psycopg.OperationalError, conn: Conn) -> bool:
     """Whether ``exc`` means the session is gone (retry on another) rather than the statement failed."""
     state = exc.sqlstate
@@ -380,7 +389,7 @@ class PostgresStore(
                     continue
                 raise StoreUnavailable(str(exc)) from exc
             except psycopg.Error as exc:
-                raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+                raise store_error(exc) from exc
         raise AssertionError("unreachable")
 
     async def _rows(self, query: bytes, params: Mapping[str, Any], *, retry: bool = True) -> list[Row]:
@@ -575,7 +584,7 @@ class PostgresStore(
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(str(exc)) from exc
         except psycopg.Error as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+            raise store_error(exc) from exc
 
     async def fetch_jobs(
         self,

@@ -101,7 +101,7 @@ class SqliteStore(
     Driver errors surface as StoreError / StoreUnavailable.
     """
 
-    capabilities = Capabilities(cross_process_notify=True, shared=True)
+    capabilities = Capabilities(cross_process_notify=True, shared=True, migrates_on_first_use=True)
 
     def __init__(
         self,

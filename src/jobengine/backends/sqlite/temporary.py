@@ -31,7 +31,7 @@ class TemporarySqliteStore(SqliteStore):
     """
 
     #: No other process knows the path, so no other process shares it.
-    capabilities = Capabilities(cross_process_notify=True, shared=False)
+    capabilities = Capabilities(cross_process_notify=True, shared=False, migrates_on_first_use=True)
 
     def __init__(self, *, leader_lease_seconds: float = 5.0) -> None:
         directory = tempfile.mkdtemp(prefix="jobengine-memory-")

@@ -1,0 +1,125 @@
+"""The command line's logging: one handler on stderr, text or JSON lines, configured in one place.
+
+Every command configures it as it starts (:func:`configure_logging`, from ``--log-level`` / ``--log-format``,
+else ``JOBENGINE_LOG_LEVEL`` / ``JOBENGINE_LOG_FORMAT``, else info and text); a command that loads settings
+(a worker, the server, the scheduler) then applies the file's ``log_level`` / ``log_format`` unless a flag or
+a variable chose already (:func:`apply_settings`).
+
+- ``text``: ``2026-11-28 16:20:01 INFO    jobengine.worker.jobs: job 4ce9.000 (report) succeeded in 12 ms``,
+  a job's id shortened as in listings; a traceback follows its line.
+- ``json``: one object per line: ``time`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, the record's
+  own fields (a job's ``job_id``, ``task``, ``attempt``, ``outcome``, ``duration_ms``; a worker's start-up
+  ``store``, ``transport``, ``queues``, ...) and ``exc_info``, the traceback as one string.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from jobengine.cli.output import short_id
+from jobengine.settings import Settings
+
+#: The attributes every LogRecord has; the others are the fields a caller gave in ``extra``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exc_info"] = record.exc_text
+        if record.stack_info:
+            out["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``; a job's id in the message shortened (:func:`short_id`)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = super().formatMessage(record)
+        job_id = getattr(record, "job_id", None)
+        return text.replace(job_id, short_id(job_id)) if isinstance(job_id, str) and job_id else text
+
+
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to whatever ``sys.stderr`` is when a record comes (a test's capture, a redirected stream),
+    not to the stream there was when the handler was made. ``chosen``: the level and format a flag or a
+    variable chose (None: not chosen), which a settings file does not change."""
+
+    def __init__(self, chosen: tuple[str | None, str | None]) -> None:
+        super().__init__()
+        self.chosen = chosen
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
+def check(level: str, fmt: str) -> tuple[str, str]:
+    """``(level, format)`` validated; ConfigError naming ``log_level`` or ``log_format``."""
+    # Settings validates both fields; built on the defaults, it checks only these two.
+    Settings(log_level=level, log_format=fmt)
+    return level.lower(), fmt
+
+
+def configure_logging(
+    level: str = "info", fmt: str = "text", *, chosen: tuple[str | None, str | None] = (None, None)
+) -> None:
+    """Send jobengine's records at ``level`` and above, and every other library's warnings, to stderr as
+    ``fmt`` lines, replacing an earlier call's handler (the root logger's other handlers stay)."""
+    level, fmt = check(level, fmt)
+    handler = _StderrHandler(chosen)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    number = logging.getLevelNamesMapping()[level.upper()]
+    root.setLevel(max(number, logging.WARNING))
+    logging.getLogger("jobengine").setLevel(number)
+    logging.getLogger("jobengine.worker.jobs").setLevel(logging.NOTSET)  # as jobengine's, unless live_view
+
+
+def configure_from(level: str | None, fmt: str | None, env: Mapping[str, str]) -> None:
+    """The command line's first configuration: the flags, else the variables, else the defaults."""
+    level = level or env.get("JOBENGINE_LOG_LEVEL") or None
+    fmt = fmt or env.get("JOBENGINE_LOG_FORMAT") or None
+    configure_logging(level or "info", fmt or "text", chosen=(level, fmt))
+
+
+def apply_settings(settings: Settings, *, live_view: bool = False) -> None:
+    """Use ``settings.log_level`` / ``log_format`` where no flag or variable chose already.
+
+    ``live_view``: the command shows every job's events itself (``jobengine up``), so the job lines below
+    ERROR (starts, ends, retried failures) would repeat them; they stay off unless a flag or variable chose
+    the level. A dead job's line, with its traceback, still shows."""
+    current = [h for h in logging.getLogger().handlers if isinstance(h, _StderrHandler)]
+    level, fmt = current[-1].chosen if current else (None, None)
+    configure_logging(level or settings.log_level, fmt or settings.log_format, chosen=(level, fmt))
+    if live_view and level is None:
+        logging.getLogger("jobengine.worker.jobs").setLevel(logging.ERROR)

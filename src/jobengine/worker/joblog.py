@@ -1,0 +1,85 @@
+"""What a worker says about the jobs it runs, on the ``jobengine.worker.jobs`` logger.
+
+One INFO line as a job starts and one as it ends (succeeded, cancelled, released at a stop); a failed attempt
+ends with its traceback at WARNING when the job will run again and at ERROR when it goes dead; a job whose
+lease another worker took ends at WARNING without one. Every line carries the job's fields as record
+attributes (:data:`JOB_FIELDS`), which a formatter may render (the command line's JSON lines hold them all,
+its text lines show a short id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from jobengine.core.models import Job
+
+log = logging.getLogger("jobengine.worker.jobs")
+
+#: The record attributes every job line carries.
+JOB_FIELDS: Final = ("job_id", "task", "attempt", "outcome", "duration_ms")
+
+#: Every outcome a job line can end with, and the level it is logged at.
+OUTCOMES: Final = {
+    "succeeded": logging.INFO,
+    "cancelled": logging.INFO,
+    "released": logging.INFO,  # handed back at a stop, no attempt spent
+    "retry": logging.WARNING,  # failed; runs again after its backoff
+    "lease_lost": logging.WARNING,  # another worker runs it now
+    "dead": logging.ERROR,  # failed for the last time, or NonRetryable
+}
+
+#: What a line says of each outcome: the verb before the duration, and what follows the attempt.
+_PHRASES: Final = {
+    "succeeded": ("succeeded", ""),
+    "cancelled": ("was cancelled", ""),
+    "released": ("was released", " (the worker is stopping)"),
+    "retry": ("failed", ", will retry"),
+    "lease_lost": ("lost its lease", "; another worker runs it"),
+    "dead": ("failed", ", dead"),
+}
+
+
+def started(job: Job) -> None:
+    if log.isEnabledFor(logging.INFO):
+        fields = {"job_id": job.id, "task": job.task, "attempt": job.attempt, "outcome": "started"}
+        log.info("job %s (%s) started (attempt %d of %d)", job.id, job.task, job.attempt, job.max_attempts,
+                 extra=fields)  # fmt: skip
+
+
+def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = None) -> None:
+    """The line of a job that ended with ``outcome`` (a key of :data:`OUTCOMES`) after ``seconds``; the
+    traceback of ``exc`` goes with a failure that is logged at WARNING or above."""
+    level = OUTCOMES[outcome]
+    if not log.isEnabledFor(level):
+        return
+    ms = round(seconds * 1000)
+    fields = {"job_id": job.id, "task": job.task, "attempt": job.attempt, "outcome": outcome, "duration_ms": ms}
+    verb, tail = _PHRASES[outcome]
+    failed = exc is not None and outcome in ("retry", "dead")
+    if failed:
+        tail += f": {type(exc).__name__}: {exc}"
+    log.log(level, "job %s (%s) %s in %d ms (attempt %d of %d)%s", job.id, job.task, verb, ms, job.attempt,
+            job.max_attempts, tail, extra=fields, exc_info=exc if failed else None)  # fmt: skip
+
+
+def start_block(
+    worker_id: str,
+    queues: Sequence[str],
+    setup: Sequence[tuple[str, str]],
+    concurrency: int,
+    tasks: Sequence[str],
+    packs: Sequence[str],
+) -> None:
+    """The worker's start-up lines: one record, so that a JSON line holds all of it."""
+    about = [*setup, ("queues", ", ".join(queues)), ("concurrency", str(concurrency)),
+             ("tasks", ", ".join(tasks) or "-"), ("packs", ", ".join(packs) or "-")]  # fmt: skip
+    width = max(len(label) for label, _ in about)
+    lines = "".join(f"\n  {label:<{width}}  {value}" for label, value in about)
+    fields: dict[str, object] = dict(setup)
+    fields.update(worker_id=worker_id, queues=list(queues), concurrency=concurrency, tasks=list(tasks),
+                  packs=list(packs))  # fmt: skip
+    logging.getLogger("jobengine.worker").info(
+        "worker %s started on queues %s%s", worker_id, ",".join(queues), lines, extra=fields
+    )

@@ -1,0 +1,161 @@
+"""The command line's logging (jobengine.cli.logs), the worker's job lines (jobengine.worker.joblog) and the
+redacted locations they show (jobengine.core.locations)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from jobengine import Engine
+from jobengine.cli.logs import JsonFormatter, TextFormatter, apply_settings, configure_from
+from jobengine.cli.main import main
+from jobengine.core.locations import describe_store, describe_transport, redact_url
+from jobengine.core.queue_config import QueueConfig
+from jobengine.errors import ConfigError
+from jobengine.settings import Settings
+
+JOB_ID = "01a222f5-cf1e-7000-8b74-9496dd02d32f"
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
+        ("postgresql://db/jobs?user=app&password=s3cret", "postgresql://db/jobs?user=app&password=***"),
+        ("host=db user=app password=s3cret dbname=jobs", "host=db user=app password=*** dbname=jobs"),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("nats://tok:s3cret@broker:4222", "nats://tok:***@broker:4222"),
+        ("./jobengine.db", "./jobengine.db"),
+    ],
+)
+def test_a_location_loses_its_password(location: str, shown: str) -> None:
+    assert redact_url(location) == shown
+    assert "s3cret" not in redact_url(location)
+
+
+def test_stores_and_transports_are_described_by_kind_and_place() -> None:
+    assert describe_store("./jobs.db") == "sqlite ./jobs.db"
+    assert describe_store("sqlite:///jobs.db") == "sqlite jobs.db"  # the path open_store opens
+    assert describe_store("memory") == "sqlite memory (a temporary file)"
+    assert describe_store("postgresql://a:b@db/jobs", "app") == "postgres postgresql://a:***@db/jobs (schema app)"
+    assert describe_transport(QueueConfig()) == "database (the store)"
+    redis = QueueConfig.load({"kind": "redis", "redis": {"url": "redis://:pw@cache:6379/2"}})
+    assert describe_transport(redis) == "redis redis://:***@cache:6379/2 (stream scheduler:runner)"
+    assert describe_transport(QueueConfig.load({"kind": "nats"})).startswith("nats nats://127.0.0.1:4222")
+
+
+def job_record(level: int = logging.WARNING, exc: bool = True) -> logging.LogRecord:
+    try:
+        {}["missing"]  # the KeyError a task raises
+    except KeyError:
+        info = sys.exc_info()
+    fields = {"job_id": JOB_ID, "task": "lookup", "attempt": 2, "outcome": "retry", "duration_ms": 3}
+    record = logging.LogRecord("jobengine.worker.jobs", level, __file__, 1, "job %s (%s) failed", (JOB_ID, "lookup"),
+                               info if exc else None)  # fmt: skip
+    record.__dict__.update(fields)
+    return record
+
+
+def test_a_json_line_holds_the_job_fields_and_the_traceback_as_a_string() -> None:
+    line = JsonFormatter().format(job_record())
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert obj["level"] == "WARNING" and obj["logger"] == "jobengine.worker.jobs"
+    assert obj["message"] == f"job {JOB_ID} (lookup) failed"
+    assert (obj["job_id"], obj["task"], obj["attempt"], obj["outcome"], obj["duration_ms"]) == (
+        JOB_ID, "lookup", 2, "retry", 3,
+    )  # fmt: skip
+    assert obj["time"].endswith("+00:00")
+    assert obj["exc_info"].startswith("Traceback") and obj["exc_info"].endswith("KeyError: 'missing'")
+
+
+def test_a_text_line_shows_the_short_id_then_the_traceback() -> None:
+    text = TextFormatter().format(job_record())
+    first, *rest = text.splitlines()
+    assert first.endswith("WARNING jobengine.worker.jobs: job cf1e.000 (lookup) failed")
+    assert JOB_ID not in first
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "KeyError: 'missing'"
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    jobengine = logging.getLogger("jobengine").level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.getLogger("jobengine").setLevel(jobengine)
+    logging.getLogger("jobengine.worker.jobs").setLevel(logging.NOTSET)
+
+
+def emitted(monkeypatch: pytest.MonkeyPatch, level: int, message: str) -> str:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    logging.getLogger("jobengine.worker.jobs").log(level, message)
+    return err.getvalue()
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_flag_wins_over_a_variable_and_a_variable_over_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    configure_from("error", None, {"JOBENGINE_LOG_LEVEL": "debug", "JOBENGINE_LOG_FORMAT": "json"})
+    apply_settings(Settings(log_level="debug", log_format="text"))
+    assert emitted(monkeypatch, logging.WARNING, "hidden") == ""
+    assert json.loads(emitted(monkeypatch, logging.ERROR, "shown"))["message"] == "shown"
+
+    configure_from(None, None, {})
+    apply_settings(Settings(log_level="warning", log_format="json"))
+    assert emitted(monkeypatch, logging.INFO, "hidden") == ""
+    assert json.loads(emitted(monkeypatch, logging.WARNING, "shown"))["level"] == "WARNING"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_live_view_keeps_only_dead_jobs_lines_unless_a_level_was_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    configure_from(None, None, {})
+    apply_settings(Settings(), live_view=True)
+    assert emitted(monkeypatch, logging.WARNING, "a retry") == ""
+    assert "a dead job" in emitted(monkeypatch, logging.ERROR, "a dead job")
+    configure_from("info", None, {})
+    apply_settings(Settings(), live_view=True)
+    assert "a start" in emitted(monkeypatch, logging.INFO, "a start")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--log-level", "loud"), ("--log-format", "xml")])
+@pytest.mark.usefixtures("restore_logging")
+def test_a_bad_flag_is_one_error_line_naming_the_setting(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([flag, value, "jobs", "list", "--db", "memory"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {flag.removeprefix('--').replace('-', '_')}: one of") and "\n" not in err
+
+
+def test_the_settings_refuse_an_unknown_level_or_format() -> None:
+    with pytest.raises(ConfigError, match="log_level: one of debug, info"):
+        Settings.from_mapping({}, env={"JOBENGINE_LOG_LEVEL": "chatty"})
+    with pytest.raises(ConfigError, match="log_format: one of text, json"):
+        Settings(log_format="yaml")
+    assert Settings.from_mapping({"log_level": "DEBUG"}, env={}).log_level == "DEBUG"
+
+
+def test_a_worker_the_engine_builds_names_its_store_and_transport_without_secrets() -> None:
+    settings = Settings.from_mapping({
+        "database": "postgresql://app:s3cret@127.0.0.1:1/jobs", "postgres_schema": "app",
+        "queue": {"kind": "redis", "redis": {"url": "redis://:pw@127.0.0.1:1/3"}},
+    }, env={})  # fmt: skip
+    engine = Engine.from_settings(settings)  # nothing connects until used
+    try:
+        setup = dict(engine.worker().options.setup)
+    finally:
+        asyncio.run(engine.close())
+    assert setup == {
+        "store": "postgres postgresql://app:***@127.0.0.1:1/jobs (schema app)",
+        "transport": "redis redis://:***@127.0.0.1:1/3 (stream scheduler:runner)",
+    }
