@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from jobengine.cli.output import short_id
+from jobengine.core.ids import short_id
 from jobengine.settings import Settings
 
 #: The attributes every LogRecord has; the others are the fields a caller gave in ``extra``.
