@@ -79,7 +79,7 @@ def test_a_json_line_holds_the_job_fields_and_the_traceback_as_a_string() -> Non
 def test_a_text_line_shows_the_short_id_then_the_traceback() -> None:
     text = TextFormatter().format(job_record())
     first, *rest = text.splitlines()
-    assert first.endswith("WARNING jobengine.worker.jobs: job cf1e.000 (lookup) failed")
+    assert first.endswith("WARNING jobengine.worker.jobs: job 01a222f5-cf1e-7000-8b74 (lookup) failed")
     assert JOB_ID not in first
     assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "KeyError: 'missing'"
 
@@ -159,3 +159,27 @@ def test_a_worker_the_engine_builds_names_its_store_and_transport_without_secret
         "store": "postgres postgresql://app:***@127.0.0.1:1/jobs (schema app)",
         "transport": "redis redis://:***@127.0.0.1:1/3 (stream scheduler:runner)",
     }
+
+
+def test_a_failure_with_lone_surrogates_is_escaped_before_any_handler() -> None:
+    """A task's exception text may hold lone surrogates: the line must still encode as UTF-8."""
+    from jobengine.worker import joblog
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    handler = Keep()
+    joblog.log.addHandler(handler)
+    try:
+        try:
+            raise ValueError("lone \udc00")
+        except ValueError as exc:
+            joblog.log.error("job failed: %s", exc, exc_info=exc)
+    finally:
+        joblog.log.removeHandler(handler)
+    text = TextFormatter().format(seen[0])
+    text.encode("utf-8")
+    assert "lone \\udc00" in text and "ValueError" in text

@@ -17,6 +17,25 @@ from jobengine.core.models import Job
 
 log = logging.getLogger("jobengine.worker.jobs")
 
+
+class _Printable(logging.Filter):
+    """A failure's text comes from the task and may hold lone surrogates, which no UTF-8 stream, file or
+    pipe takes: the message and the traceback of such a line are escaped before any handler sees them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            record.exc_text = _escaped(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+            record.msg, record.args = _escaped(record.getMessage()), None
+        return True
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+log.addFilter(_Printable())
+
 #: The record attributes every job line carries.
 JOB_FIELDS: Final = ("job_id", "task", "attempt", "outcome", "duration_ms")
 
