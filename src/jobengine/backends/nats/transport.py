@@ -167,7 +167,8 @@ class NatsTransport:
         log.warning("nats %s: %s", self.url, exc)
 
     async def _on_disconnect(self) -> None:
-        if not self._closed:
+        # A connection this transport is closing (at close, or after a failed connect) drops by intent.
+        if not self._closed and self._nc is not None:
             log.warning("nats %s: disconnected; reconnecting", self.url)
 
     async def _on_reconnect(self) -> None:
