@@ -216,23 +216,13 @@ async def overview_stream(request: Request) -> Response:
 
 
 def _rows_stream(request: Request, session: sess.Session, filt: JobFilter, template: str, event: str) -> Response:
-    """The rows of a job list's first page, re-read every ``dashboard_refresh_seconds`` and sent when they
-    changed: new jobs appear and states change without a reload."""
+    """The rows of a job list's first page, live like the other lists: new jobs appear and states change
+    without a reload."""
 
-    async def frames() -> AsyncIterator[ServerSentEvent]:
-        ctx = context(request)
-        st = state(request)
-        watch = _Watch(request, session)
-        last = None
-        while not ctx.closing and await watch.holds():
-            jobs = await engine(request).list_jobs(filt)
-            html = st.renderer.text(template, {"jobs": jobs, "csrf": session.csrf})
-            if html != last:
-                last = html
-                yield ServerSentEvent(html, event=event)
-            await anyio.sleep(st.refresh)
+    async def values(request: Request, session: sess.Session) -> Mapping[str, Any]:
+        return {"jobs": await engine(request).list_jobs(filt)}
 
-    return _respond(frames(), request)
+    return _respond(_periodic(request, session, template, event, values), request)
 
 
 @router.get("/ui/stream/jobs")
