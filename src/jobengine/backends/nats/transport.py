@@ -117,7 +117,7 @@ class NatsTransport:
         self._setup = asyncio.Lock()
         self._fetching = asyncio.Lock()
         self._closed = False
-        self._retried: dict[int, None] = {}  # stream sequences this process retried (oldest first)
+        self._retried: dict[int, int] = {}  # stream sequence -> attempt this process retried (oldest first)
 
     # -- plumbing -----------------------------------------------------------------------------------
     @asynccontextmanager
@@ -278,9 +278,17 @@ class NatsTransport:
             nc, _ = await self._connect()
             for reply in invalid:
                 await nc.publish(reply, b"+TERM")
-        # A redelivery that none of our own retries asked for: a lease expired (somewhere; naks by other
-        # processes are counted too, which is the price of asking no one).
-        expired = sum(1 for d in got if d.attempt > 1 and self._retried.pop(_stream_seq(d.receipt), None) is None)
+        expired = 0
+        for i, d in enumerate(got):
+            retried = self._retried.pop(_stream_seq(d.receipt), None)
+            if retried is None:
+                # A redelivery that none of our own retries asked for: a lease expired (somewhere; naks by
+                # other processes are counted too, which is the price of asking no one).
+                expired += d.attempt > 1
+            elif d.attempt <= retried:
+                # JetStream can hand back the delivery we nak'd with its old count instead of a new one: it
+                # is the redelivery the nak asked for, and max_deliveries must see it counted.
+                got[i] = replace(d, attempt=retried + 1)
         if expired:
             self.options.counters.count("lease_expired", expired)
         return await deliverable(self.options, got, dead_letter=self._dead_letter, ack=self.ack)
@@ -366,7 +374,7 @@ class NatsTransport:
         nak = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
         await self._reply(deliveries, nak, doing)
         for d in deliveries:
-            self._retried[_stream_seq(d.receipt)] = None
+            self._retried[_stream_seq(d.receipt)] = d.attempt
 
     async def release(self, deliveries: Sequence[Delivery], delay: float = 0.0) -> None:
         """A nak (JetStream counts it as a delivery; redelivered after ``delay``); on the last delivery, an
