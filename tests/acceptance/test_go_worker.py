@@ -196,12 +196,12 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
     assert {p for _, _, _, p in lines} == {doomed.pid, survivor.pid}
 
     done: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    started_by_doomed: set[str] = set()
+    started_by_doomed: set[tuple[str, int]] = set()  # (job, attempt)
     for kind, job_id, attempt, pid in lines:
         if kind == "done" and job_id in jobs:
             done[job_id].append((attempt, pid))
         elif kind == "start" and pid == doomed.pid:
-            started_by_doomed.add(job_id)
+            started_by_doomed.add((job_id, attempt))
     # None twice: each job ran to completion exactly once in its final (reported) attempt. A job can show an
     # earlier "done" from the killed worker (its handler returned, the report never left), or from either
     # worker in an attempt whose lease expired first (a loaded machine delays a heartbeat past the lease):
@@ -220,14 +220,16 @@ def test_500_jobs_two_go_workers_one_sigkilled_all_succeed_once(server: Server, 
     assert len(unreported_by_doomed) <= CONCURRENCY
 
     # The killed worker's jobs in flight ran again after their lease expired (the rescuer's LeaseExpired).
-    in_flight = {i for i in started_by_doomed if (jobs[i]["attempt"], doomed.pid) not in done[i]}
+    # In flight at the kill: an attempt it started and never finished (an earlier attempt it finished after
+    # its lease expired under load is not one, though the job's final attempt ran elsewhere).
+    in_flight = {i for i, a in started_by_doomed if (a, doomed.pid) not in done[i]}
     assert in_flight, "the first worker had no job in flight when it was killed"
     assert len(in_flight) <= CONCURRENCY
     for job_id in in_flight:
         job = jobs[job_id]
         assert job["attempt"] >= 2 and "LeaseExpired" in [e["type"] for e in job["errors"]], job
         assert done[job_id][-1] == (job["attempt"], survivor.pid)
-    finished_by_doomed = {i for i in started_by_doomed if (jobs[i]["attempt"], doomed.pid) in done[i]}
+    finished_by_doomed = {i for i, _ in started_by_doomed if (jobs[i]["attempt"], doomed.pid) in done[i]}
     # Its jobs finished cleanly: an earlier attempt, if any, only ended by an expired lease (see above).
     assert all({e["type"] for e in jobs[i]["errors"]} <= {"LeaseExpired"} for i in finished_by_doomed)
     assert len(finished_by_doomed) + len(unreported_by_doomed) >= 100  # its 100 "done" lines

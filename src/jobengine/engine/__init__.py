@@ -637,10 +637,7 @@ class Engine:
         job = await self.get_job(job_id, tenant)
         if job.terminal:
             raise IllegalState(f"job {job_id} is already {job.state.value}; nothing to cancel")
-        changed = await self.store.cancel_jobs([job.id], reason, self.clock.now(), tenant)
-        self._published(changed.events)
-        if any(j.run_id is not None for j in changed.jobs):
-            await self.runs.ended(changed.jobs)
+        await self.jobs.cancel([job.id], reason, tenant)
         return await self.get_job(job_id, tenant)
 
     async def retry(self, job_id: str, tenant: str | None = None) -> Job:
@@ -658,14 +655,7 @@ class Engine:
         return await self._queue_again(job, tenant)
 
     async def _queue_again(self, job: Job, tenant: str | None) -> Job:
-        # A broker hears of the job again, and its run is reopened, whichever action queued it.
-        changed = await self.store.retry_jobs([job.id], self.clock.now(), tenant)
-        self._published(changed.events)
-        if self.settings.queue.broker:
-            await self.transports.publish_jobs(changed.jobs, "retried")
-        if any(j.run_id is not None for j in changed.jobs):
-            await self.runs.reopened(changed.jobs)
-        self.notifier().notify()
+        await self.jobs.requeue([job.id], tenant)
         return await self.get_job(job.id, tenant)
 
     async def events(

@@ -121,21 +121,32 @@ class JobSelection:
     async def _apply_chunk(self, act: BulkAction, jobs: list[Job], tenant: str | None, reason: str) -> list[JobId]:
         eng = self._engine
         ids = [j.id for j in jobs]
-        now = eng.clock.now()
         if act is BulkAction.DELETE:
-            events = await cast(DeadLetterStore, eng.store).purge_dead_jobs(now, len(ids), tenant=tenant, ids=ids)
+            events = await cast(DeadLetterStore, eng.store).purge_dead_jobs(
+                eng.clock.now(), len(ids), tenant=tenant, ids=ids
+            )
             if events:
                 eng.bus.publish(events)
             return [JobId(e.job_id) for e in events if e.job_id is not None]
         wanted = set(ids)
-        if act is BulkAction.CANCEL:
-            cancelled = await eng.store.cancel_jobs(ids, reason, now, tenant)
-            if cancelled.events:
-                eng.bus.publish(cancelled.events)
-            if any(j.run_id is not None for j in cancelled.jobs):
-                await eng.runs.ended(cancelled.jobs)
-            return [j.id for j in cancelled.jobs if j.id in wanted]
-        retried = await eng.store.retry_jobs(ids, now, tenant)
+        changed = await (self.cancel(ids, reason, tenant) if act is BulkAction.CANCEL else self.requeue(ids, tenant))
+        return [j.id for j in changed if j.id in wanted]
+
+    async def cancel(self, ids: Sequence[JobId], reason: str, tenant: str | None = None) -> list[Job]:
+        """Cancel these jobs (queued ones at once, running ones asked to stop); the jobs that changed."""
+        eng = self._engine
+        cancelled = await eng.store.cancel_jobs(ids, reason, eng.clock.now(), tenant)
+        if cancelled.events:
+            eng.bus.publish(cancelled.events)
+        if any(j.run_id is not None for j in cancelled.jobs):
+            await eng.runs.ended(cancelled.jobs)
+        return list(cancelled.jobs)
+
+    async def requeue(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
+        """Queue these finished jobs again with a fresh attempt budget; the jobs that changed. A broker hears
+        of them again and their runs reopen, whichever action (retry, replay, bulk) queued them."""
+        eng = self._engine
+        retried = await eng.store.retry_jobs(ids, eng.clock.now(), tenant)
         if retried.events:
             eng.bus.publish(retried.events)
         if eng.settings.queue.broker:
@@ -143,4 +154,4 @@ class JobSelection:
         if any(j.run_id is not None for j in retried.jobs):
             await eng.runs.reopened(retried.jobs)
         eng.notifier().notify()
-        return [j.id for j in retried.jobs if j.id in wanted]
+        return list(retried.jobs)
