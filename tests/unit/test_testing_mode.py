@@ -54,6 +54,16 @@ def test_a_job_runs_on_drain_and_the_engine_is_put_back(app: Engine) -> None:
     assert [t.name for t in app.tasks] == ["greet"]
 
 
+def test_an_error_in_the_block_still_puts_the_engine_back(app: Engine) -> None:
+    store = app.store
+    with pytest.raises(KeyError, match="from the test"), testing.TestEngine(app):
+        assert app.store is not store
+        raise KeyError("from the test")
+    assert app.store is store and "_test_mode" not in app.__dict__
+    with testing.TestEngine(app) as t:  # and it can be entered again
+        assert t.drain_sync() == []
+
+
 async def test_retries_run_at_once_with_the_clock_moved_over_their_backoff(app: Engine) -> None:
     @app.task(max_attempts=4, retry=RetryPolicy(base=60, jitter=False))
     async def flaky(ctx: JobContext) -> int:
