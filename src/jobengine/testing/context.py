@@ -57,6 +57,7 @@ class TestContext(SyncJobContext):
         """The store a worker would write to: nothing to do, the phases are on the context already."""
 
     def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report progress as a worker's context does, and record it in ``progress_reports``."""
         super().progress(fraction, message)
         self.progress_reports.append((self._s.phases[self._s.index].progress, message))
 
