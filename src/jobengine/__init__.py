@@ -27,6 +27,8 @@ The names to start from: :class:`Engine` (tasks, enqueueing, jobs, workers), :cl
 ``result_sync``), :class:`JobContext` (progress, checkpoints, earlier phases' results, cancellation),
 :class:`Settings`, and the errors (:class:`JobFailed`, :class:`NonRetryable`, :class:`InvalidJob`...).
 ``engine.enqueue("send_welcome", {"email": ...})`` enqueues by name, as other languages and the HTTP API do.
+Tests run the app's jobs in process with :mod:`jobengine.testing` (``TestEngine(engine)``, ``drain()``,
+``testing.context()``).
 
 The public API is what ``__all__`` lists; everything else (the worker protocol, the HTTP layer, the
 backends) is private. The scheduler's types (schedules, runs, failure signatures, ``PlanContext``) are

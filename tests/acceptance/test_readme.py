@@ -231,12 +231,19 @@ class Readme(Processes):
         assert answer.status_code == 201, answer.text
 
     def python(self, block: Block) -> None:
-        """Run the block as a script. One that runs a worker runs until a job it enqueued succeeded in the
-        database it names, then gets SIGTERM (which the README says ends a worker with exit code 0)."""
+        """Run the block as a script, or with pytest when it defines tests (a user's test file). One that runs
+        a worker runs until a job it enqueued succeeded in the database it names, then gets SIGTERM (which the
+        README says ends a worker with exit code 0)."""
         self.count += 1
         script = self.cwd / f"readme_{block.line}.py"
         script.write_text(block.text)
         where = f"README.md:{block.line} (python)"
+        if re.search(r"^(async )?def test_", block.text, re.MULTILINE):  # a test file: pytest runs it
+            p = self.run(f"python{self.count}", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                                 str(script)])  # fmt: skip
+            assert p.wait(timeout=240) == 0, f"{where}: {self.output(p)}"
+            assert re.search(r"\b\d+ passed\b", self.output(p)), f"{where}: {self.output(p)}"
+            return
         p = self.run(f"python{self.count}", [sys.executable, str(script)])
         if "run_worker" in block.text:
             database = re.search(r'database="([^"]+)"', block.text)

@@ -1,5 +1,5 @@
-"""The README's Python example and the example ``help(jobengine)`` opens on run as standalone scripts (in a
-new interpreter, in an empty directory) and do what their comments say."""
+"""The README's Python example, its test file, and the example ``help(jobengine)`` opens on run as standalone
+scripts (in a new interpreter, in an empty directory) and do what their comments say."""
 
 from __future__ import annotations
 
@@ -40,6 +40,20 @@ def test_the_readme_python_example_runs_and_gets_its_result(tmp_path: Path) -> N
     assert rows == {"etl": "succeeded", "send_welcome": "succeeded"}
     # Run again on the same file: the idempotency key names the job already done, whose result comes back.
     assert _run(script, tmp_path).splitlines() == ["sent to ada@example.com (en)"]
+
+
+def test_the_readme_testing_example_passes_under_pytest(tmp_path: Path) -> None:
+    """The "Testing your tasks" block is a user's test file: pytest runs it in a directory of its own, with
+    the ``jobengine_testing`` fixture from jobengine's pytest plugin, and never opens the app's database."""
+    script = _python_block((ROOT / "README.md").read_text(), "## Testing your tasks")
+    (tmp_path / "test_billing.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_billing.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b2 passed\b", done.stdout), done.stdout
+    assert not (tmp_path / ".jobengine").exists()
 
 
 def test_the_example_help_opens_on_runs(tmp_path: Path) -> None:
