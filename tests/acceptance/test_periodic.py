@@ -80,3 +80,18 @@ async def test_three_schedulers_on_one_sqlite_file(procs: Procs, tmp_path: Path)
 async def test_three_schedulers_on_postgresql(procs: Procs, tmp_path: Path, postgres_dsn: str) -> None:
     procs.env["JOBENGINE_DATABASE"] = postgres_dsn
     await declared_twice_then_changed(procs, tmp_path, postgres_dsn)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_worker_of_the_app_syncs_them_as_it_starts(procs: Procs, tmp_path: Path) -> None:
+    (tmp_path / "periodic_app.py").write_text(APP.format(cron="0 8 * * *"))
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PYTHONDONTWRITEBYTECODE": "1"}
+    worker = procs.spawn("worker", "worker", "--app", "periodic_app:engine", env=env)
+    procs.wait_ready(worker)
+    async with Engine.from_settings(Settings(database=procs.env["JOBENGINE_DATABASE"])) as engine:
+        schedules = {s.name: (s.version, s.created_by) for s in await engine.schedules.list(ScheduleFilter())}
+    assert schedules == {"send_report": (1, "code"), "hourly-report": (1, "code")}
+    assert "schedule send_report created from code (version 1)" in procs.output(worker)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, procs.output(worker)
