@@ -78,13 +78,17 @@ def test_a_declaration_that_cannot_work_is_refused_where_it_is_written(engine: E
     with pytest.raises(InvalidSchedule) as both:
         engine.periodic("0 * * * *", task=report, args=("mon",), payload={"day": "mon"})
     assert both.value.field == "payload"
+    with pytest.raises(InvalidJob) as wrong_payload:
+        engine.periodic("0 * * * *", task=report, payload={"dya": "mon"})
+    assert wrong_payload.value.field == "payload.day"
+    engine.periodic("0 * * * *", task=report, payload={"day": "mon"}, name="by-payload")
     with pytest.raises(InvalidSchedule) as by_name:
         engine.periodic("0 * * * *", task="report", args=("mon",))
     assert by_name.value.field == "args"
     with pytest.raises(InvalidSchedule) as neither:
         engine.periodic(task="report")
     assert neither.value.field in ("cron", "every")
-    assert engine.periodic.declared == ()
+    assert [s.template.payload for s in engine.periodic.declared] == [{"day": "mon"}]
 
 
 def test_a_name_is_declared_once(engine: Engine) -> None:

@@ -155,8 +155,11 @@ class Periodic:
                 if isinstance(target, str):
                     raise InvalidSchedule("args", "a task given by name takes payload=, not args / kwargs")
                 job_payload = target.payload(*args, **(kwargs or {}))
-            elif payload is None and not isinstance(target, str):
-                job_payload = target.payload()  # a task's defaults, checked now rather than at the first tick
+            elif not isinstance(target, str):
+                if payload is None:
+                    job_payload = target.payload()  # the task's defaults: checked now, not at the first tick
+                elif (registered := self._engine.tasks.get(target.name)) and registered.check_payload:
+                    registered.check_payload(payload)
             template = JobTemplate(task=task_name, payload=job_payload, queue=queue, priority=priority,
                                    max_attempts=max_attempts)  # fmt: skip
             spec = ScheduleSpec(
