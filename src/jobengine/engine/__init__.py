@@ -738,9 +738,9 @@ class Engine:
 
     async def run_worker(self, **overrides: Any) -> None:
         """Run a worker (:meth:`worker`) until it is stopped, after syncing the schedules declared in code
-        (:attr:`periodic`). In the main thread, SIGTERM and SIGINT stop it
-        as they stop ``jobengine worker``: the first gracefully, a second at once; it then returns, so the
-        script that awaits it ends with exit code 0 instead of being killed by the signal."""
+        (:attr:`periodic`). In the main thread, SIGTERM and SIGINT stop it as they stop ``jobengine worker``:
+        the first gracefully, a second at once; it then returns, so the script that awaits it ends with exit
+        code 0 instead of being killed by the signal."""
         await self.periodic.sync()
         worker = self.worker(**overrides)
         loop = asyncio.get_running_loop()
