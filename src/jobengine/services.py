@@ -170,7 +170,9 @@ class SchedulerService:
         return SchedulerLoop(passes, passes.leader("scheduler"), self.options)
 
     async def start(self) -> None:
+        """Sync the schedules declared in code (``engine.periodic``), then run the loop."""
         if self._task is None or self._task.done():
+            await self.engine.periodic.sync()
             if self.loop.stopped:  # a stopped loop stays stopped: start afresh
                 self.loop = self._new_loop()
             self._task = asyncio.create_task(self.loop.run(), name="jobengine-scheduler")

@@ -119,6 +119,7 @@ async def _worker(
     engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None
 ) -> None:
     async with Supervisor(None, early) as supervisor, engine:
+        await engine.periodic.sync()
         if packs:  # before the worker is built: its queues default to those of the registered tasks
             from jobengine.cli.packs import load_local
 

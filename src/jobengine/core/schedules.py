@@ -15,6 +15,7 @@ schedule is refused before it reaches any store. Usage::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -41,6 +42,12 @@ SCHEDULE_DELETED: Final = "schedule.deleted"
 SCHEDULE_MISFIRED: Final = "schedule.misfired"
 #: A tick dropped by the overlap policy ``skip`` (the previous run was still going).
 SCHEDULE_SKIPPED: Final = "schedule.skipped"
+
+#: The actor of changes that come from schedules declared in code (``@engine.periodic``).
+DECLARED_BY: Final = "code"
+#: What a declaration in code says about a schedule. ``enabled`` is not among them: pausing and resuming
+#: are an operator's, so a declared schedule someone paused stays paused when the app starts again.
+DECLARED_FIELDS: Final = ("cron", "every", "timezone", "template", "overlap", "misfire", "catch_up", "jitter")
 
 
 class OverlapPolicy(StrEnum):
@@ -265,6 +272,13 @@ class Schedule:
     @property
     def enabled(self) -> bool:
         return self.spec.enabled
+
+
+def declared_changes(stored: ScheduleSpec, declared: ScheduleSpec) -> list[str]:
+    """The :data:`DECLARED_FIELDS` whose values differ, compared as the JSON a store keeps (a tuple and a
+    list of the same values are equal)."""
+    a, b = (json.loads(json.dumps(spec.to_json())) for spec in (stored, declared))
+    return [name for name in DECLARED_FIELDS if a[name] != b[name]]
 
 
 def first_fire(spec: ScheduleSpec, after: float) -> float | None:

@@ -42,6 +42,7 @@ from jobengine.engine.flow import FlowControl
 from jobengine.engine.handles import JobHandle, Task, TaskDecorator
 from jobengine.engine.health import Health
 from jobengine.engine.keys import Keys
+from jobengine.engine.periodic import Periodic
 from jobengine.engine.queues import Queues, QueueSettingsCache
 from jobengine.engine.requests import Requests
 from jobengine.engine.selection import JobSelection
@@ -334,6 +335,19 @@ class Engine:
         self.notifier().notify()
         if self.settings.queue.broker:
             await self.transports.publish_jobs(jobs, "scheduled")
+
+    @cached_property
+    def periodic(self) -> Periodic:
+        """Schedules declared in code (:mod:`jobengine.engine.periodic`): as a decorator of a task, or called
+        with ``task=``. Every worker and scheduler of the app creates or updates them as it starts. Usage::
+
+            @engine.periodic("*/5 * * * *", tz="Europe/Paris")
+            @engine.task
+            async def send_report() -> None: ...
+
+            engine.periodic("0 * * * *", task=send_report, name="hourly-report")
+        """
+        return Periodic(self)
 
     # -- tasks --------------------------------------------------------------------------------------
     @overload
@@ -713,9 +727,11 @@ class Engine:
         return worker
 
     async def run_worker(self, **overrides: Any) -> None:
-        """Run a worker (:meth:`worker`) until it is stopped. In the main thread, SIGTERM and SIGINT stop it
-        as they stop ``jobengine worker``: the first gracefully, a second at once; it then returns, so the
-        script that awaits it ends with exit code 0 instead of being killed by the signal."""
+        """Run a worker (:meth:`worker`) until it is stopped, after syncing the schedules declared in code
+        (:attr:`periodic`). In the main thread, SIGTERM and SIGINT stop it as they stop ``jobengine worker``:
+        the first gracefully, a second at once; it then returns, so the script that awaits it ends with exit
+        code 0 instead of being killed by the signal."""
+        await self.periodic.sync()
         worker = self.worker(**overrides)
         loop = asyncio.get_running_loop()
         # Signal handlers can only be installed from the main thread; elsewhere stop() is the only way out.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from jobengine.core.models import Job
+from jobengine.core.models import Job, Json
 from jobengine.core.states import JobState
 from jobengine.errors import JobFailed
 from jobengine.worker.arguments import Parameters
@@ -151,6 +151,14 @@ class Task(Generic[P, R]):
         if self.__wrapped__ is None:
             raise TypeError(f"task {self.name!r} is made of phases: call each phase, or enqueue the task")
         return self.__wrapped__(*args, **kwargs)
+
+    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Json]:
+        """The payload a job of these arguments stores (what :meth:`enqueue` writes), checked as it checks
+        them. Usage::
+
+            send_welcome.payload("ada@example.com", lang="en")   # {"email": "ada@example.com", "lang": "en"}
+        """
+        return self._params.payload(args, kwargs)
 
     def options(
         self,

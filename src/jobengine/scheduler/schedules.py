@@ -24,7 +24,7 @@ import builtins
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from jobengine.core import schedules as sc
 from jobengine.core.bounds import check_json, check_text, check_time
@@ -34,7 +34,7 @@ from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Job, Json
 from jobengine.core.runs import Run, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
-from jobengine.errors import InvalidSchedule, NotFound
+from jobengine.errors import AlreadyExists, IllegalState, InvalidSchedule, NotFound
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, new_run, plan_run
 from jobengine.tasks import TaskRegistry
@@ -43,7 +43,13 @@ MAX_SIMULATION: Final = 1000
 #: Fields whose change moves the cursor to now and recomputes the next fire time.
 _CADENCE: Final = frozenset({"cron", "every", "timezone", "enabled"})
 
+#: Reads and compare-and-sets a declaration may lose to other replicas declaring the same schedule at once:
+#: each loss means another replica wrote the schedule, so the next read usually finds it as declared.
+_DECLARE_TRIES: Final = 10
+
 P = TypeVar("P", bound=PlannerFn)
+#: What :meth:`Schedules.declare` did to the stored schedule.
+Declared = Literal["created", "updated", "unchanged"]
 
 #: Publishes events the store wrote (on the engine's in-process bus).
 Published = Callable[[Sequence[Event]], None]
@@ -118,6 +124,35 @@ class Schedules:
         self._published(events)
         self._changed()
         return schedule
+
+    async def declare(self, spec: ScheduleSpec, *, actor: str = sc.DECLARED_BY) -> tuple[Schedule, Declared]:
+        """Make the stored schedule named ``spec.name`` (in ``spec.tenant``) say what ``spec`` says: create it
+        when missing, update the fields that differ (one ``schedule.updated`` event naming them, the
+        version one up), leave it alone when equal. Whether it is paused is not compared
+        (:data:`~jobengine.core.schedules.DECLARED_FIELDS`). Usage::
+
+            schedule, outcome = await engine.schedules.declare(spec)   # "created", "updated" or "unchanged"
+
+        Every replica of an app may declare the same spec at once: a create that loses to another's (the
+        name is unique) or an update that loses (the version is compared and set) reads the schedule again
+        and compares, so it is created once and updated once. IllegalState if it keeps changing under it."""
+        sc.check_actor(actor)
+        wanted = await self._pinned(spec)
+        for _ in range(_DECLARE_TRIES):
+            current = await self._store.find_schedule(spec.tenant, spec.name)
+            try:
+                if current is None:
+                    return await self.create(spec, actor=actor), "created"
+                differ = sc.declared_changes(current.spec, wanted)
+                if not differ:
+                    return current, "unchanged"
+                changes = {name: getattr(spec, name) for name in differ}
+                return await self._change(
+                    current.id, spec.tenant, actor, changes, sc.SCHEDULE_UPDATED, current
+                ), "updated"
+            except (AlreadyExists, IllegalState, NotFound):
+                continue  # another replica wrote it (or deleted it) meanwhile: read it again
+        raise IllegalState(f"schedule {spec.name!r} kept changing while it was declared; start again")
 
     async def get(self, ref: str, tenant: str | None = None) -> Schedule:
         """By id, else by name in ``tenant`` (``default`` when None). Raises NotFound."""
@@ -254,9 +289,18 @@ class Schedules:
         return await self._pack_template(spec)
 
     async def _change(
-        self, ref: str, tenant: str | None, actor: str, changes: Mapping[str, Any], event_type: str
+        self,
+        ref: str,
+        tenant: str | None,
+        actor: str,
+        changes: Mapping[str, Any],
+        event_type: str,
+        current: Schedule | None = None,
     ) -> Schedule:
-        current = await self.get(ref, tenant)
+        """``current``: the schedule as the caller read it; the change is refused (IllegalState) if it is no
+        longer the stored version."""
+        if current is None:
+            current = await self.get(ref, tenant)
         spec = _changed_spec(current.spec, changes)
         if "template" in changes:
             spec = await self._pinned(spec)
