@@ -31,8 +31,9 @@ from jobengine.engine.compose import open_store
 from jobengine.errors import ConfigError
 
 #: Attributes the app sets on its engine after building it, kept in test mode besides ``tasks`` and ``bus``
-#: (which the engine's constructor takes): the planners a schedule's template names.
-KEPT = ("_planners",)
+#: (which the engine's constructor takes): the planners a schedule's template names, and the schedules
+#: declared in code (whose keeper holds the engine itself, not its store).
+KEPT = ("_planners", "periodic")
 
 #: The attribute that marks an engine in test mode (gone when it leaves, with everything test mode set).
 MARK = "_test_mode"
