@@ -517,9 +517,10 @@ class Engine:
     ) -> list[Job]:
         """Store a batch in one transaction: all of it, or (on any error) none of it.
 
-        ``connection``: the caller's own open connection (PostgreSQL: a ``psycopg.AsyncConnection``) to
-        write the jobs in the caller's transaction, together with its data: rolled back, they never existed;
-        committed, they run. Their events are not published on the in-process bus, because the transaction
+        ``connection``: the caller's own open connection (PostgreSQL: a ``psycopg.AsyncConnection``, or a
+        sync ``psycopg.Connection``) to write the jobs in the caller's transaction, together with its data:
+        rolled back, they never existed; committed, they run (:mod:`jobengine.integrations` finds it in a
+        SQLAlchemy session or Django). Their events are not published on the in-process bus, because the transaction
         may still roll back; they are in the store's event log once it commits. Usage::
 
             async with conn.transaction():
@@ -589,10 +590,11 @@ class Engine:
         depends_on: Sequence[str] = (),
         tenant: str = "default",
         timeout: float | None = None,
+        connection: object | None = None,
         watermark: Watermark | None = None,
     ) -> Job:
-        """:meth:`enqueue` for code that is not async (a Django view, a script), with the same options
-        (not ``connection``: a caller's transaction is an async connection). Usage::
+        """:meth:`enqueue` for code that is not async (a Django view, a script), with the same options;
+        ``connection`` here is a sync one (PostgreSQL: a ``psycopg.Connection``). Usage::
 
             job = engine.enqueue_sync("send_welcome", {"email": "ada@example.com"}, delay=60)
         """
@@ -600,12 +602,16 @@ class Engine:
             self.enqueue(
                 task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
                 idempotency_key=idempotency_key, depends_on=depends_on, tenant=tenant, timeout=timeout,
-                watermark=watermark,
+                connection=connection, watermark=watermark,
             )
         )  # fmt: skip
 
-    def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return self._sync(self.enqueue_many(jobs))
+    def enqueue_many_sync(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[Job]:
+        """:meth:`enqueue_many` for code that is not async; ``connection`` as in :meth:`enqueue_sync`. Usage::
+
+        engine.enqueue_many_sync([engine.new_job("resize", {"image": n}) for n in range(10)])
+        """
+        return self._sync(self.enqueue_many(jobs, connection=connection))
 
     def _check_payloads(self, jobs: Sequence[NewJob], tasks: set[str]) -> None:
         """InvalidJob naming the field for a payload that cannot be the arguments of a task this process

@@ -104,6 +104,7 @@ class TaskOptions:
     depends_on: tuple[str, ...] = field(default=())
     tenant: str = "default"
     timeout: float | None = None
+    connection: object | None = None
 
 
 def _ids(jobs: Sequence[str | Job | JobHandle[Any]]) -> tuple[str, ...]:
@@ -172,16 +173,18 @@ class Task(Generic[P, R]):
         depends_on: Sequence[str | Job | JobHandle[Any]] = (),
         tenant: str = "default",
         timeout: float | None = None,
+        connection: object | None = None,
     ) -> Task[P, R]:
         """The same task with these enqueue options added to its own (a new handle; this one is unchanged).
-        ``depends_on`` takes job ids, jobs or handles. Usage::
+        ``depends_on`` takes job ids, jobs or handles; ``connection``: the caller's own, to enqueue in its
+        transaction (see :meth:`Engine.enqueue_many`). Usage::
 
             await report.options(queue="slow", delay=timedelta(minutes=5), depends_on=[extract]).enqueue(day)
         """
         given: dict[str, Any] = {
             "queue": queue, "priority": priority, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
             "idempotency_key": idempotency_key, "depends_on": _ids(depends_on) or None,
-            "tenant": tenant if tenant != "default" else None, "timeout": timeout,
+            "tenant": tenant if tenant != "default" else None, "timeout": timeout, "connection": connection,
         }  # fmt: skip
         opts = replace(self._options, **{k: v for k, v in given.items() if v is not None})
         return Task(self._engine, self.name, self._params, self.__wrapped__, self._returns, opts)
@@ -194,7 +197,7 @@ class Task(Generic[P, R]):
         job = await self._engine.enqueue(
             self.name, payload, queue=o.queue, priority=o.priority, run_at=o.run_at, delay=o.delay,
             max_attempts=o.max_attempts, idempotency_key=o.idempotency_key, depends_on=o.depends_on,
-            tenant=o.tenant, timeout=o.timeout,
+            tenant=o.tenant, timeout=o.timeout, connection=o.connection,
         )  # fmt: skip
         return JobHandle(self._engine, job, self._returns)
 
@@ -205,7 +208,7 @@ class Task(Generic[P, R]):
         job = self._engine.enqueue_sync(
             self.name, payload, queue=o.queue, priority=o.priority, run_at=o.run_at, delay=o.delay,
             max_attempts=o.max_attempts, idempotency_key=o.idempotency_key, depends_on=o.depends_on,
-            tenant=o.tenant, timeout=o.timeout,
+            tenant=o.tenant, timeout=o.timeout, connection=o.connection,
         )  # fmt: skip
         return JobHandle(self._engine, job, self._returns)
 

@@ -89,3 +89,26 @@ async def test_an_error_leaves_the_callers_transaction_usable(store: PostgresSto
 async def test_a_connection_is_required(store: PostgresStore) -> None:
     with pytest.raises(TypeError):
         await store.insert_jobs_in(object(), [NewJob(task="t")], time.time(), [()])
+
+
+async def test_a_sync_connection_commits_and_rolls_back_with_its_transaction(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    """A sync psycopg connection (SQLAlchemy's Session, Django) as the caller's: the same contract."""
+    (first,) = (await store.insert_jobs([NewJob(task="t", idempotency_key="k", payload=1)], time.time(), [()])).jobs
+    kept, dropped = NewJob(task="ship", payload={"order": 1}), NewJob(task="ship", payload={"order": 2})
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.commit()
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(IdempotencyConflict):
+            await store.insert_jobs_in(conn, [NewJob(task="t", idempotency_key="k", payload=2)], time.time(), [()])
+        same = await store.insert_jobs_in(conn, [NewJob(task="t", idempotency_key="k", payload=1)], time.time(), [()])
+        assert same.created == [False] and same.jobs[0].id == first.id
+        assert (await store.insert_jobs_in(conn, [kept], time.time(), [()])).created == [True]
+        assert await store.get_jobs([kept.id]) == []  # not committed yet
+        conn.commit()
+        await store.insert_jobs_in(conn, [dropped], time.time(), [()])
+        conn.rollback()
+        assert [r[0] for r in conn.execute("SELECT id FROM orders").fetchall()] == [1]
+    assert [j.id for j in await store.get_jobs([kept.id, dropped.id])] == [kept.id]

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-import psycopg
+from psycopg.rows import tuple_row
 
 from jobengine.backends.postgres import sql
+from jobengine.backends.postgres.caller import caller_connection
 from jobengine.backends.postgres.changes import Collect
 from jobengine.backends.postgres.insert import recover
 from jobengine.backends.postgres.mixin import Conn, StoreCalls, qualify
@@ -61,11 +62,12 @@ async def _insert_outboxed(
     owed = outbox.owed(inserted, headers or {})
     if not owed:
         return Outboxed(inserted, [])
-    assert isinstance(connection, psycopg.AsyncConnection)
     # Only rows due now are held (the caller's relay publishes those at once); later ones wait for any relay.
     values = codec.dumps([[j.id, j.queue, j.run_at, h] for j, h in owed], "headers")
     params = {"rows": values, "now": now, "held_until": now + hold if hold > 0 else 0.0}
-    cur = await connection.execute(qualify(store, _INSERT), params)
+    # Tuples whatever row factory a caller's connection has (SQLAlchemy's, Django's).
+    cur = caller_connection(connection).cursor(row_factory=tuple_row)
+    await cur.execute(qualify(store, _INSERT), params)
     ids = {r[1]: int(r[0]) for r in await cur.fetchall()}
     rows = [OutboxRow(ids[j.id], j.id, j.queue, j.run_at, h) for j, h in owed]
     return Outboxed(inserted, rows)

@@ -41,6 +41,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
+from jobengine.backends.postgres.caller import caller_connection
 from jobengine.backends.postgres.changes import DEPENDENTS, STATE, Collect, J, Row, cut_after, job_rows
 from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
@@ -557,7 +558,8 @@ class PostgresStore(
         *,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted:
-        """``connection`` is a ``psycopg.AsyncConnection``; its transaction is opened here if it is not in
+        """``connection`` is a ``psycopg.AsyncConnection`` or a sync ``psycopg.Connection`` (whose statements
+        run in worker threads, see :mod:`.caller`); its transaction is opened here if it is not in
         autocommit mode and has none yet (as its first statement would). On an autocommit connection outside
         a transaction block the jobs are committed at once, like :meth:`insert_jobs`. Usage::
 
@@ -566,11 +568,9 @@ class PostgresStore(
                     await conn.execute("INSERT INTO orders ...")
                     await store.insert_jobs_in(conn, [NewJob("ship", {"order": 7})], time.time(), [()])
         """
-        if not isinstance(connection, psycopg.AsyncConnection):
-            raise TypeError("insert_jobs_in needs a psycopg.AsyncConnection")
+        conn = caller_connection(connection)
         if not jobs:
             return Inserted([], [], [])
-        conn: Conn = connection
         plan = InsertPlan.of(jobs, now, phases, watermarks)
         try:
             if not conn.autocommit and conn.info.transaction_status is TransactionStatus.IDLE:
