@@ -108,8 +108,9 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
 
 class Engine:
     """The one facade: tasks, enqueueing, jobs and their results, workers, and the services beside them
-    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...). Build it from settings; use it as an
-    async context manager (it applies migrations at start and closes the store at exit). Usage::
+    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...), and the ``middleware`` around enqueueing and
+    each attempt. Build it from settings; use it as an async context manager (it applies migrations at start
+    and closes the store at exit). Usage::
 
         engine = Engine.from_settings(Settings(database="postgresql://localhost/jobs"))
 
