@@ -25,7 +25,8 @@ backoff, dead-lettered, replayable; on SQLite or PostgreSQL. Usage::
 The names to start from: :class:`Engine` (tasks, enqueueing, jobs, workers), :class:`Task` (what
 ``@engine.task`` returns: ``enqueue``, ``enqueue_sync``, ``options``), :class:`JobHandle` (``result``,
 ``result_sync``), :class:`JobContext` (progress, checkpoints, earlier phases' results, cancellation),
-:class:`Settings`, and the errors (:class:`JobFailed`, :class:`NonRetryable`, :class:`InvalidJob`...).
+:class:`Settings`, :class:`Middleware` (hooks around enqueueing and each attempt), and the errors
+(:class:`JobFailed`, :class:`NonRetryable`, :class:`InvalidJob`...).
 ``engine.enqueue("send_welcome", {"email": ...})`` enqueues by name, as other languages and the HTTP API do.
 Tests run the app's jobs in process with :mod:`jobengine.testing` (``TestEngine(engine)``, ``drain()``,
 ``testing.context()``).
@@ -61,6 +62,7 @@ from jobengine.errors import (
     UnknownDependency,
     UnknownTask,
 )
+from jobengine.middleware import Middleware
 from jobengine.settings import Settings
 from jobengine.tasks import phase
 from jobengine.version import __version__
@@ -124,6 +126,7 @@ __all__ = [
     "JobState",
     "JobTemplate",
     "ManualClock",
+    "Middleware",
     "MisfirePolicy",
     "NewJob",
     "NonRetryable",

@@ -7,6 +7,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import jobengine
@@ -61,3 +62,35 @@ def test_the_example_help_opens_on_runs(tmp_path: Path) -> None:
     block = doc[doc.index("Usage::") + len("Usage::") : doc.index("The names to start from")]
     script = "\n".join(line[4:] for line in block.splitlines())
     assert _run(script, tmp_path).splitlines() == ["sent to ada@example.com"]
+
+
+def test_the_readme_middleware_example_runs_its_hooks(tmp_path: Path) -> None:
+    script = _python_block((ROOT / "README.md").read_text(), "## Hooks around jobs")
+    assert "class ErrorReporting(Middleware)" in script and "def after_attempt" in script
+    assert _run(script, tmp_path).splitlines() == ["resized cat.png", "['resize.succeeded']"]
+    # Its error hook, as written, on a task that fails: reported once, with the job's tags.
+    hooks = script[: script.index("timing = Timing()")]
+    failing = hooks + textwrap.dedent("""
+        import logging
+        logging.getLogger("jobengine").setLevel(logging.CRITICAL)  # the worker's traceback line is not asked for
+        engine = Engine.from_settings(Settings(database="./failing.db"), middleware=[ErrorReporting()])
+
+        @engine.task(max_attempts=1)
+        async def resize(ctx: JobContext, image: str) -> str:
+            raise ValueError(image)
+
+        async def main() -> None:
+            async with engine:
+                worker = engine.worker()
+                running = asyncio.create_task(worker.run())
+                job = await engine.wait_for((await resize.enqueue("cat.png")).id, timeout=60)
+                worker.stop()
+                await running
+                print(job.state.value, job.id)
+
+        asyncio.run(main())
+    """)
+    reported, ended = _run(failing, tmp_path).splitlines()
+    state, job_id = ended.split()
+    assert state == "dead"
+    assert reported == f"reported ValueError with tags {{'task': 'resize', 'job_id': '{job_id}', 'attempt': '1'}}"

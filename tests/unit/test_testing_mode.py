@@ -11,15 +11,17 @@ import pytest
 
 from jobengine import (
     Engine,
+    Job,
     JobContext,
     JobFailed,
     JobState,
+    Middleware,
     NonRetryable,
     Settings,
     SyncJobContext,
     testing,
 )
-from jobengine.core.models import Event
+from jobengine.core.models import Event, NewJob
 from jobengine.core.retry import RetryPolicy
 from jobengine.errors import ConfigError
 
@@ -214,3 +216,27 @@ def test_the_pytest_fixture_is_registered_and_puts_the_engine_back(
     handle = double.enqueue_sync(21)
     t.drain_sync()
     assert handle.result_sync(timeout=30) == 42
+
+
+def test_the_apps_middleware_and_declared_schedules_stay_in_test_mode(app: Engine) -> None:
+    seen: list[str] = []
+
+    class Recording(Middleware):
+        def before_enqueue(self, job: NewJob) -> None:
+            seen.append(f"enqueue {job.task}")
+
+        def after_attempt(self, job: Job, outcome: str, seconds: float, error: BaseException | None) -> None:
+            seen.append(f"{outcome} {job.task}")
+
+    app.middleware.add(Recording())
+
+    @app.periodic("0 * * * *", name="hourly")
+    @app.task
+    def tick(ctx: SyncJobContext) -> None:
+        return None
+
+    with testing.TestEngine(app) as t:
+        tick.enqueue_sync()
+        t.drain_sync()
+        assert [s.name for s in app.periodic.declared] == ["hourly"]
+    assert seen == ["enqueue tick", "succeeded tick"]

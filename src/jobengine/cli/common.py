@@ -115,12 +115,13 @@ def load_app(target: str) -> Engine:
 
 def rebind(engine: Engine, settings: Settings) -> Engine:
     """An engine on other settings (another database) with the same tasks, planners, schedules declared in
-    code, event bus and clock.
+    code, event bus, middleware and clock.
 
     Used when ``--db`` overrides the database of an ``--app`` engine: the app's engine never opened its
     store (``start()`` was not called), so it is simply replaced.
     """
-    bound = Engine(open_store(settings.database, settings), settings, engine.clock, tasks=engine.tasks, bus=engine.bus)
+    store = open_store(settings.database, settings)
+    bound = Engine(store, settings, engine.clock, tasks=engine.tasks, bus=engine.bus, middleware=engine.middleware)
     bound._planners = engine._planners  # the app's planners (None: it registered none), read on first use
     for spec in engine.periodic.declared:
         bound.periodic.declare(spec)

@@ -21,7 +21,7 @@ import contextlib
 import signal
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -49,6 +49,7 @@ from jobengine.engine.selection import JobSelection
 from jobengine.engine.transitions import Transitions
 from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.fleet import Fleet
+from jobengine.middleware import Middleware, MiddlewareChain
 from jobengine.ports.auth import IdempotencyStore, KeyStore, SessionStore
 from jobengine.ports.deadletter import DeadLetterStore
 from jobengine.ports.eventlog import EventLogStore, EventPruneStore, SettlingEventLog
@@ -108,8 +109,9 @@ def _seconds(value: float | datetime | timedelta | None, field: str) -> float | 
 
 class Engine:
     """The one facade: tasks, enqueueing, jobs and their results, workers, and the services beside them
-    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...). Build it from settings; use it as an
-    async context manager (it applies migrations at start and closes the store at exit). Usage::
+    (``schedules``, ``runs``, ``webhooks``, ``flow``, ``keys``...), and the ``middleware`` around enqueueing and
+    each attempt. Build it from settings; use it as an async context manager (it applies migrations at start
+    and closes the store at exit). Usage::
 
         engine = Engine.from_settings(Settings(database="postgresql://localhost/jobs"))
 
@@ -129,14 +131,19 @@ class Engine:
         *,
         tasks: TaskRegistry | None = None,
         bus: EventBus | None = None,
+        middleware: Iterable[Middleware] = (),
     ) -> None:
         """``tasks`` / ``bus``: share another engine's task registry and event bus (the services hold them from
-        here on, so they are given now, never assigned later)."""
+        here on, so they are given now, never assigned later). ``middleware``: hooks around enqueueing and
+        each attempt (:mod:`jobengine.middleware`); another engine's chain is shared, not copied."""
         self.store = store
         self.settings = settings or Settings()
         self.clock: Clock = clock or SystemClock()
         self.tasks = tasks if tasks is not None else TaskRegistry()
         self.bus = bus if bus is not None else EventBus()
+        #: The hooks around enqueueing and each attempt, in order (:mod:`jobengine.middleware`); ``add`` more
+        #: before a worker starts.
+        self.middleware = middleware if isinstance(middleware, MiddlewareChain) else MiddlewareChain(middleware)
         self._notifier: Notifier | None = None
         self._portal: _Portal | None = None
         self._results: Results | None = None
@@ -174,8 +181,14 @@ class Engine:
         )  # fmt: skip
 
     @classmethod
-    def from_settings(cls, settings: Settings, clock: Clock | None = None) -> Engine:
-        return cls(open_store(settings.database, settings), settings, clock)
+    def from_settings(
+        cls, settings: Settings, clock: Clock | None = None, *, middleware: Iterable[Middleware] = ()
+    ) -> Engine:
+        """An engine on the store ``settings.database`` names. Usage::
+
+        engine = Engine.from_settings(Settings.load(), middleware=[Timing()])
+        """
+        return cls(open_store(settings.database, settings), settings, clock, middleware=middleware)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -529,6 +542,9 @@ class Engine:
 
         ``watermarks``: per job id, the watermarks the job carries (:mod:`jobengine.ports.watermarks`).
         Both need a store that supports them (PostgreSQL); others raise ConfigError.
+
+        The middleware's ``before_enqueue`` hooks see each validated job before anything is written (one that
+        raises refuses the batch with its error), its ``after_enqueue`` hooks each stored job.
         """
         if not jobs:
             return []
@@ -541,7 +557,24 @@ class Engine:
         if self.settings.refuse_unknown_tasks:
             await self._refuse_unknown(tasks)
         self._check_payloads(jobs, tasks)
+        hooks = self.middleware
+        if hooks.wants("before_enqueue"):
+            for job in jobs:
+                await hooks.call_or_raise("before_enqueue", job)
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
+        stored = await self._insert(jobs, tasks, connection, watermarks)
+        if hooks.wants("after_enqueue"):
+            for done in stored:
+                await hooks.call("after_enqueue", done)
+        return stored
+
+    async def _insert(
+        self,
+        jobs: Sequence[NewJob],
+        tasks: set[str],
+        connection: object | None,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None,
+    ) -> list[Job]:
         names = {task: self.tasks.phase_names(task) for task in tasks}
         phases = [names[j.task] for j in jobs]
         now = self.clock.now()
@@ -728,7 +761,7 @@ class Engine:
             if not hasattr(options, key):
                 raise ConfigError(f"{key}: not a worker option")
         source = self.transports.source() if self.settings.queue.broker else self.transitions
-        worker = Worker(source, replace(options, **overrides))
+        worker = Worker(source, replace(options, **overrides), self.middleware)
         self._workers.append(worker)
         return worker
 

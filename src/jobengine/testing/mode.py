@@ -30,8 +30,8 @@ from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
 from jobengine.errors import ConfigError
 
-#: Attributes the app sets on its engine after building it, kept in test mode besides ``tasks`` and ``bus``
-#: (which the engine's constructor takes): the planners a schedule's template names, and the schedules
+#: Attributes the app sets on its engine after building it, kept in test mode besides ``tasks``, ``bus`` and
+#: ``middleware`` (which the engine's constructor takes): the planners a schedule's template names, and the schedules
 #: declared in code (whose keeper holds the engine itself, not its store).
 KEPT = ("_planners", "periodic")
 
@@ -90,8 +90,8 @@ class TestEngine:
         settings = replace(engine.settings, database="memory", queue=QueueConfig(), flow_limits="")
         engine.__dict__.clear()
         try:
-            Engine.__init__(engine, open_store("memory", settings), settings, self.clock,
-                            tasks=saved["tasks"], bus=saved["bus"])  # fmt: skip
+            Engine.__init__(engine, open_store("memory", settings), settings, self.clock, tasks=saved["tasks"],
+                            bus=saved["bus"], middleware=saved["middleware"])  # fmt: skip
         except BaseException:
             engine.__dict__.clear()
             engine.__dict__.update(saved)

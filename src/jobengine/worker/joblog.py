@@ -4,7 +4,7 @@ One INFO line as a job starts and one as it ends (succeeded, cancelled, released
 ends with its traceback at WARNING when the job will run again and at ERROR when it goes dead; a job whose
 lease another worker took ends at WARNING without one. Every line carries the job's fields as record
 attributes (:data:`JOB_FIELDS`), which a formatter may render (the command line's JSON lines hold them all,
-its text lines show a short id).
+its text lines show a short id). The lines come from :class:`JobLog`, the first middleware of every worker.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from jobengine.core.models import Job
+from jobengine.middleware import Middleware
 
 log = logging.getLogger("jobengine.worker.jobs")
 
@@ -81,6 +82,17 @@ def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = No
         tail += f": {type(exc).__name__}: {exc}"
     log.log(level, "job %s (%s) %s in %d ms (attempt %d of %d)%s", job.id, job.task, verb, ms, job.attempt,
             job.max_attempts, tail, extra=fields, exc_info=exc if failed else None)  # fmt: skip
+
+
+class JobLog(Middleware):
+    """The job lines as middleware: every worker runs it before the app's own, so the lines go through the
+    same hooks users write (and a hook of theirs that raises does not cost a line)."""
+
+    def before_run(self, job: Job) -> None:
+        started(job)
+
+    def after_attempt(self, job: Job, outcome: str, seconds: float, error: BaseException | None) -> None:
+        ended(job, outcome, seconds, error)
 
 
 def start_block(

@@ -7,13 +7,16 @@ Failure policy:
 - a lost lease (another worker owns the job now) stops the task and reports nothing;
 - a cancel request sets ``ctx.cancelled`` (and cancels an async task at its next ``await``);
 - stop(): stop claiming, let in-flight jobs finish within the grace period, then release the rest back to
-  ``queued`` without spending an attempt; a second stop() releases at once.
+  ``queued`` without spending an attempt; a second stop() releases at once;
+- middleware (:mod:`jobengine.middleware`) sees every attempt that began, after its outcome was recorded:
+  a hook cannot change or lose it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import logging
 import os
@@ -41,6 +44,7 @@ from jobengine.core.models import (
 )
 from jobengine.errors import Cancelled, NonRetryable, TaskTimeout, UnknownTask
 from jobengine.fleet import local_worker
+from jobengine.middleware import Middleware, MiddlewareChain
 from jobengine.tasks import PhaseSpec, TaskSpec
 from jobengine.worker import joblog
 from jobengine.worker.context import JobContext, SharedState, SyncJobContext
@@ -115,7 +119,10 @@ def _tune_gc() -> None:
 
 
 class _Running:
-    __slots__ = ("began", "in_thread", "lease", "shared", "stop_reason", "task")
+    __slots__ = (
+        "began", "error", "in_thread", "lease", "outcome", "result", "retry_at", "seconds", "shared", "stop_reason",
+        "task",
+    )  # fmt: skip
 
     def __init__(self, job: Job, shared: SharedState) -> None:
         assert job.lease_token is not None
@@ -125,9 +132,12 @@ class _Running:
         self.stop_reason: str | None = None  # lease_lost | cancel | shutdown
         self.in_thread = False
         self.began = 0.0  # the loop's time when the job started, for its end line
-
-    def ended(self, outcome: str, exc: BaseException | None = None) -> None:
-        joblog.ended(self.shared.job, outcome, asyncio.get_running_loop().time() - self.began, exc)
+        # The attempt's outcome (a key of joblog.OUTCOMES) and what the middleware is told of it.
+        self.outcome: str | None = None
+        self.error: BaseException | None = None
+        self.result: Json = None
+        self.retry_at = 0.0
+        self.seconds = 0.0
 
 
 def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptError:
@@ -138,8 +148,19 @@ def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptErro
 
 
 class Worker:
-    def __init__(self, source: WorkerSource, options: WorkerOptions | None = None) -> None:
+    """Runs the jobs of ``source`` (the engine's worker protocol) with ``options``; ``middleware``: the
+    hooks around each attempt (:mod:`jobengine.middleware`), after the worker's own job lines. Build one with
+    ``engine.worker()``, which passes the engine's middleware. Usage::
+
+        worker = engine.worker(concurrency=4)
+        await worker.run()                 # until worker.stop()
+    """
+
+    def __init__(
+        self, source: WorkerSource, options: WorkerOptions | None = None, middleware: Iterable[Middleware] = ()
+    ) -> None:
         self.source = source
+        self.middleware = middleware
         self.options = opts = options or WorkerOptions()
         self.id = WorkerId(opts.worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}")
         self.queues: tuple[str, ...] = opts.queues or tuple(source.tasks.queues())
@@ -157,6 +178,7 @@ class Worker:
         self._dependents_wait = False  # a job with dependents finished: flush without waiting out the spacing
         self._tasks: tuple[str, ...] = ()  # what this worker runs, and so claims (read at run())
         self._registered = False
+        self._hooks = MiddlewareChain([joblog.JobLog()])  # with the app's middleware from run() on
         self.processed = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -183,6 +205,7 @@ class Worker:
             if self._stop_requests > 1:
                 self._hard.set()
         self._tasks = tuple(self.source.tasks.names())
+        self._hooks = MiddlewareChain([joblog.JobLog(), *self.middleware])
         await self._register()
         opts = self.options
         joblog.start_block(self.id, self.queues, opts.setup, opts.concurrency, self._tasks, opts.packs)
@@ -336,7 +359,6 @@ class Worker:
     # -- running one job ----------------------------------------------------------------------------
     async def _execute(self, run: _Running) -> None:
         job = run.shared.job
-        spec = self.source.tasks.get(job.task)
         try:
             if self._stop is not None and self._stop.is_set():
                 # Claimed as the stop came (its signal handled between the claim and this first step): once a
@@ -344,8 +366,22 @@ class Worker:
                 run.stop_reason = "shutdown"
                 self._releases.append(run.lease)
                 return
+            await self._attempt(run)
+            await self._after(run)
+        finally:
+            self._inflight.pop(job.id, None)
+            self.processed += 1
+            assert self._slot_free is not None and self._flush_wanted is not None
+            self._slot_free.set()
+            self._flush_wanted.set()
+
+    async def _attempt(self, run: _Running) -> None:
+        """Run one attempt and record its outcome (in the batches the flusher reports, and on ``run``)."""
+        job = run.shared.job
+        spec = self.source.tasks.get(job.task)
+        try:
             run.began = asyncio.get_running_loop().time()
-            joblog.started(job)
+            await self._hooks.call("before_run", job)
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -359,50 +395,68 @@ class Worker:
                 raise
             if run.stop_reason != "lease_lost":
                 self._completions.append(Completion(job.id, run.lease.token, result))
-                run.ended("succeeded")
+                run.result = result
+                self._ended(run, "succeeded")
             else:
-                run.ended("lease_lost")
+                self._ended(run, "lease_lost")
         except asyncio.CancelledError:
             if run.stop_reason == "cancel":
-                self._failures.append(self._failure(run, spec, Cancelled("cancelled"), FailOutcome.CANCELLED))
+                self._fail(run, spec, Cancelled("cancelled"), FailOutcome.CANCELLED)
             elif run.stop_reason != "lease_lost":
                 self._releases.append(run.lease)
-                run.ended("released")
+                self._ended(run, "released")
             else:
-                run.ended("lease_lost")
+                self._ended(run, "lease_lost")
         except _LeaseLost:
-            run.ended("lease_lost")
+            self._ended(run, "lease_lost")
         except Cancelled as exc:
-            self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
+            self._fail(run, spec, exc, FailOutcome.CANCELLED)
         except NonRetryable as exc:
-            self._failures.append(self._failure(run, spec, exc, FailOutcome.DEAD))
+            self._fail(run, spec, exc, FailOutcome.DEAD)
         except Exception as exc:
             if run.stop_reason == "lease_lost":
-                run.ended("lease_lost")
+                self._ended(run, "lease_lost")
             elif run.stop_reason == "cancel":
-                self._failures.append(self._failure(run, spec, exc, FailOutcome.CANCELLED))
+                self._fail(run, spec, exc, FailOutcome.CANCELLED)
             else:
                 retry = job.attempt < job.max_attempts
-                self._failures.append(self._failure(run, spec, exc, FailOutcome.RETRY if retry else FailOutcome.DEAD))
-        finally:
-            self._inflight.pop(job.id, None)
-            self.processed += 1
-            if job.has_dependents:
-                self._dependents_wait = True
-            assert self._slot_free is not None and self._flush_wanted is not None
-            self._slot_free.set()
-            self._flush_wanted.set()
+                self._fail(run, spec, exc, FailOutcome.RETRY if retry else FailOutcome.DEAD)
 
-    def _failure(self, run: _Running, spec: TaskSpec | None, exc: BaseException, outcome: FailOutcome) -> Failure:
+    def _ended(self, run: _Running, outcome: str, error: BaseException | None = None) -> None:
+        """Record the attempt's outcome, and have it reported without waiting for the attempt's hooks."""
+        run.outcome, run.error = outcome, error
+        run.seconds = asyncio.get_running_loop().time() - run.began
+        if run.shared.job.has_dependents:
+            self._dependents_wait = True
+        assert self._flush_wanted is not None
+        self._flush_wanted.set()
+
+    def _fail(self, run: _Running, spec: TaskSpec | None, exc: BaseException, outcome: FailOutcome) -> None:
         job = run.shared.job
         now = self.source.clock.now()
         err = _error(job, exc, self.id, now)
         retry_at = None
         if outcome is FailOutcome.RETRY:
             delay = spec.retry.delay(job.attempt) if spec is not None else 1.0
-            retry_at = now + delay
-        run.ended(outcome.value, exc)
-        return Failure(job.id, run.lease.token, err, outcome, retry_at)
+            run.retry_at = retry_at = now + delay
+        self._failures.append(Failure(job.id, run.lease.token, err, outcome, retry_at))
+        self._ended(run, outcome.value, exc)
+
+    async def _after(self, run: _Running) -> None:
+        """The attempt's hooks, in the order of the middleware. Its outcome is already recorded, so a hook
+        that raises (logged), hangs until a hard stop or is cancelled cannot change or lose it."""
+        hooks, job, error, outcome = self._hooks, run.shared.job, run.error, run.outcome
+        if outcome is None:
+            return
+        if outcome == "succeeded":
+            await hooks.call("after_run", job, run.result)
+        elif error is not None and outcome in ("retry", "dead"):
+            await hooks.call("on_failure", job, error)
+            if outcome == "retry":
+                await hooks.call("on_retry", job, error, run.retry_at)
+            else:
+                await hooks.call("on_dead", job, error)
+        await hooks.call("after_attempt", job, outcome, run.seconds, error)
 
     async def _run_phases(self, spec: TaskSpec, run: _Running) -> Json:
         s = run.shared
@@ -448,7 +502,9 @@ class Worker:
             return await ps.fn(JobContext(run.shared))
         run.in_thread = True
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, ps.fn, SyncJobContext(run.shared, loop))
+        # In the job's context, as an async task runs: what a ``before_run`` hook set there is seen in the thread.
+        run_in_context = contextvars.copy_context().run
+        return await loop.run_in_executor(self._executor, run_in_context, ps.fn, SyncJobContext(run.shared, loop))
 
     async def _persist(self, s: SharedState, event: str | None) -> None:
         """Store the phase records now (fenced); raise _LeaseLost if the job is no longer ours."""
@@ -497,7 +553,7 @@ class Worker:
         updates = []
         for r in list(self._inflight.values()):
             s = r.shared
-            if not s.dirty or not s.phases:
+            if not s.dirty or not s.phases or r.outcome is not None:
                 continue
             s.dirty = False
             current = s.phases[s.index]
@@ -508,7 +564,8 @@ class Worker:
             await self.source.save_phases(updates)
 
     async def _heartbeat(self) -> None:
-        runs = list(self._inflight.values())
+        # A job whose outcome is recorded is only running its hooks: its lease may be gone already, rightly.
+        runs = [r for r in self._inflight.values() if r.outcome is None]
         if not runs:
             return
         hb = await self.source.heartbeat_jobs([r.lease for r in runs], self.options.lease_seconds)
