@@ -48,6 +48,13 @@ class Settings:
         "a SQLite file path (`./jobs.db`), `sqlite:///path`, `postgresql://...`, or `memory`: SQLite in a "
         "temporary file, gone when the process ends; empty: `jobengine.db` in `state_dir`",
     )
+    database_direct: str = setting(
+        "",
+        "PostgreSQL behind a pooler in transaction mode (PgBouncer): `database` names the pooler, this the "
+        "server (`postgresql://...`), for what needs a session of its own (LISTEN, advisory-lock "
+        "leadership, worker liveness, migrations); the pooled connections then prepare no statement. "
+        "Empty: everything uses `database`",
+    )
     sqlite_synchronous: str = setting(
         "FULL",
         "SQLite's durability for enqueues and operator actions: `FULL` survives power loss, `NORMAL` "
@@ -288,6 +295,10 @@ class Settings:
             raise ConfigError(f"log_level: one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format: one of {', '.join(LOG_FORMATS)}, not {self.log_format!r}")
+        if self.database_direct and not (
+            self.database.startswith(POSTGRES_SCHEMES) and self.database_direct.startswith(POSTGRES_SCHEMES)
+        ):
+            raise ConfigError("database_direct: a postgresql:// URL, and only with a postgresql:// database")
         _check_blobs(self)
         _check_webhooks(self)
         _refuse(self, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth",
@@ -377,6 +388,8 @@ def in_state_dir(s: Settings, file: str | Path) -> bool:
     return Path(file).expanduser().absolute().parent == Path(s.state_dir).expanduser().absolute()
 
 
+#: The URL schemes of a PostgreSQL ``database``.
+POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 BLOB_STORES = ("filesystem", "s3", "database")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
