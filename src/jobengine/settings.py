@@ -109,6 +109,14 @@ class Settings:
         "a worker reports finished jobs at most once per this many seconds: fewer commits, a job's "
         "outcome stored up to this much later (a job others depend on is stored at once); 0: at once",
     )
+    worker_metrics_port: int = setting(
+        0,
+        "`jobengine worker` serves Prometheus metrics of its jobs on this port, at `/metrics`, without a "
+        "key (counts and durations by queue and task; [scrape config](workers.md#metrics)); 0: none",
+    )
+    worker_metrics_host: str = setting(
+        "0.0.0.0", "the address the worker's metrics listen on (`0.0.0.0`: every interface, for a Prometheus elsewhere)"
+    )
     # -- retention --
     retention_interval: float = setting(60.0, "how often finished jobs are marked stale and deleted")
     stale_after: float = setting(7 * 86400.0, "seconds after it finished that a job becomes `stale`")
@@ -289,6 +297,8 @@ class Settings:
             raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
         if not 0 <= self.api_port < 65536:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
+        if not 0 <= self.worker_metrics_port < 65536:
+            raise ConfigError("worker_metrics_port: must be a TCP port (1-65535; 0: no metrics)")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
         if self.log_level.lower() not in LOG_LEVELS:

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobengine.core.bounds import check_json, storable
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
@@ -45,6 +45,9 @@ from jobengine.tasks import PhaseSpec, TaskSpec
 from jobengine.worker import joblog
 from jobengine.worker.context import JobContext, SharedState, SyncJobContext
 from jobengine.worker.source import WorkerSource
+
+if TYPE_CHECKING:  # prometheus_client only where metrics are kept
+    from jobengine.worker.metrics import WorkerObserver
 
 log = logging.getLogger("jobengine.worker")
 
@@ -75,6 +78,9 @@ class WorkerOptions:
     #: What the worker runs on, for its start-up lines: ``(label, value)`` pairs such as
     #: ``("store", "postgres postgresql://app:***@db/jobs (schema jobengine)")``, secrets redacted.
     setup: tuple[tuple[str, str], ...] = ()
+    #: Told of claims, starts, ends and lease extensions (:class:`~jobengine.worker.metrics.WorkerMetrics`
+    #: keeps Prometheus metrics of them); None: nobody is.
+    observer: WorkerObserver | None = None
 
 
 class _LeaseLost(Exception):
@@ -115,19 +121,23 @@ def _tune_gc() -> None:
 
 
 class _Running:
-    __slots__ = ("began", "in_thread", "lease", "shared", "stop_reason", "task")
+    __slots__ = ("began", "in_thread", "lease", "observer", "shared", "stop_reason", "task")
 
-    def __init__(self, job: Job, shared: SharedState) -> None:
+    def __init__(self, job: Job, shared: SharedState, observer: WorkerObserver | None) -> None:
         assert job.lease_token is not None
         self.lease = Lease(job.id, job.lease_token)
         self.shared = shared
+        self.observer = observer
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None  # lease_lost | cancel | shutdown
         self.in_thread = False
         self.began = 0.0  # the loop's time when the job started, for its end line
 
     def ended(self, outcome: str, exc: BaseException | None = None) -> None:
-        joblog.ended(self.shared.job, outcome, asyncio.get_running_loop().time() - self.began, exc)
+        seconds = asyncio.get_running_loop().time() - self.began
+        joblog.ended(self.shared.job, outcome, seconds, exc)
+        if self.observer is not None:
+            self.observer.ended(self.shared.job, outcome, seconds)
 
 
 def _error(job: Job, exc: BaseException, worker: str, now: float) -> AttemptError:
@@ -315,8 +325,13 @@ class Worker:
         claim = asyncio.ensure_future(
             self.source.fetch_jobs(self.queues, limit, self.id, self.options.lease_seconds, tasks=self._tasks)
         )
+        observer = self.options.observer
+        began = asyncio.get_running_loop().time()
         try:
-            return await asyncio.shield(claim)
+            jobs = await asyncio.shield(claim)
+            if observer is not None:
+                observer.claimed(len(jobs), asyncio.get_running_loop().time() - began)
+            return jobs
         except asyncio.CancelledError:
             # Waited for without being cancelled itself, even when this task is cancelled again meanwhile
             # (asyncio.wait never cancels what it waits for).
@@ -329,7 +344,7 @@ class Worker:
 
     def _start(self, job: Job) -> None:
         shared = SharedState(job, self._persist)
-        run = _Running(job, shared)
+        run = _Running(job, shared, self.options.observer)
         self._inflight[job.id] = run
         run.task = asyncio.create_task(self._execute(run), name=f"jobengine-job-{job.id}")
 
@@ -346,6 +361,8 @@ class Worker:
                 return
             run.began = asyncio.get_running_loop().time()
             joblog.started(job)
+            if run.observer is not None:
+                run.observer.started(job)
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -512,6 +529,8 @@ class Worker:
         if not runs:
             return
         hb = await self.source.heartbeat_jobs([r.lease for r in runs], self.options.lease_seconds)
+        if self.options.observer is not None:
+            self.options.observer.leases_extended(len(hb.held))
         for r in runs:
             if r.task is None or r.task.done() or self._inflight.get(r.lease.job_id) is not r:
                 continue
