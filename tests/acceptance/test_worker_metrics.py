@@ -6,9 +6,14 @@ for heartbeats to extend its lease; the test scrapes the port as Prometheus woul
 
 from __future__ import annotations
 
+import json
+import re
 import socket
+import subprocess
+import sys
 import urllib.request
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -83,3 +88,33 @@ async def test_a_worker_serves_its_job_metrics_on_the_port_given(procs: Procs) -
     second = procs.worker("--metrics-port", str(port))
     assert second.wait(timeout=120) != 0
     assert "worker_metrics_port: cannot listen on" in procs.output(second)
+
+
+def test_a_remote_worker_serves_the_same_metrics(procs: Procs) -> None:
+    """``--remote`` with ``--metrics-port``: the worker claims over the API and counts what it ran."""
+    created = subprocess.run(
+        [sys.executable, "-m", "jobengine", "keys", "create", "--tenant", "acme", "--scope", "admin", "--json"],
+        env=procs.env, cwd=procs.cwd, capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    key = json.loads(created.stdout)["key"]
+    server = procs.spawn("server", "serve", "--port", "0")
+    found = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", procs.output(server)), 120, "the server")
+    port = _free_port()
+    worker = procs.spawn(
+        "remote", "worker", "--remote", found.group(0), "--key", key, "--app", "tests.support.remote_app:app",
+        "--metrics-port", str(port),
+    )  # fmt: skip
+    procs.wait_ready(worker)
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=found.group(0), headers=headers, timeout=60) as api:
+        for _ in range(3):
+            assert api.post("/api/v1/jobs", json={"task": "slow", "payload": {"first_sleep": 0.01}}).status_code < 300
+
+    def counted() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+        samples = _scrape(port)
+        ran = _value(samples, "jobengine_worker_jobs_succeeded_total", queue="default", task="slow")
+        return samples if ran == 3 else None
+
+    samples = wait_for(counted, 60, "the remote worker's metrics to count three jobs")
+    assert _value(samples, "jobengine_worker_jobs_started_total", queue="default", task="slow") == 3
+    assert _value(samples, "jobengine_worker_jobs_claimed_total") == 3
