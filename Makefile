@@ -47,6 +47,9 @@ test: venv browser
 	@# The Go worker SDK's tests (tests/acceptance/test_go_worker.py) need a Go toolchain: the system's.
 	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
 		|| echo "note: could not install golang-go; the Go SDK tests will skip"
+	@# The PostgreSQL-behind-a-pooler tests (tests/integration/postgres/test_pgbouncer.py) start Debian's pgbouncer.
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer) \
+		|| echo "note: could not install pgbouncer; the PgBouncer tests will skip"
 	$(BIN)/pytest $(PYTEST_ARGS) -m "not serial" $(TESTS)
 	@# Tests that assert a bound in time run alone: four workers' load would stretch what they measure.
 	@# Exit code 5 is "no test collected": TESTS named no serial test.

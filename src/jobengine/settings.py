@@ -48,6 +48,13 @@ class Settings:
         "a SQLite file path (`./jobs.db`), `sqlite:///path`, `postgresql://...`, or `memory`: SQLite in a "
         "temporary file, gone when the process ends; empty: `jobengine.db` in `state_dir`",
     )
+    database_direct: str = setting(
+        "",
+        "PostgreSQL behind a pooler in transaction mode (PgBouncer): `database` names the pooler, this the "
+        "server (`postgresql://...`), for what needs a session of its own (LISTEN, advisory-lock "
+        "leadership, worker liveness, migrations); the pooled connections then prepare no statement. "
+        "Empty: everything uses `database`",
+    )
     sqlite_synchronous: str = setting(
         "FULL",
         "SQLite's durability for enqueues and operator actions: `FULL` survives power loss, `NORMAL` "
@@ -101,6 +108,14 @@ class Settings:
         0.05,
         "a worker reports finished jobs at most once per this many seconds: fewer commits, a job's "
         "outcome stored up to this much later (a job others depend on is stored at once); 0: at once",
+    )
+    worker_metrics_port: int = setting(
+        0,
+        "`jobengine worker` serves Prometheus metrics of its jobs on this port, at `/metrics`, without a "
+        "key (counts and durations by queue and task; [scrape config](workers.md#metrics)); 0: none",
+    )
+    worker_metrics_host: str = setting(
+        "0.0.0.0", "the address the worker's metrics listen on (`0.0.0.0`: every interface, for a Prometheus elsewhere)"
     )
     # -- retention --
     retention_interval: float = setting(60.0, "how often finished jobs are marked stale and deleted")
@@ -282,12 +297,18 @@ class Settings:
             raise ConfigError("run_retention: must be >= 0 seconds (0 keeps runs forever)")
         if not 0 <= self.api_port < 65536:
             raise ConfigError("api_port: must be a TCP port (0-65535; 0: any free port)")
+        if not 0 <= self.worker_metrics_port < 65536:
+            raise ConfigError("worker_metrics_port: must be a TCP port (1-65535; 0: no metrics)")
         if self.packs_four_eyes not in ("on", "off", "auto"):
             raise ConfigError("packs_four_eyes: one of on, off, auto")
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError(f"log_level: one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format: one of {', '.join(LOG_FORMATS)}, not {self.log_format!r}")
+        if self.database_direct and not (
+            self.database.startswith(POSTGRES_SCHEMES) and self.database_direct.startswith(POSTGRES_SCHEMES)
+        ):
+            raise ConfigError("database_direct: a postgresql:// URL, and only with a postgresql:// database")
         _check_blobs(self)
         _check_webhooks(self)
         _refuse(self, _negative, "must be >= 0 (0: off)", "flow_soft_limit", "flow_hard_limit", "shed_depth",
@@ -377,6 +398,8 @@ def in_state_dir(s: Settings, file: str | Path) -> bool:
     return Path(file).expanduser().absolute().parent == Path(s.state_dir).expanduser().absolute()
 
 
+#: The URL schemes of a PostgreSQL ``database``.
+POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 BLOB_STORES = ("filesystem", "s3", "database")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")

@@ -9,7 +9,9 @@ yields a migrated, empty store and closes it afterwards. Adding PostgreSQL is on
         store = PostgresStore(request.getfixturevalue("postgres_dsn"))
         ...
 
-Run one backend alone with ``-k sqlite`` / ``-k postgres``. ``database: memory`` is SQLite in a temporary
+Run one backend alone with ``-k sqlite`` / ``-k postgres`` / ``-k pgbouncer`` (PostgreSQL behind a PgBouncer in
+transaction mode, with ``direct_dsn`` for its sessions; it skips without Debian's ``pgbouncer``, and fails
+under CI). ``database: memory`` is SQLite in a temporary
 file, so the SQLite runs cover it; the reference of the parity test is not a backend (``oracle.py``). A test
 of what only some stores can do is marked ``@pytest.mark.capability("shared")`` (a field of
 :class:`~jobengine.ports.store.Capabilities`): it is skipped on the stores that do not declare it.
@@ -68,7 +70,35 @@ async def postgres_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]
         await store.close()
 
 
-BACKENDS: Mapping[str, StoreFactory] = MappingProxyType({"sqlite": sqlite_store, "postgres": postgres_store})
+@pytest.fixture(scope="session")
+def pgbouncer_contract_dsn(postgres_contract_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The contract database through a PgBouncer in transaction mode (one for the whole run)."""
+    from support.pgbouncer import pgbouncer
+
+    with pgbouncer(postgres_contract_dsn, tmp_path_factory.mktemp("pgbouncer")) as bouncer:
+        yield bouncer.dsn
+
+
+@asynccontextmanager
+async def pgbouncer_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """PostgreSQL behind PgBouncer in transaction mode, sessions direct (the ``database_direct`` setting)."""
+    direct = request.getfixturevalue("postgres_contract_dsn")
+    pooled = request.getfixturevalue("pgbouncer_contract_dsn")
+    from jobengine.backends.postgres import PostgresStore
+    from support.services import unique_name
+
+    store = PostgresStore(pooled, direct_dsn=direct, schema=unique_name("contract"), pool_max=4)
+    await store.migrate()
+    try:
+        yield store
+    finally:
+        await store.drop_schema()
+        await store.close()
+
+
+BACKENDS: Mapping[str, StoreFactory] = MappingProxyType(
+    {"sqlite": sqlite_store, "postgres": postgres_store, "pgbouncer": pgbouncer_store}
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,11 +107,29 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """PostgreSQL runs of the suite need the service (skip locally without it, fail under CI)."""
+#: The modules run through PgBouncer too: the calls of a claim's path and those that hold a session (leases,
+#: notifications, liveness locks, flow counts); the other modules' SQL is no different through a pooler.
+POOLED = frozenset(
+    {"test_insert", "test_fetch", "test_lease", "test_fail", "test_workers", "test_notifier",
+     "test_finished_notifier", "test_flow"}
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """PostgreSQL runs of the suite need the service (skip locally without it, fail under CI); PgBouncer
+    runs only the :data:`POOLED` modules."""
+    unpooled = [
+        i for i in items
+        if getattr(getattr(i, "callspec", None), "params", {}).get("store") == "pgbouncer"
+        and i.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py") not in POOLED
+    ]  # fmt: skip
+    if unpooled:
+        config.hook.pytest_deselected(items=unpooled)
+        gone = {id(i) for i in unpooled}
+        items[:] = [i for i in items if id(i) not in gone]
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and "postgres" in callspec.params.values():
+        if callspec is not None and any(v in ("postgres", "pgbouncer") for v in callspec.params.values()):
             item.add_marker(pytest.mark.service("postgres"))
 
 

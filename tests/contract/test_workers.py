@@ -44,7 +44,7 @@ async def _other_process(store: Store) -> AsyncIterator[Store]:
         from jobengine.backends.postgres import PostgresStore
 
         assert isinstance(store, PostgresStore)
-        other = PostgresStore(store.dsn, schema=store.schema, pool_max=2)
+        other = PostgresStore(store.dsn, direct_dsn=store.direct_dsn, schema=store.schema, pool_max=2)
     try:
         yield other
     finally:

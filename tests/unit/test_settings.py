@@ -80,6 +80,13 @@ def test_an_empty_file_means_defaults(tmp_path: Path) -> None:
         ("lease_seconds: 3\nheartbeat_interval: 3\n", {}, "heartbeat_interval: must be shorter than lease_seconds"),
         ("sqlite_synchronous: sometimes\n", {}, "sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA"),
         ("sqlite_worker_synchronous: lazy\n", {}, "sqlite_worker_synchronous: one of OFF, NORMAL, FULL, EXTRA"),
+        ("", {"JOBENGINE_WORKER_METRICS_PORT": "70000"}, "worker_metrics_port: must be a TCP port"),
+        ("database_direct: postgresql://db/jobs\n", {}, "database_direct: a postgresql:// URL, and only with"),
+        (
+            "database: postgresql://bouncer/jobs\n",
+            {"JOBENGINE_DATABASE_DIRECT": "db:5432"},
+            "database_direct: a postgresql:// URL",
+        ),
         ("- a list\n", {}, "must hold a mapping"),
         ("database: [unclosed\n", {}, "is not valid YAML"),
     ],

@@ -407,3 +407,38 @@ async def test_a_job_that_others_wait_on_is_reported_without_waiting_out_the_spa
     assert (await engine.get_job(c.id)).state is JobState.RUNNING
     await stop(worker, task)
     assert (await engine.get_job(c.id)).state is JobState.SUCCEEDED  # reported as the worker stopped
+
+
+async def test_the_observer_counts_retries_dead_letters_and_a_release_at_the_stop(engine: Engine) -> None:
+    from jobengine.worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    gate = asyncio.Event()
+
+    @engine.task(max_attempts=2, retry=FAST)
+    async def broken(ctx: JobContext) -> None:
+        raise ValueError(f"attempt {ctx.attempt}")
+
+    @engine.task()
+    async def hangs(ctx: JobContext) -> None:
+        await gate.wait()
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    worker, task = await start(engine, observer=metrics, grace_period=0.0)
+    dead = await engine.wait_for((await engine.enqueue("broken")).id, timeout=60)
+    held = await engine.enqueue("hangs")
+    await until(lambda: value("jobengine_worker_jobs_in_flight") == 1)
+    await stop(worker, task)  # no grace: the hanging job is released
+    broken_labels = {"queue": "default", "task": "broken"}
+    assert dead.state is JobState.DEAD
+    assert value("jobengine_worker_jobs_started_total", **broken_labels) == 2
+    assert value("jobengine_worker_jobs_failed_total", **broken_labels, outcome="retry") == 1
+    assert value("jobengine_worker_jobs_failed_total", **broken_labels, outcome="dead") == 1
+    assert value("jobengine_worker_job_duration_seconds_count", **broken_labels) == 2
+    hangs_labels = {"queue": "default", "task": "hangs", "reason": "released"}
+    assert value("jobengine_worker_jobs_stopped_total", **hangs_labels) == 1
+    assert value("jobengine_worker_jobs_in_flight") == 0
+    assert value("jobengine_worker_jobs_claimed_total") == 3
+    assert (await engine.get_job(held.id)).state is JobState.QUEUED

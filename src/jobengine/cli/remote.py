@@ -3,13 +3,14 @@ run by a worker that reaches the server over HTTP only (:mod:`jobengine.sdk`).""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.errors import ConfigError
 from jobengine.sdk.source import HttpWorkerSource
 from jobengine.sdk.worker import RemoteWorker
-from jobengine.services import WorkerService
+from jobengine.services import Service, WorkerService
 from jobengine.tasks import TaskRegistry
 
 
@@ -57,12 +58,14 @@ class _StopClaims:
 
 
 async def run_remote(
-    url: str, key: str | None, tasks: TaskRegistry, options: dict[str, Any], early: EarlySignals | None = None
-) -> None:
+    url: str, key: str | None, tasks: TaskRegistry, options: dict[str, Any], early: EarlySignals | None = None,
+    before: Sequence[Service] = (),
+) -> None:  # fmt: skip
+    """Run a remote worker until a signal; ``before``: services started before it and stopped after it."""
     remote = RemoteWorker(url, key=key, tasks=tasks, **options)
     service = WorkerService(remote.worker)
     try:
         async with Supervisor(service, early) as supervisor:
-            await supervisor.serve([service, _StopClaims(remote.source)])
+            await supervisor.serve([*before, service, _StopClaims(remote.source)])
     finally:
         await remote.client.aclose()

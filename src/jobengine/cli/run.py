@@ -9,6 +9,7 @@ still starting (importing the app, loading packs): :class:`EarlySignals` holds i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -115,9 +116,25 @@ def parse_queues(value: str | None) -> tuple[str, ...] | None:
     return queues
 
 
+def worker_metrics(settings: Settings) -> tuple[dict[str, Any], list[Service]]:
+    """With ``worker_metrics_port`` set: the worker option that counts into Prometheus metrics, and the
+    service that serves them (started before the worker, stopped after it, so a last scrape sees it end)."""
+    if not settings.worker_metrics_port:
+        return {}, []
+    from jobengine.http.metrics import MetricsServer  # only then: prometheus_client's server
+    from jobengine.worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    server = MetricsServer(
+        metrics.registry, settings.worker_metrics_host, settings.worker_metrics_port, setting="worker_metrics_port"
+    )
+    return {"observer": metrics}, [server]
+
+
 async def _worker(
-    engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None
-) -> None:
+    engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None,
+    before: Sequence[Service] = (),
+) -> None:  # fmt: skip
     async with Supervisor(None, early) as supervisor, engine:
         await engine.periodic.sync()
         if packs:  # before the worker is built: its queues default to those of the registered tasks
@@ -128,7 +145,7 @@ async def _worker(
                 overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
             overrides = {**overrides, "packs": packs}
         supervisor.worker = worker = WorkerService(engine.worker(**overrides))
-        await supervisor.serve([worker])
+        await supervisor.serve([*before, worker])
 
 
 def worker(
@@ -149,6 +166,15 @@ def worker(
     packs: Annotated[
         str | None, typer.Option("--packs", help="Comma-separated name@version of approved task packs to run too.")
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve Prometheus metrics on this port at /metrics, without a key.",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Run a worker (and the rescuer of expired leases) for the tasks of --app until SIGTERM / SIGINT.
@@ -162,7 +188,7 @@ def worker(
     if app is None and not refs and not load_settings(config).worker_packs:
         raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
-        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, config, early)
+        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, config, early, metrics_port)
         return
     if app is None:
         engine = Engine.from_settings(load_settings(config, database=db))
@@ -178,6 +204,7 @@ def worker(
         "worker_concurrency": concurrency,
         "lease_seconds": lease,
         "grace_period": grace,
+        "worker_metrics_port": metrics_port,
     }
     given = {k: v for k, v in flags.items() if v is not None}
     settings = replace(engine.settings, **given)
@@ -189,13 +216,14 @@ def worker(
         "heartbeat_every": settings.heartbeat_every,
         "grace_period": settings.grace_period,
     }
-    run(_worker(engine, overrides, refs if refs is not None else settings.worker_packs, early))
+    observe, metrics = worker_metrics(settings)
+    run(_worker(engine, {**overrides, **observe}, refs if refs is not None else settings.worker_packs, early, metrics))
 
 
 def _remote_worker(
     app: str | None, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
     lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None, config: Path | None = None,
-    early: EarlySignals | None = None,
+    early: EarlySignals | None = None, metrics_port: int | None = None,
 ) -> None:  # fmt: skip
     from jobengine.cli.remote import load_tasks, run_remote
 
@@ -204,7 +232,7 @@ def _remote_worker(
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"remote: expected an http:// or https:// URL, got {url!r}")
     flags = {"worker_queues": parse_queues(queues), "worker_concurrency": concurrency, "lease_seconds": lease,
-             "grace_period": grace}  # fmt: skip
+             "grace_period": grace, "worker_metrics_port": metrics_port}  # fmt: skip
     settings = load_settings(config, **flags)
     from jobengine.tasks import TaskRegistry
 
@@ -224,6 +252,7 @@ def _remote_worker(
             await load_remote(tasks, url, key, refs, cache_dir(settings))
             if not options["queues"]:
                 options["queues"] = tuple(tasks.queues())
-        await run_remote(url, key, tasks, options, early)
+        observe, metrics = worker_metrics(settings)
+        await run_remote(url, key, tasks, {**options, **observe}, early, metrics)
 
     run(go())

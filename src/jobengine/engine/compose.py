@@ -11,7 +11,7 @@ from functools import partial
 from jobengine.errors import ConfigError
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.store import Store
-from jobengine.settings import Settings, in_state_dir, prepare_state_dir
+from jobengine.settings import POSTGRES_SCHEMES, Settings, in_state_dir, prepare_state_dir
 from jobengine.webhooks.limiter import LIMITERS, LocalLimiter, NoopLimiter
 
 
@@ -24,7 +24,7 @@ def open_store(database: str, settings: Settings | None = None) -> Store:
         from jobengine.backends.sqlite.temporary import TemporarySqliteStore
 
         return TemporarySqliteStore(leader_lease_seconds=(settings or Settings()).scheduler_lease_seconds)
-    if database.startswith(("postgres://", "postgresql://")):
+    if database.startswith(POSTGRES_SCHEMES):
         s = settings or Settings()
         try:
             from jobengine.backends.postgres import PostgresStore
@@ -33,7 +33,12 @@ def open_store(database: str, settings: Settings | None = None) -> Store:
                 f"database: PostgreSQL needs the postgres extra: pip install 'jobengine[postgres]' ({exc})"
             ) from None
         try:
-            return PostgresStore(database, schema=s.postgres_schema, pool_max=s.postgres_pool_size)
+            return PostgresStore(
+                database,
+                direct_dsn=s.database_direct or None,
+                schema=s.postgres_schema,
+                pool_max=s.postgres_pool_size,
+            )
         except ValueError as exc:
             raise ConfigError(f"postgres_schema: {exc}") from None
     path = database.removeprefix("sqlite:///").removeprefix("sqlite://")

@@ -4,20 +4,26 @@ Counters and histograms follow the event bus (throughput, outcomes, job duration
 scheduler events) and the requests this app serves; gauges that describe the store (jobs by queue and
 state, leases held, dead-letters) are read from the engine when ``/metrics`` is scraped. ``/metrics`` also
 serves the queue transports' own registry (``jobengine.delivery.metrics``: depth and counters per
-transport).
+transport). :class:`MetricsServer` serves a registry on a port of its own, without a key: a worker's
+(``jobengine worker --metrics-port``, :class:`jobengine.worker.metrics.WorkerMetrics`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Mapping
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobengine.core import events as ev
 from jobengine.core.models import Event
 from jobengine.core.states import JobState
+from jobengine.errors import ConfigError
+from jobengine.worker.metrics import DURATION_BUCKETS
 
 _OUTCOMES = {ev.SUCCEEDED: "succeeded", ev.FAILED: "failed", ev.DEAD: "dead", ev.CANCELLED: "cancelled"}
 
@@ -31,7 +37,7 @@ class Metrics:
         )
         self.duration = Histogram(
             "jobengine_job_duration_seconds", "Run time of succeeded attempts", ["queue"], registry=r,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            buckets=DURATION_BUCKETS,
         )  # fmt: skip
         self.expired = Counter("jobengine_leases_expired", "Leases that expired (worker died)", registry=r)
         self.scheduler = Counter(
@@ -116,3 +122,50 @@ class RequestMetrics:
             self.metrics.requests.labels(method, template, str(status)).inc()
             if not template.endswith("/stream"):  # a stream's duration is the client's session, not latency
                 self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)
+
+
+class MetricsServer:
+    """A Service that serves ``registry`` at ``http://host:port/metrics`` (any path answers) with no key, in
+    prometheus_client's own threaded server: a scrape never waits for the event loop. ``port`` 0 takes a
+    free port (see :attr:`port` once started). Usage::
+
+        server = MetricsServer(WorkerMetrics().registry, "0.0.0.0", 9187)
+        await server.start()      # ConfigError naming `setting` if the port is taken
+        ...
+        await server.stop()
+    """
+
+    name = "metrics"
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, setting: str = "metrics_port") -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self.setting = setting
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        try:
+            self._server, self._thread = start_http_server(self.port, self.host, self.registry)
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise ConfigError(f"{self.setting}: cannot listen on {self.host}:{self.port}: {reason}") from None
+        self.port = int(self._server.server_address[1])
+
+    async def stop(self) -> None:
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is None:
+            return
+        # shutdown() returns once serve_forever has (it polls every half second): off the event loop.
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 5)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobengine.core.locations import redact_url
 from jobengine.core.retry import RetryPolicy
@@ -33,6 +33,9 @@ from jobengine.sdk.source import HttpWorkerSource
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
 from jobengine.worker.arguments import adapt_task
 from jobengine.worker.runtime import Worker, WorkerOptions
+
+if TYPE_CHECKING:  # prometheus_client only where metrics are kept
+    from jobengine.worker.metrics import WorkerObserver
 
 F = TypeVar("F", bound=TaskFn)
 
@@ -92,6 +95,7 @@ class RemoteWorker:
         long_poll: float = 5.0,
         worker_id: str | None = None,
         client: ApiClient | None = None,
+        observer: WorkerObserver | None = None,
     ) -> None:
         registry = tasks if isinstance(tasks, TaskRegistry) else tasks.tasks
         if not isinstance(registry, TaskRegistry):
@@ -102,7 +106,7 @@ class RemoteWorker:
             queues=tuple(queues), concurrency=concurrency, lease_seconds=lease_seconds,
             heartbeat_every=heartbeat_every or lease_seconds / 3, grace_period=grace_period,
             rescue_interval=3600.0,  # the server rescues; the source's rescue is a no-op anyway
-            worker_id=worker_id,
+            worker_id=worker_id, observer=observer,
             setup=(("store", f"the server at {redact_url(url)}"), ("transport", "http (the server's API)")),
         )  # fmt: skip
         self.worker = Worker(self.source, options)

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobengine.core.bounds import check_json, storable
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
@@ -49,6 +49,9 @@ from jobengine.tasks import PhaseSpec, TaskSpec
 from jobengine.worker import joblog
 from jobengine.worker.context import JobContext, SharedState, SyncJobContext
 from jobengine.worker.source import WorkerSource
+
+if TYPE_CHECKING:  # prometheus_client only where metrics are kept
+    from jobengine.worker.metrics import WorkerObserver
 
 log = logging.getLogger("jobengine.worker")
 
@@ -79,6 +82,9 @@ class WorkerOptions:
     #: What the worker runs on, for its start-up lines: ``(label, value)`` pairs such as
     #: ``("store", "postgres postgresql://app:***@db/jobs (schema jobengine)")``, secrets redacted.
     setup: tuple[tuple[str, str], ...] = ()
+    #: Told of claims and lease extensions, and (a middleware, after the job log) of each attempt's start and
+    #: end (:class:`~jobengine.worker.metrics.WorkerMetrics` keeps Prometheus metrics of them); None: nobody is.
+    observer: WorkerObserver | None = None
 
 
 class _LeaseLost(Exception):
@@ -205,7 +211,8 @@ class Worker:
             if self._stop_requests > 1:
                 self._hard.set()
         self._tasks = tuple(self.source.tasks.names())
-        self._hooks = MiddlewareChain([joblog.JobLog(), *self.middleware])
+        observed = [] if self.options.observer is None else [self.options.observer]
+        self._hooks = MiddlewareChain([joblog.JobLog(), *observed, *self.middleware])
         await self._register()
         opts = self.options
         joblog.start_block(self.id, self.queues, opts.setup, opts.concurrency, self._tasks, opts.packs)
@@ -338,8 +345,13 @@ class Worker:
         claim = asyncio.ensure_future(
             self.source.fetch_jobs(self.queues, limit, self.id, self.options.lease_seconds, tasks=self._tasks)
         )
+        observer = self.options.observer
+        began = asyncio.get_running_loop().time()
         try:
-            return await asyncio.shield(claim)
+            jobs = await asyncio.shield(claim)
+            if observer is not None:
+                observer.claimed(len(jobs), asyncio.get_running_loop().time() - began)
+            return jobs
         except asyncio.CancelledError:
             # Waited for without being cancelled itself, even when this task is cancelled again meanwhile
             # (asyncio.wait never cancels what it waits for).
@@ -569,6 +581,8 @@ class Worker:
         if not runs:
             return
         hb = await self.source.heartbeat_jobs([r.lease for r in runs], self.options.lease_seconds)
+        if self.options.observer is not None:
+            self.options.observer.leases_extended(len(hb.held))
         for r in runs:
             if r.task is None or r.task.done() or self._inflight.get(r.lease.job_id) is not r:
                 continue

@@ -19,6 +19,11 @@ def test_a_postgresql_url_opens_the_postgres_store() -> None:
     assert isinstance(store, PostgresStore)
     assert store.schema == "jobs" and store.capabilities.shared and store.capabilities.cross_process_notify
     assert isinstance(open_store("postgres://app@db.example/app"), PostgresStore)
+    pooled, direct = "postgresql://app@bouncer.example:6432/app", "postgresql://app@db.example/app"
+    behind = open_store(pooled, Settings(database=pooled, database_direct=direct))
+    assert isinstance(behind, PostgresStore)
+    assert (behind.dsn, behind.direct_dsn) == (pooled, direct)
+    assert store.direct_dsn == store.dsn  # no pooler: one URL for everything
     with pytest.raises(ConfigError):
         open_store("postgresql://app@db.example/app", Settings(postgres_schema="Bad-Name"))
 

@@ -19,6 +19,14 @@ every fenced transition, every read, and every insert. An insert's jobs carry id
 try, so a retry first looks for them and returns the batch as committed if the lost try had committed it
 (:func:`.insert.recover`): an enqueue never writes a job twice. A pooled connection whose session ended
 while idle is never handed out, and each event loop's pool holds at most ``pool_max`` sessions.
+
+Behind a pooler in transaction mode (PgBouncer), ``dsn`` names the pooler and ``direct_dsn`` the server:
+every statement the store runs is a transaction of its own or inside one, so it can go through the pooler,
+and its connections prepare no statement (a pooled server connection may not hold the one prepared on
+another). What needs a session of its own goes to ``direct_dsn``: LISTEN, session advisory locks (leader
+election, worker liveness, the migration lock). Usage::
+
+    store = PostgresStore("postgresql://app@pgbouncer:6432/app", direct_dsn="postgresql://app@db:5432/app")
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from jobengine.backends.postgres.insert import (
 )
 from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
+from jobengine.backends.postgres.mixin import session
 from jobengine.backends.postgres.notifier import PgNotifier
 from jobengine.backends.postgres.outbox import PostgresOutboxMixin
 from jobengine.backends.postgres.reads import PostgresReadsMixin
@@ -215,12 +224,20 @@ class PostgresStore(
         self,
         dsn: str,
         *,
+        direct_dsn: str | None = None,
         schema: str = "jobengine",
         pool_min: int = 1,
         pool_max: int = 10,
         pool_timeout: float = 10.0,
     ) -> None:
         self.dsn = dsn
+        #: Where sessions that must last go (LISTEN, session advisory locks): the server, not a pooler.
+        self.direct_dsn = direct_dsn or dsn
+        # A pooler in transaction mode may run each transaction on another server connection, where a
+        # statement prepared on the last one does not exist.
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if self.direct_dsn != dsn:
+            self._connect_kwargs["prepare_threshold"] = None
         self.schema = sql.check_schema(schema)
         #: The NOTIFY channel (one per schema, so two stores in one database do not wake each other).
         self.channel = sql.channel(schema)
@@ -268,7 +285,7 @@ class PostgresStore(
                 min_size=self._pool_min,
                 max_size=self._pool_max,
                 timeout=self._pool_timeout,
-                kwargs={"autocommit": True},
+                kwargs=self._connect_kwargs,
                 open=False,
                 name=f"jobengine-{self.schema}",
                 configure=track,
@@ -306,7 +323,7 @@ class PostgresStore(
         try:
             # Bounded like a pool checkout; the DSN's own connect_timeout applies within it.
             async with asyncio.timeout(self._pool_timeout):
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs)
         except (psycopg.Error, OSError, TimeoutError) as exc:
             lane.backoff = min(30.0, max(1.0, lane.backoff * 2))
             lane.retry_at = loop.time() + lane.backoff
@@ -413,7 +430,16 @@ class PostgresStore(
         async def op(conn: Conn) -> list[int]:
             return await migrate(conn, self.schema)
 
-        return await self._run(op)
+        if self.direct_dsn == self.dsn:
+            return await self._run(op)
+        # Its lock is a session's: behind a pooler, the lock and its unlock could reach different sessions.
+        try:
+            async with await session(self.direct_dsn) as conn:
+                return await op(conn)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
 
     async def close(self) -> None:
         if self._workers is not None:
@@ -465,12 +491,12 @@ class PostgresStore(
 
     def notifier(self) -> PgNotifier:
         if self._notifier is None:
-            self._notifier = PgNotifier(self.dsn, self.channel, probe=self._q.any_runnable)
+            self._notifier = PgNotifier(self.direct_dsn, self.channel, probe=self._q.any_runnable)
         return self._notifier
 
     def finished_notifier(self) -> PgNotifier:
         # Every (re)connection wakes once: a job that finished before the LISTEN was in place is re-read.
-        return PgNotifier(self.dsn, sql.finished_channel(self.schema), probe=b"SELECT true")
+        return PgNotifier(self.direct_dsn, sql.finished_channel(self.schema), probe=b"SELECT true")
 
     def workers(self) -> PostgresWorkers:
         """The registry of live workers (:mod:`jobengine.ports.workers`)."""
@@ -480,7 +506,7 @@ class PostgresStore(
 
     def leader(self, name: str) -> PostgresLeader:
         """A :class:`PostgresLeader` for ``name`` in this store's schema (its own connection)."""
-        return PostgresLeader(self.dsn, name, schema=self.schema)
+        return PostgresLeader(self.direct_dsn, name, schema=self.schema)
 
     def webhook_store(self, settings: Settings) -> WebhookStore:
         """Webhooks in this schema, on the store's pool; secrets sealed with ``secret_keys``, never a key in

@@ -119,7 +119,7 @@ class PostgresWorkers(shared.SqlWorkers[_Liveness]):
         self._suspects: dict[WorkerId, float] = {}  # first seen with its lock free (monotonic)
 
     async def _hold(self, key: int) -> _Liveness:
-        liveness = _Liveness(self._store.dsn, key)
+        liveness = _Liveness(self._store.direct_dsn, key)
         await liveness.start()
         return liveness
 
