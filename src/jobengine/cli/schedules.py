@@ -61,7 +61,7 @@ CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed
 Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
 
 
-def _json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
+def json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
     if text is None:
         return None
     try:
@@ -86,7 +86,7 @@ def _template_fields(
     given = {
         "task": task,
         "payload": read_payload(payload, None),
-        "items": _json_list(items, "items"),
+        "items": json_list(items, "items"),
         "planner": planner,
         "segment_size": segment_size,
         "queue": queue,
