@@ -62,9 +62,11 @@ def _succeeded_fully(run: Run) -> bool:
 
 async def items_done(store: SchedulingStore, jobs: Store, tenant: str, stream: str) -> list[Json]:
     """The items that succeeded segments did in the stream's newest runs that did not all succeed (a run
-    that did moved the cursor past its items), simulations left out."""
+    that did moved the cursor past its items) and in its retry runs, simulations left out."""
     runs = await store.list_runs(RunFilter(tenant=tenant, schedule_id=ScheduleId(stream), limit=RUNS_SEARCHED))
-    partial = await store.get_runs([r.id for r in runs if not _succeeded_fully(r) and r.summary.succeeded])
+    # A retry run moves no cursor, so its segments count as done however it ended.
+    searched = [r for r in runs if (not _succeeded_fully(r) or r.trigger is RunTrigger.RETRY) and r.summary.succeeded]
+    partial = await store.get_runs([r.id for r in searched])
     done: list[Json] = []
     for run in partial:
         if _request_of(run).get("mode") == RunMode.SIMULATE.value:

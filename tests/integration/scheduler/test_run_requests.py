@@ -9,7 +9,7 @@ import pytest
 
 from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Completion, Job
+from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, Job
 from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
 from jobengine.core.runs import RunState, RunTrigger
 from jobengine.engine import Engine
@@ -88,6 +88,23 @@ async def test_a_failed_segment_leaves_the_cursor(engine: Engine) -> None:
     await complete(engine, jobs[:2])
     await engine.runs.cancel(run.id)
     assert await cursor(engine, request) is None
+
+
+async def test_a_retried_run_counts_as_done(engine: Engine) -> None:
+    request = RunRequest(task="score", items=(1, 2, 3), segment_size=1, mode=RunMode.INCREMENTAL)
+    run = await engine.runs.start(request)
+    first, *rest = await claim(engine)
+    await complete(engine, rest)
+    assert first.lease_token is not None
+    error = AttemptError(first.attempt, engine.clock.now(), "RuntimeError", "boom")
+    await engine.transitions.fail_jobs([Failure(first.id, first.lease_token, error, FailOutcome.DEAD, 0)])
+    assert (await engine.runs.get(run.id)).state is RunState.ERROR
+    await engine.runs.retry(run.id)
+    await complete(engine, await claim(engine))
+    assert await cursor(engine, request) is None  # a retry moves no cursor
+    again = await engine.runs.start(request)  # ...but nothing is left to do: born completed, cursor moved
+    assert (again.state, again.no_work) == (RunState.COMPLETED, True)
+    assert await cursor(engine, request) == 3
 
 
 async def test_simulate_is_marked_and_moves_no_cursor(engine: Engine) -> None:
