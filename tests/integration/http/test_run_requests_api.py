@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from .conftest import Api, browser
+
 R = "/api/v1/runs"
 
 
@@ -47,3 +49,11 @@ async def test_preview_of_a_request_and_of_a_schedule(acme: httpx.AsyncClient) -
     sim = (await acme.post(f"{R}/preview", json={"schedule": "fan", "count": 2})).json()
     assert len(sim["fire_times"]) == 2 and sim["runs"][0]["items"] == [1, 1]
     assert (await acme.get(R)).json()["items"] == []
+
+
+async def test_a_request_runs_pages_render(api: Api, acme: httpx.AsyncClient) -> None:
+    run = (await acme.post(R, json={"task": "score", "items": [1, 2], "source": "accounts"})).json()
+    async with browser(api, api.keys["acme"]) as ui:
+        for path in ("/runs", f"/runs/{run['id']}"):
+            r = await ui.get(path)
+            assert r.status_code == 200 and run["id"] in r.text, (path, r.text[-500:])
