@@ -18,10 +18,10 @@ from jobengine.cli.common import (
     DbOption,
     JsonFlag,
     actor_of,
+    json_list,
     with_engine,
 )
 from jobengine.cli.jobs import parse_time
-from jobengine.cli.schedules import json_list
 from jobengine.core.clock import iso, to_datetime
 from jobengine.core.models import Job
 from jobengine.core.run_requests import RunRequest

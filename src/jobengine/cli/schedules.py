@@ -22,6 +22,7 @@ from jobengine.cli.common import (
     DbOption,
     JsonFlag,
     actor_of,
+    json_list,
     load_settings,
     open_engine,
     run,
@@ -59,18 +60,6 @@ Overlap = Annotated[str | None, typer.Option(help="While the previous run is goi
 Misfire = Annotated[str | None, typer.Option(help="Ticks missed while no scheduler ran: skip, run_once, catch_up.")]
 CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed ticks catch_up runs.", min=0)]
 Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
-
-
-def json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidSchedule(field, f"not valid JSON ({exc})") from None
-    if not isinstance(value, list):
-        raise InvalidSchedule(field, "must be a JSON list")
-    return tuple(value)
 
 
 def _template_fields(
