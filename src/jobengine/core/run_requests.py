@@ -34,12 +34,16 @@ MAX_ENVIRONMENT: Final = 100
 
 
 class RunMode(StrEnum):
+    """Which items a run request takes, and whether its success moves the stream's cursor."""
+
     FULL = "full"  # every item; the cursor moves when every segment succeeded
     INCREMENTAL = "incremental"  # the items after the cursor that no earlier run did
     SIMULATE = "simulate"  # as incremental, marked as a dry run; never moves the cursor
 
 
 class PriorityClass(StrEnum):
+    """How urgent a run request is; its jobs get the priority :data:`PRIORITIES` maps it to."""
+
     NORMAL = "normal"
     HIGH = "high"
     EMERGENCY = "emergency"
@@ -130,6 +134,7 @@ class RunRequest:
 
     @property
     def job_priority(self) -> int:
+        """The priority of the run's jobs (:data:`PRIORITIES`)."""
         return PRIORITIES[self.priority]
 
     def to_json(self) -> dict[str, Json]:

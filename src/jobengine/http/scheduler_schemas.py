@@ -252,6 +252,8 @@ class SimulationOut(BaseModel):
 
 
 class CursorOut(BaseModel):
+    """A stream's cursor: the greatest item its successful runs reached, and the run that moved it."""
+
     value: Any
     run_id: str
 

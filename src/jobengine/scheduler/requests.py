@@ -44,9 +44,11 @@ class RunPreview:
 
     @property
     def sample(self) -> tuple[Json, ...]:
+        """The first items the run would take."""
         return self.plan.todo[:SAMPLE]
 
     def to_json(self) -> dict[str, Json]:
+        """The preview as the API answers it (``RunPreviewOut``)."""
         p, c = self.plan, self.cursor
         return {
             "task": self.request.task, "source": self.request.source, "mode": self.request.mode.value,

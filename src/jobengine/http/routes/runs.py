@@ -90,6 +90,7 @@ async def preview_run(body: RunRequestIn | SchedulePreviewIn, request: Request, 
 
 
 def run_request(body: RunRequestIn) -> RunRequest:
+    """The body as a RunRequest, which checks what the schema cannot (raises InvalidSchedule: 422)."""
     return RunRequest(**body.model_dump())
 
 
