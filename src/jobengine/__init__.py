@@ -69,6 +69,7 @@ from jobengine.version import __version__
 from jobengine.worker import JobContext, SyncJobContext, Worker, WorkerOptions
 
 if TYPE_CHECKING:
+    from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
     from jobengine.core.runs import Run, RunFilter, RunState, RunSummary, RunTrigger, Segment
     from jobengine.core.schedules import (
         JobTemplate,
@@ -87,6 +88,7 @@ _LAZY = {
         ("JobTemplate", "MisfirePolicy", "OverlapPolicy", "Schedule", "ScheduleFilter", "ScheduleSpec"),
         "jobengine.core.schedules",
     ),
+    **dict.fromkeys(("PriorityClass", "RunMode", "RunRequest"), "jobengine.core.run_requests"),
     **dict.fromkeys(("Signature", "SignatureFilter", "SignatureStatus"), "jobengine.core.signatures"),
     "PlanContext": "jobengine.scheduler",
 }
@@ -135,9 +137,12 @@ __all__ = [
     "Phase",
     "PhaseState",
     "PlanContext",
+    "PriorityClass",
     "RetryPolicy",
     "Run",
     "RunFilter",
+    "RunMode",
+    "RunRequest",
     "RunState",
     "RunSummary",
     "RunTrigger",

@@ -338,3 +338,27 @@ async def test_prune_runs_deletes_ended_runs_and_old_tick_records_only(sched: Sc
     # The schedule's cursor still guards its old ticks: a claim made before them is refused.
     stale = TickClaim(s.id, s.version, s.cursor, T0 + 60, T0 + 120, OverlapPolicy.ALLOW, (planned(s, T0 + 60),))
     assert await sched.fire_ticks(stale, T0 + 500) is None
+
+
+async def test_a_cursor_moves_only_when_every_segment_succeeded_and_never_down(sched: SchedulingStore) -> None:
+    s = schedule()
+    runs = [replace(planned(s, None, jobs=2), stream="score default", cursor_to=to) for to in ("k9", "k5", "k7")]
+    written = [await sched.insert_run(p, T0) for p in runs]
+    assert await sched.get_cursor("default", "score default") is None
+    (a, b), (c, d), (e, f) = (w.jobs for w in written)
+    ok = JobState.SUCCEEDED
+    await sched.record_outcomes([JobOutcome(a.id, runs[0].run.id, ok), JobOutcome(b.id, runs[0].run.id, JobState.DEAD)],
+                                T0 + 1)  # fmt: skip
+    assert await sched.get_cursor("default", "score default") is None  # a dead segment: it stays
+    await sched.record_outcomes([JobOutcome(c.id, runs[1].run.id, ok)], T0 + 2)
+    assert await sched.get_cursor("default", "score default") is None  # one segment still to go
+    await sched.record_outcomes([JobOutcome(d.id, runs[1].run.id, ok)], T0 + 3)
+    cursor = await sched.get_cursor("default", "score default")
+    assert cursor is not None and (cursor.value, cursor.run_id, cursor.updated_at) == ("k5", runs[1].run.id, T0 + 3)
+    await sched.record_outcomes([JobOutcome(e.id, runs[2].run.id, ok), JobOutcome(f.id, runs[2].run.id, ok)], T0 + 4)
+    assert (await sched.get_cursor("default", "score default")).value == "k7"  # type: ignore[union-attr]
+    assert await sched.get_cursor("other", "score default") is None  # per tenant
+    late = replace(planned(s, None, jobs=0), stream="score default", cursor_to="k6")
+    late = replace(late, run=replace(late.run, state=RunState.COMPLETED, no_work=True, summary=RunSummary()))
+    await sched.insert_run(late, T0 + 5)  # born completed: applied at once, and never down
+    assert (await sched.get_cursor("default", "score default")).value == "k7"  # type: ignore[union-attr]

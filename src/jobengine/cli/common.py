@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import importlib
 import inspect
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -19,7 +20,7 @@ import typer
 
 from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
-from jobengine.errors import ConfigError
+from jobengine.errors import ConfigError, InvalidSchedule
 from jobengine.settings import Settings
 
 ActorOption = Annotated[str | None, typer.Option(help="Who makes the change (audit) [default: cli:<login>].")]
@@ -172,3 +173,16 @@ def actor_of(actor: str | None) -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no login name (a container without passwd entry)
         return "cli"
+
+
+def json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
+    """The JSON list an option gives (None: not given). Raises InvalidSchedule naming ``field``."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidSchedule(field, f"not valid JSON ({exc})") from None
+    if not isinstance(value, list):
+        raise InvalidSchedule(field, "must be a JSON list")
+    return tuple(value)

@@ -1,9 +1,10 @@
-"""``jobengine runs list | show | cancel | retry`` and ``jobengine signatures list | update``."""
+"""``jobengine runs start | list | show | cancel | retry`` and ``jobengine signatures list | update``."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,18 +18,20 @@ from jobengine.cli.common import (
     DbOption,
     JsonFlag,
     actor_of,
+    json_list,
     with_engine,
 )
 from jobengine.cli.jobs import parse_time
 from jobengine.core.clock import iso, to_datetime
 from jobengine.core.models import Job
+from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
 
-runs_app = typer.Typer(name="runs", help="Run history of schedules: list, show, cancel, retry.", no_args_is_help=True,
+runs_app = typer.Typer(name="runs", help="Runs: start one over items; list, show, cancel, retry.", no_args_is_help=True,
                        rich_markup_mode=None)  # fmt: skip
 signatures_app = typer.Typer(
     name="signatures", help="Failure signatures: the same bug grouped.", no_args_is_help=True, rich_markup_mode=None
@@ -98,7 +101,7 @@ def runs_table(runs: list[Run]) -> Table:
 def list_runs(
     schedule: Annotated[str | None, typer.Option(help="Only runs of this schedule (name or id).")] = None,
     state: Annotated[str | None, typer.Option(help="Only these states (comma-separated).")] = None,
-    trigger: Annotated[str | None, typer.Option(help="Only this trigger: schedule, manual or retry.")] = None,
+    trigger: Annotated[str | None, typer.Option(help="Only this trigger: schedule, manual, retry or request.")] = None,
     since: Annotated[str | None, typer.Option(help="Created at or after this ISO 8601 time.")] = None,
     until: Annotated[str | None, typer.Option(help="Created before this ISO 8601 time.")] = None,
     tenant: TenantFilter = None,
@@ -153,6 +156,67 @@ def show_run(
     )
     if jobs:
         console.print(output.jobs_table(jobs))
+
+
+ItemsOption = Annotated[str | None, typer.Option("--items", metavar="JSON", help="A JSON list of items.")]
+ItemsFile = Annotated[
+    Path | None, typer.Option("--items-file", help="A file holding a JSON list of items.", dir_okay=False)
+]
+EnvOption = Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE handed to each job (repeat).")]
+
+
+def _request(task: str, items: str | None, items_file: Path | None, env: list[str] | None,
+             **fields: Any) -> RunRequest:  # fmt: skip
+    listed = list(json_list(items, "items") or ())
+    if items_file is not None:
+        try:
+            text = items_file.read_text()
+        except OSError as exc:
+            raise InvalidSchedule("items-file", f"cannot read {items_file}: {exc.strerror}") from None
+        listed.extend(json_list(text, "items-file") or ())
+    environment: dict[str, str] = {}
+    for pair in env or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise InvalidSchedule("env", f"give NAME=VALUE, got {pair!r}")
+        environment[name] = value
+    return RunRequest(task=task, items=tuple(listed), environment=environment, **fields)
+
+
+@runs_app.command("start")
+def start_run(
+    task: Annotated[str, typer.Argument(metavar="TASK", help="The task to run over the items.", show_default=False)],
+    items: ItemsOption = None,
+    items_file: ItemsFile = None,
+    mode: Annotated[str, typer.Option(help="full, incremental or simulate.")] = "full",
+    priority: Annotated[str, typer.Option(help="normal, high or emergency.")] = "normal",
+    version: Annotated[str | None, typer.Option(help="The task's version (kept on the run and jobs).")] = None,
+    source: Annotated[str, typer.Option(help="The input source (its cursor is per task and source).")] = "default",
+    env: EnvOption = None,
+    run_id: Annotated[str | None, typer.Option(help="Makes the request idempotent: once per id.")] = None,
+    segment_size: Annotated[int, typer.Option(help="Items per job.")] = 100,
+    queue: Annotated[str | None, typer.Option(help="Queue of the jobs (default: the task's).")] = None,
+    reason: Annotated[str | None, typer.Option(help="Why (kept on the run).")] = None,
+    tenant: Annotated[str, typer.Option(help="Tenant of the run.")] = "default",
+    preview: Annotated[bool, typer.Option("--preview", help="Say what the run would take; start nothing.")] = False,
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run a task over items: full, incremental (after the last successful run's cursor) or simulate."""
+    request = _request(
+        task, items, items_file, env, mode=mode, priority=priority, version=version, source=source, run_id=run_id,
+        segment_size=segment_size, queue=queue, reason=reason,
+    )  # fmt: skip
+    if preview:
+        found = with_engine(config, db, lambda engine: engine.runs.preview(request, tenant=tenant))
+        p = found.plan
+        output.emit(as_json, found.to_json(), f"{len(p.todo)} item(s) in {found.segments} job(s); left out: "
+                    f"{p.before_cursor} at or before the cursor, {p.done} done by earlier runs")  # fmt: skip
+        return
+    run = with_engine(config, db, lambda engine: engine.runs.start(request, tenant=tenant, actor=actor_of(actor)))
+    output.emit(as_json, run_to_json(run), f"run {run.id}: {run.items} item(s) in {run.summary.total} job(s)")
 
 
 @runs_app.command("cancel")

@@ -22,6 +22,7 @@ from jobengine.cli.common import (
     DbOption,
     JsonFlag,
     actor_of,
+    json_list,
     load_settings,
     open_engine,
     run,
@@ -61,18 +62,6 @@ CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed
 Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
 
 
-def _json_list(text: str | None, field: str) -> tuple[Any, ...] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidSchedule(field, f"not valid JSON ({exc})") from None
-    if not isinstance(value, list):
-        raise InvalidSchedule(field, "must be a JSON list")
-    return tuple(value)
-
-
 def _template_fields(
     task: str | None,
     payload: str | None,
@@ -86,7 +75,7 @@ def _template_fields(
     given = {
         "task": task,
         "payload": read_payload(payload, None),
-        "items": _json_list(items, "items"),
+        "items": json_list(items, "items"),
         "planner": planner,
         "segment_size": segment_size,
         "queue": queue,

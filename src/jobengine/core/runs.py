@@ -49,6 +49,7 @@ class RunTrigger(StrEnum):
     SCHEDULE = "schedule"  # a tick
     MANUAL = "manual"  # triggered by hand, with a reason
     RETRY = "retry"  # the failed segments of an earlier run
+    REQUEST = "request"  # a run request: a task over inputs, no schedule (core.run_requests)
 
 
 @dataclass(frozen=True, slots=True)

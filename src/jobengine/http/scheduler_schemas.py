@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from jobengine.core.models import MAX_PRIORITY
+from jobengine.core.run_requests import MAX_ENVIRONMENT, PriorityClass, RunMode
 from jobengine.core.runs import RunState, RunTrigger
 from jobengine.core.schedules import MAX_CATCH_UP, MAX_ITEMS, MisfirePolicy, OverlapPolicy
 from jobengine.core.signatures import SignatureStatus
@@ -91,6 +92,33 @@ class TriggerIn(Strict):
 class RunTriggerIn(Strict):
     schedule: Annotated[StrictStr, Field(min_length=1, max_length=200, description="The schedule's id or name")]
     reason: Reason
+
+
+class RunRequestIn(Strict):
+    """A run of ``task`` over ``items`` (sorted and de-duplicated): ``full``, ``incremental`` (the items
+    after the cursor the last successful run of the task and ``source`` left) or ``simulate``. The same
+    ``run_id`` with the same request makes one run; with a different request it is refused (409)."""
+
+    task: TaskName
+    items: list[Payload] = Field(default_factory=list, max_length=MAX_ITEMS)
+    version: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    mode: RunMode = RunMode.FULL
+    priority: PriorityClass = PriorityClass.NORMAL
+    source: Name = "default"
+    environment: dict[Annotated[StrictStr, Field(min_length=1, max_length=200)], StrictStr] = Field(
+        default_factory=dict, max_length=MAX_ENVIRONMENT
+    )
+    run_id: Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")] | None = None
+    segment_size: Annotated[StrictInt, Field(ge=1, le=MAX_ITEMS), INTEGRAL] = 100
+    queue: Name | None = None
+    reason: Reason | None = None
+
+
+class SchedulePreviewIn(Strict):
+    """A stored schedule (id or name): its next ``count`` fire times and the jobs of each run."""
+
+    schedule: Annotated[StrictStr, Field(min_length=1, max_length=200, description="The schedule's id or name")]
+    count: Annotated[StrictInt, Field(ge=1, le=100), INTEGRAL] = 5
 
 
 class SimulateIn(Strict):
@@ -221,6 +249,30 @@ class SimulatedRunOut(BaseModel):
 class SimulationOut(BaseModel):
     fire_times: list[datetime | None]
     runs: list[SimulatedRunOut]
+
+
+class CursorOut(BaseModel):
+    """A stream's cursor: the greatest item its successful runs reached, and the run that moved it."""
+
+    value: Any
+    run_id: str
+
+
+class RunPreviewOut(BaseModel):
+    """What a run request would do: ``todo`` items in ``segments`` jobs; ``before_cursor`` and ``done``
+    items it leaves out; ``cursor_to``: where its success moves the cursor; ``sample``: the first items."""
+
+    task: str
+    source: str
+    mode: RunMode
+    cursor: CursorOut | None
+    items: int
+    todo: int
+    before_cursor: int
+    done: int
+    segments: int
+    cursor_to: Any
+    sample: list[Any]
 
 
 class SignatureOut(BaseModel):

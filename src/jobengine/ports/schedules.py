@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from jobengine.core.ids import RunId, ScheduleId
-from jobengine.core.models import Event, Job, NewEvent, NewJob
+from jobengine.core.models import Event, Job, Json, NewEvent, NewJob
 from jobengine.core.runs import JobOutcome, Run, RunFilter, Segment
 from jobengine.core.schedules import OverlapPolicy, Schedule, ScheduleFilter
 from jobengine.ports.leader import Leader
@@ -28,12 +28,26 @@ from jobengine.ports.signatures import SignatureStore
 
 @dataclass(frozen=True, slots=True)
 class PlannedRun:
-    """A run and its jobs, ready to be written in one transaction. ``items[i]``: items of ``jobs[i]``."""
+    """A run and its jobs, ready to be written in one transaction. ``items[i]``: items of ``jobs[i]``.
+    ``stream`` and ``cursor_to``: the run moves that stream's cursor up to ``cursor_to`` in the
+    transaction that records its last segment's success (at once when it has no jobs); never otherwise."""
 
     run: Run
     jobs: tuple[NewJob, ...] = ()
     phases: tuple[tuple[str, ...], ...] = ()
     items: tuple[int, ...] = ()
+    stream: str | None = None
+    cursor_to: Json = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCursor:
+    """Where a stream's incremental runs start: the greatest item its successful runs reached
+    (``core.run_requests``), the run that moved it there, and when."""
+
+    value: Json
+    run_id: RunId
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +163,10 @@ class ScheduleStore(Protocol):
 
     async def active_runs(self, limit: int, after_id: RunId | None = None) -> list[Run]:
         """Queued and running runs in id order, after ``after_id`` (to page through them)."""
+        ...
+
+    async def get_cursor(self, tenant: str, stream: str) -> RunCursor | None:
+        """The stream's cursor; None before a run of it succeeded."""
         ...
 
     async def prune_runs(self, before: float, limit: int) -> int:

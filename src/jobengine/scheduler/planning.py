@@ -21,7 +21,7 @@ from jobengine.core import firing
 from jobengine.core.ids import RunId, ScheduleId
 from jobengine.core.models import Json, NewJob, check_name
 from jobengine.core.runs import Run, RunState, RunSummary, RunTrigger
-from jobengine.core.schedules import ScheduleSpec
+from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.errors import ConfigError
 from jobengine.ports.schedules import PlannedRun
 from jobengine.tasks import TaskRegistry
@@ -121,19 +121,28 @@ async def plan_run(
         run_at = None
         if run.tick is not None and spec.jitter:
             run_at = run.tick + firing.jitter_offset(run.schedule_id, run.tick, spec.jitter)
-        registered = tasks.get(spec.template.task)
-        defaults = (
-            firing.JobDefaults(registered.queue, registered.priority, registered.max_attempts)
-            if registered is not None
-            else firing.JobDefaults()
-        )
-        jobs, counts = firing.plan_jobs(
-            spec.template, items, tenant=spec.tenant, run_id=run.id, schedule_id=run.schedule_id,
-            run_at=run_at, defaults=defaults,
-        )  # fmt: skip
+        return fan_out(tasks, run, spec.template, items, run_at=run_at)
     except (PlannerError, ValueError) as exc:  # ValueError: InvalidSchedule / InvalidJob from the items
         reason = str(exc)[:2000]
         return PlannedRun(replace(run, state=RunState.ERROR, reason=reason, finished_at=now, updated_at=now))
+
+
+def fan_out(
+    tasks: TaskRegistry, run: Run, template: JobTemplate, items: Sequence[Json] | None, *, run_at: float | None = None
+) -> PlannedRun:
+    """``run`` with a job per segment of ``items`` (one job when None), or born ``completed`` / ``no_work``
+    without items. Raises InvalidSchedule / InvalidJob for items the jobs cannot take."""
+    now = run.created_at
+    registered = tasks.get(template.task)
+    defaults = (
+        firing.JobDefaults(registered.queue, registered.priority, registered.max_attempts)
+        if registered is not None
+        else firing.JobDefaults()
+    )
+    jobs, counts = firing.plan_jobs(
+        template, items, tenant=run.tenant, run_id=run.id, schedule_id=run.schedule_id, run_at=run_at,
+        defaults=defaults,
+    )  # fmt: skip
     if not jobs:
         return PlannedRun(replace(run, state=RunState.COMPLETED, no_work=True, started_at=now, finished_at=now))
     phases = tuple(tasks.phase_names(j.task) for j in jobs)

@@ -7,6 +7,10 @@ scheduler's reconcile pass repairs what a dying process missed; docs/scheduler.m
     runs = await engine.runs.list(RunFilter(schedule_id=s.id, states=(RunState.ERROR,)))
     jobs = await engine.runs.jobs(runs[0].id)
     retry = await engine.runs.retry(runs[0].id, actor="alice")     # the dead / cancelled segments only
+    run = await engine.runs.start(RunRequest(task="score", items=ids, mode=RunMode.INCREMENTAL))
+
+A run request (:mod:`jobengine.core.run_requests`) makes a run without a schedule: its ``schedule_id`` is
+the request's stream (task and input source), so the stream's runs list as a schedule's do.
 """
 
 from __future__ import annotations
@@ -20,14 +24,17 @@ from typing import Final
 from jobengine.core.bounds import check_text
 from jobengine.core.clock import Clock
 from jobengine.core.ids import RunId, new_run_id
-from jobengine.core.models import Job, NewJob
+from jobengine.core.models import Job, NewJob, check_name
+from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import ENDED_RUN_STATES, JobOutcome, Run, RunFilter, RunSummary, RunTrigger, Segment
 from jobengine.core.schedules import check_actor
 from jobengine.core.states import JobState
-from jobengine.errors import IllegalState, NotFound
+from jobengine.errors import AlreadyExists, IllegalState, NotFound
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.ports.store import Store
+from jobengine.scheduler import requests
 from jobengine.scheduler.planning import new_run
+from jobengine.scheduler.requests import RunPreview
 from jobengine.scheduler.schedules import JobsCreated, Published
 from jobengine.tasks import TaskRegistry
 
@@ -88,7 +95,39 @@ class Runs:
         segments = await self.segments(run_id, tenant)
         return await self._jobs.get_jobs([s.job_id for s in segments])
 
+    async def preview(self, request: RunRequest, *, tenant: str = "default") -> RunPreview:
+        """What :meth:`start` would do with ``request`` now: the cursor, the items the run would take, how
+        many it leaves out and a sample. Writes nothing."""
+        check_name("tenant", tenant)
+        found, _ = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, self._clock.now())
+        return found
+
     # -- actions ------------------------------------------------------------------------------------
+    async def start(self, request: RunRequest, *, tenant: str = "default", actor: str = "system") -> Run:
+        """A run of ``request.task`` over the request's items (``core.run_requests``: full, incremental or
+        simulate), one job per segment at the priority of its class. With ``request.run_id``, the same
+        request again returns the run it made; a different request with that id raises IllegalState.
+
+        Usage::
+
+            run = await engine.runs.start(RunRequest(task="score", items=ids, mode=RunMode.INCREMENTAL))
+        """
+        check_actor(actor)
+        check_name("tenant", tenant)
+        if request.run_id is not None:
+            existing = await self._store.get_runs([RunId(request.run_id)])
+            if existing:
+                return requests.same_request(existing[0], request, tenant)
+        now = self._clock.now()
+        _, planned = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, now, actor)
+        try:
+            fired = await self._store.insert_run(planned, now)
+        except AlreadyExists:  # the same run id, written meanwhile by a concurrent request
+            return requests.same_request(await self.get(planned.run.id), request, tenant)
+        self._published(fired.events)
+        await self._jobs_created(fired.jobs)
+        return fired.runs[0]
+
     async def cancel(
         self, run_id: str, *, reason: str = "cancelled by user", tenant: str | None = None, actor: str = "system"
     ) -> Run:

@@ -148,3 +148,23 @@ def test_runs_list_keeps_each_run_on_one_line_at_130_columns(
         assert line.startswith(run_id + " ") and "manual" in line, line
     assert all("backfill of the" in line and line.rstrip().endswith("…") for line in lines[1:3]), lines  # cut short
     assert "cancelled" in lines[-1]
+
+
+@pytest.mark.timeout(300)
+def test_runs_start_a_request_preview_it_and_name_bad_fields(cli: InProcessCli, tmp_path: Path) -> None:
+    cli("migrate")
+    (tmp_path / "items.json").write_text('["c", "d"]')
+    args = ("runs", "start", "score", "--items", '["b", "a"]', "--items-file", "items.json", "--mode", "incremental",
+            "--priority", "high", "--env", "region=eu", "--run-id", "night-1", "--segment-size", "3")  # fmt: skip
+    preview = cli.json(*args, "--preview")
+    assert (preview["todo"], preview["segments"], preview["sample"], preview["cursor"]) == (4, 2, ["a", "b", "c", "d"],
+                                                                                            None)  # fmt: skip
+    assert cli.json("runs", "list") == []  # a preview starts nothing
+    run = cli.json(*args)
+    assert (run["id"], run["trigger"], run["items"], run["summary"]["total"]) == ("night-1", "request", 4, 2)
+    assert cli.json(*args)["id"] == "night-1"  # the same request again: the same run
+    assert len(cli.json("runs", "list")) == 1
+    assert "different request" in cli("runs", "start", "score", "--run-id", "night-1", expect=1).stderr
+    assert cli("runs", "start", "score", "--mode", "sometimes", expect=2).stderr.startswith("error: mode: ")
+    assert cli("runs", "start", "score", "--env", "region", expect=2).stderr.startswith("error: env: ")
+    assert cli("runs", "start", "score", "--items", "{}", expect=2).stderr.startswith("error: items: ")

@@ -130,6 +130,15 @@ COLUMN queue_settings.concurrency integer NULL
 COLUMN queue_settings.paused boolean NOT NULL DEFAULT false
 COLUMN queue_settings.queue text NOT NULL
 COLUMN queue_settings.updated_at double precision NOT NULL
+COLUMN run_cursor_moves.run_id text NOT NULL COLLATE C
+COLUMN run_cursor_moves.stream text NOT NULL
+COLUMN run_cursor_moves.tenant text NOT NULL
+COLUMN run_cursor_moves.value text NOT NULL
+COLUMN run_cursors.run_id text NOT NULL COLLATE C
+COLUMN run_cursors.stream text NOT NULL
+COLUMN run_cursors.tenant text NOT NULL
+COLUMN run_cursors.updated_at double precision NOT NULL
+COLUMN run_cursors.value text NOT NULL
 COLUMN run_jobs.duration double precision NULL
 COLUMN run_jobs.items integer NOT NULL
 COLUMN run_jobs.job_id text NOT NULL COLLATE C
@@ -260,6 +269,8 @@ CONSTRAINT pack_events.pack_events_pkey PRIMARY KEY (id)
 CONSTRAINT pack_versions.pack_versions_pkey PRIMARY KEY (name, version)
 CONSTRAINT pack_versions.pack_versions_status_check CHECK ((status = ANY (ARRAY['pending_approval'::text, 'approved'::text, 'rejected'::text, 'deprecated'::text, 'archived'::text, 'invalid'::text])))
 CONSTRAINT queue_settings.queue_settings_pkey PRIMARY KEY (queue)
+CONSTRAINT run_cursor_moves.run_cursor_moves_pkey PRIMARY KEY (run_id)
+CONSTRAINT run_cursors.run_cursors_pkey PRIMARY KEY (tenant, stream)
 CONSTRAINT run_jobs.run_jobs_pkey PRIMARY KEY (job_id)
 CONSTRAINT runs.runs_pkey PRIMARY KEY (id)
 CONSTRAINT runs.runs_state_check CHECK ((state = ANY (ARRAY['planning'::text, 'queued'::text, 'running'::text, 'completed'::text, 'cancelled'::text, 'error'::text])))
@@ -321,6 +332,8 @@ INDEX CREATE UNIQUE INDEX pack_blobs_pkey ON pack_blobs USING btree (sha256)
 INDEX CREATE UNIQUE INDEX pack_events_pkey ON pack_events USING btree (id)
 INDEX CREATE UNIQUE INDEX pack_versions_pkey ON pack_versions USING btree (name, version)
 INDEX CREATE UNIQUE INDEX queue_settings_pkey ON queue_settings USING btree (queue)
+INDEX CREATE UNIQUE INDEX run_cursor_moves_pkey ON run_cursor_moves USING btree (run_id)
+INDEX CREATE UNIQUE INDEX run_cursors_pkey ON run_cursors USING btree (tenant, stream)
 INDEX CREATE UNIQUE INDEX run_jobs_pkey ON run_jobs USING btree (job_id)
 INDEX CREATE UNIQUE INDEX runs_pkey ON runs USING btree (id)
 INDEX CREATE UNIQUE INDEX schedule_ticks_pkey ON schedule_ticks USING btree (schedule_id, tick_ms)

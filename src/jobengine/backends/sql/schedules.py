@@ -1,6 +1,7 @@
-"""The scheduling ports (schedules, ticks, runs and their segments; tables: migrations ``0002_scheduler``,
-``0008_run_retention``, ``0011_sessions_hooks``). Every mutating call is one transaction, so a tick's
-ledger row, its run, the run's jobs (the store's own insert) and their events commit together.
+"""The scheduling ports (schedules, ticks, runs and their segments, the cursors of run streams; tables:
+migrations ``0002_scheduler``, ``0008_run_retention``, ``0011_sessions_hooks``, ``0012_run_cursors``).
+Every mutating call is one transaction, so a tick's ledger row, its run, the run's jobs (the store's own
+insert) and their events commit together; so do a run's last outcome and the move of its stream's cursor.
 
 Exactly once (see ``ports/schedules.py``): a claim first moves its schedule's cursor only if version and
 cursor are still as the scheduler read them (PostgreSQL's row lock serialises concurrent claims of one
@@ -31,14 +32,15 @@ from jobengine.backends.scheduling_rows import (
     trigger_data_value,
     with_trigger_data,
 )
-from jobengine.core import firing
+from jobengine.core import codec, firing
 from jobengine.core import runs as rn
 from jobengine.core.ids import RunId, ScheduleId
-from jobengine.core.models import Event, NewEvent
+from jobengine.core.models import Event, Json, NewEvent
+from jobengine.core.run_requests import later
 from jobengine.core.runs import JobOutcome, Run, RunFilter, RunState, Segment
 from jobengine.core.schedules import Schedule, ScheduleFilter
 from jobengine.errors import AlreadyExists, IllegalState, NotFound
-from jobengine.ports.schedules import Fired, PlannedRun, TickClaim
+from jobengine.ports.schedules import Fired, PlannedRun, RunCursor, TickClaim
 
 from .base import Tx, conditions, marks
 from .signatures import SqlSignatures
@@ -86,7 +88,7 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
         await _save_runs(tx, [run])
     else:
         sql = f"INSERT INTO {{s}}runs ({RUN_COLUMNS}, {TRIGGER_DATA}) VALUES ({marks(RUN_WIDTH + 1)})"
-        await tx.run(sql, (*run_values(run), trigger_data_value(run)))
+        await tx.run(sql, (*run_values(run), trigger_data_value(run)), duplicate=AlreadyExists("run", run.id))
     if planned.jobs:
         inserted = await tx.insert_jobs(planned.jobs, now, list(planned.phases) or [()] * len(planned.jobs))
         out.jobs.extend(inserted.jobs)
@@ -94,8 +96,45 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
         items = planned.items
         rows = [(job.id, run.id, i, items[i] if i < len(items) else 0) for i, job in enumerate(inserted.jobs)]
         await tx.many("INSERT INTO {s}run_jobs (job_id, run_id, segment, items) VALUES (?, ?, ?, ?)", rows)
+    if planned.stream is not None and planned.cursor_to is not None:
+        if run.state is RunState.COMPLETED:
+            await _advance(tx, run.tenant, planned.stream, planned.cursor_to, run.id, now)
+        elif not run.ended:
+            await tx.run(
+                "INSERT INTO {s}run_cursor_moves (run_id, tenant, stream, value) VALUES (?, ?, ?, ?)",
+                (run.id, run.tenant, planned.stream, codec.dumps(planned.cursor_to, "cursor")),
+            )
     out.runs.append(run)
     out.events.extend(await tx.events([rn.run_event(rn.RUN_PLANNED if update else rn.RUN_CREATED, run)], now))
+
+
+async def _advance(tx: Tx, tenant: str, stream: str, value: Json, run_id: str, now: float) -> None:
+    """Move the stream's cursor up to ``value`` (never down: runs may succeed out of order)."""
+    found = await tx.rows("SELECT value FROM {s}run_cursors WHERE tenant = ? AND stream = ?{lock}", (tenant, stream))
+    if not found:
+        await tx.run(
+            "INSERT INTO {s}run_cursors (tenant, stream, value, run_id, updated_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (tenant, stream, codec.dumps(value, "cursor"), run_id, now),
+        )
+    elif later(value, codec.loads(found[0][0])):
+        await tx.run(
+            "UPDATE {s}run_cursors SET value = ?, run_id = ?, updated_at = ? WHERE tenant = ? AND stream = ?",
+            (codec.dumps(value, "cursor"), run_id, now, tenant, stream),
+        )
+
+
+async def _apply_moves(tx: Tx, runs: Sequence[Run], now: float) -> None:
+    """The cursor moves of runs whose every segment succeeded."""
+    ids = [r.id for r in runs if r.state is RunState.COMPLETED and r.summary.succeeded == r.summary.total]
+    if not ids:
+        return
+    where = f"run_id IN ({marks(len(ids))})"
+    for run_id, tenant, stream, value in await tx.rows(
+        f"SELECT run_id, tenant, stream, value FROM {{s}}run_cursor_moves WHERE {where} ORDER BY run_id", ids
+    ):
+        await _advance(tx, tenant, stream, codec.loads(value), run_id, now)
+    await tx.run(f"DELETE FROM {{s}}run_cursor_moves WHERE {where}", ids)
 
 
 async def _fire_ticks(tx: Tx, claim: TickClaim, now: float) -> Fired | None:
@@ -152,6 +191,7 @@ async def _record_outcomes(tx: Tx, outcomes: Sequence[JobOutcome], now: float) -
         [(s.outcome.value if s.outcome else None, s.duration, s.job_id) for s in touched.values()],
     )
     await _save_runs(tx, list(changed.values()))
+    await _apply_moves(tx, list(changed.values()), now)
     return await tx.events(events, now)
 
 
@@ -165,6 +205,7 @@ async def _prune_runs(tx: Tx, before: float, limit: int) -> int:
     runs = 0
     if ids:
         await tx.run(f"DELETE FROM {{s}}run_jobs WHERE run_id IN ({marks(len(ids))})", ids)
+        await tx.run(f"DELETE FROM {{s}}run_cursor_moves WHERE run_id IN ({marks(len(ids))})", ids)
         runs = await tx.run(f"DELETE FROM {{s}}runs WHERE id IN ({marks(len(ids))})", ids)
     ticks = await tx.run(
         "DELETE FROM {s}schedule_ticks WHERE (schedule_id, tick_ms) IN "
@@ -343,6 +384,11 @@ class SqlScheduling(SqlSignatures):
     async def run_segments(self, run_id: RunId) -> list[Segment]:
         sql = f"SELECT {SEGMENT_COLUMNS} FROM {{s}}run_jobs WHERE run_id = ? ORDER BY segment"
         return [segment_from_row(r) for r in await self.db.read(lambda tx: tx.rows(sql, (run_id,)))]
+
+    async def get_cursor(self, tenant: str, stream: str) -> RunCursor | None:
+        sql = "SELECT value, run_id, updated_at FROM {s}run_cursors WHERE tenant = ? AND stream = ?"
+        rows = await self.db.read(lambda tx: tx.rows(sql, (tenant, stream)))
+        return RunCursor(codec.loads(rows[0][0]), RunId(rows[0][1]), rows[0][2]) if rows else None
 
     async def active_runs(self, limit: int, after_id: RunId | None = None) -> list[Run]:
         where = f"{_BUSY} AND id > ? ORDER BY id LIMIT ?"

@@ -1,6 +1,6 @@
-"""``/api/v1/runs`` (list, get, trigger, cancel, retry, a run's jobs) and ``/api/v1/signatures`` (failure
-signatures: list, get, change status). Scoped to the key's tenant; reads take ``schedules:read``, actions
-``schedules:write``."""
+"""``/api/v1/runs`` (list, get, trigger or request, preview, cancel, retry, a run's jobs) and
+``/api/v1/signatures`` (failure signatures: list, get, change status). Scoped to the key's tenant; reads
+(and a preview) take ``schedules:read``, actions ``schedules:write``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
 from jobengine.core.ids import RunId, ScheduleId
+from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import RunFilter, RunState, RunTrigger
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
 from jobengine.http.auth import Principal, require
@@ -22,12 +23,16 @@ from jobengine.http.scheduler_schemas import (
     RunJobsOut,
     RunOut,
     RunPage,
+    RunPreviewOut,
+    RunRequestIn,
     RunTriggerIn,
+    SchedulePreviewIn,
     SignatureList,
     SignatureOut,
     SignaturePatch,
+    SimulationOut,
 )
-from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
+from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json, simulation_to_json
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 signatures = APIRouter(prefix="/api/v1/signatures", tags=["failure signatures"])
@@ -60,12 +65,33 @@ async def list_runs(
 
 
 @router.post("", status_code=201, response_model=RunOut, responses=WRITE_ONE)
-async def trigger_run(body: RunTriggerIn, request: Request, principal: Writer) -> Response:
-    """Fire a run of ``schedule`` now, by hand, with a reason."""
-    run = await context(request).engine.schedules.trigger(
-        body.schedule, reason=body.reason, tenant=principal.tenant, actor=actor(principal)
-    )
+async def start_run(body: RunTriggerIn | RunRequestIn, request: Request, principal: Writer) -> Response:
+    """Fire a run of ``schedule`` now, by hand, with a reason; or run ``task`` over ``items`` (a run
+    request: full, incremental or simulate; the same ``run_id`` and request again answer the same run)."""
+    engine = context(request).engine
+    if isinstance(body, RunTriggerIn):
+        run = await engine.schedules.trigger(
+            body.schedule, reason=body.reason, tenant=principal.tenant, actor=actor(principal)
+        )
+    else:
+        run = await engine.runs.start(run_request(body), tenant=principal.tenant, actor=actor(principal))
     return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+@router.post("/preview", response_model=RunPreviewOut | SimulationOut, responses=WRITE_ONE)
+async def preview_run(body: RunRequestIn | SchedulePreviewIn, request: Request, principal: Reader) -> Response:
+    """What a run request would take (counts, the cursor, a sample of the items), or a schedule's next
+    fire times and the jobs of each run. Writes nothing."""
+    engine = context(request).engine
+    if isinstance(body, SchedulePreviewIn):
+        sim = await engine.schedules.simulate(body.schedule, count=body.count, tenant=principal.tenant)
+        return json_response(simulation_to_json(sim))
+    return json_response((await engine.runs.preview(run_request(body), tenant=principal.tenant)).to_json())
+
+
+def run_request(body: RunRequestIn) -> RunRequest:
+    """The body as a RunRequest, which checks what the schema cannot (raises InvalidSchedule: 422)."""
+    return RunRequest(**body.model_dump())
 
 
 @router.get("/{run_id}", response_model=RunOut, responses=READ_ONE)

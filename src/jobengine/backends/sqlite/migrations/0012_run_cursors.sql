@@ -1,0 +1,21 @@
+-- 0012_run_cursors: where incremental runs of a task over an input source start (stream: task and source).
+-- run_cursors holds the newest item a successful run reached; run_cursor_moves holds where a run moves the
+-- cursor once every one of its segments succeeded, applied in the transaction that records its last
+-- outcome (a run that fails, is cancelled or is killed leaves the cursor where it was). Values are JSON
+-- text, compared in the item order of core.run_requests. PostgreSQL has its own 0012_run_cursors.
+
+CREATE TABLE run_cursors (
+    tenant     TEXT NOT NULL,
+    stream     TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, stream)
+) WITHOUT ROWID;
+
+CREATE TABLE run_cursor_moves (
+    run_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    value  TEXT NOT NULL
+) WITHOUT ROWID;

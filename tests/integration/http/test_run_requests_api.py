@@ -1,0 +1,59 @@
+"""Run requests over HTTP: ``POST /api/v1/runs`` with a task and items, idempotent run ids, and
+``POST /api/v1/runs/preview`` for a request or a schedule."""
+
+from __future__ import annotations
+
+import httpx
+
+from .conftest import Api, browser
+
+R = "/api/v1/runs"
+
+
+async def test_a_run_request_is_idempotent_by_run_id(acme: httpx.AsyncClient) -> None:
+    body = {"task": "score", "items": ["b", "a", "b"], "mode": "full", "priority": "high", "run_id": "night-1",
+            "version": "v2", "environment": {"region": "eu"}, "segment_size": 1}  # fmt: skip
+    r = await acme.post(R, json=body)
+    assert r.status_code == 201, r.text
+    run = r.json()
+    assert (run["id"], run["trigger"], run["items"], run["summary"]["total"]) == ("night-1", "request", 2, 2)
+    assert r.headers["location"] == f"{R}/night-1"
+    again = await acme.post(R, json={**body, "items": ["a", "b"]})  # the same set of items
+    assert again.status_code == 201 and again.json()["id"] == "night-1"
+    assert len((await acme.get(R)).json()["items"]) == 1
+    conflict = await acme.post(R, json={**body, "items": ["a"]})
+    assert conflict.status_code == 409, conflict.text
+    shown = (await acme.get(f"{R}/night-1")).json()
+    assert shown["trigger_data"]["request"]["items"] == ["a", "b"]
+    jobs = (await acme.get(f"{R}/night-1/jobs")).json()["jobs"]
+    assert {j["priority"] for j in jobs} == {1000}
+    assert [j["payload"]["items"] for j in jobs] == [["a"], ["b"]]
+
+
+async def test_bad_run_requests_are_422_naming_the_field(acme: httpx.AsyncClient) -> None:
+    for body in ({"task": "score", "mode": "sometimes"}, {"task": "score", "run_id": "a b"},
+                 {"task": "score", "priority": "urgent"}, {"task": "score", "environment": {"x": 1}}):  # fmt: skip
+        r = await acme.post(R, json=body)
+        assert r.status_code == 422, (body, r.text)
+    assert (await acme.post(R, json={"schedule": "nope", "reason": "x"})).status_code == 404
+
+
+async def test_preview_of_a_request_and_of_a_schedule(acme: httpx.AsyncClient) -> None:
+    body = {"task": "score", "items": list(range(30)), "mode": "incremental", "segment_size": 10}
+    r = await acme.post(f"{R}/preview", json=body)
+    assert r.status_code == 200, r.text
+    p = r.json()
+    assert (p["todo"], p["segments"], p["cursor"], p["cursor_to"], p["sample"][:2]) == (30, 3, None, 29, [0, 1])
+    assert (await acme.get(R)).json()["items"] == []  # a preview writes nothing
+    await acme.post("/api/v1/schedules", json={"name": "fan", "every": 60, "template": {"task": "t", "items": [1, 2]}})
+    sim = (await acme.post(f"{R}/preview", json={"schedule": "fan", "count": 2})).json()
+    assert len(sim["fire_times"]) == 2 and sim["runs"][0]["items"] == [1, 1]
+    assert (await acme.get(R)).json()["items"] == []
+
+
+async def test_a_request_runs_pages_render(api: Api, acme: httpx.AsyncClient) -> None:
+    run = (await acme.post(R, json={"task": "score", "items": [1, 2], "source": "accounts"})).json()
+    async with browser(api, api.keys["acme"]) as ui:
+        for path in ("/runs", f"/runs/{run['id']}"):
+            r = await ui.get(path)
+            assert r.status_code == 200 and run["id"] in r.text, (path, r.text[-500:])

@@ -1,0 +1,174 @@
+"""Run requests on SQLite and PostgreSQL: full and incremental runs over items, the stream's cursor (moved
+only when every segment succeeded), idempotent run ids, and a preview that writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobengine.core.clock import ManualClock
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, Job
+from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
+from jobengine.core.runs import RunState, RunTrigger
+from jobengine.engine import Engine
+from jobengine.errors import IllegalState, InvalidJob
+
+pytestmark = pytest.mark.timeout(300)
+
+
+async def claim(engine: Engine, limit: int = 1000) -> list[Job]:
+    return await engine.transitions.fetch_jobs(["default"], limit, WorkerId("w"), 300)
+
+
+async def complete(engine: Engine, jobs: list[Job]) -> list[Any]:
+    """Complete ``jobs`` as a worker would; the items they did."""
+    await engine.transitions.complete_jobs([Completion(j.id, j.lease_token or "") for j in jobs])
+    return [item for j in jobs for item in j.payload["items"]]  # type: ignore[index]
+
+
+async def cursor(engine: Engine, request: RunRequest) -> Any:
+    found = await engine.store.scheduling().get_cursor("default", request.stream)
+    return None if found is None else found.value
+
+
+async def test_full_then_incremental_takes_only_the_new_items(engine: Engine) -> None:
+    first = RunRequest(task="score", items=tuple(range(1000)), segment_size=100, source="accounts")
+    run = await engine.runs.start(first)
+    assert (run.trigger, run.state, run.items, run.summary.total) == (RunTrigger.REQUEST, RunState.QUEUED, 1000, 10)
+    assert await cursor(engine, first) is None
+    jobs = await claim(engine)
+    assert sorted(await complete(engine, jobs[:9])) != list(range(1000))
+    assert await cursor(engine, first) is None  # one segment still to go: the cursor stays
+    await complete(engine, jobs[9:])
+    assert (await engine.runs.get(run.id)).state is RunState.COMPLETED
+    assert await cursor(engine, first) == 999
+
+    more = RunRequest(task="score", items=tuple(range(1100)), mode="incremental", segment_size=100,  # type: ignore[arg-type]
+                      source="accounts")  # fmt: skip
+    preview = await engine.runs.preview(more)
+    assert (len(preview.plan.todo), preview.plan.before_cursor, preview.segments) == (100, 1000, 1)
+    second = await engine.runs.start(more)
+    assert second.items == 100
+    done = await complete(engine, await claim(engine))
+    assert sorted(done) == list(range(1000, 1100))
+    assert await cursor(engine, more) == 1099
+    again = await engine.runs.start(more)  # nothing new: born completed, no work
+    assert (again.state, again.no_work) == (RunState.COMPLETED, True)
+
+
+async def test_a_run_killed_halfway_leaves_the_cursor_and_the_next_redoes_the_rest(engine: Engine) -> None:
+    base = RunRequest(task="score", items=tuple(f"k{i:04}" for i in range(100)), segment_size=50)
+    await engine.runs.start(base)
+    await complete(engine, await claim(engine))
+    assert await cursor(engine, base) == "k0099"
+    grown = RunRequest(task="score", items=tuple(f"k{i:04}" for i in range(200)), segment_size=10,
+                       mode=RunMode.INCREMENTAL)  # fmt: skip
+    run = await engine.runs.start(grown)
+    jobs = await claim(engine)
+    assert len(jobs) == 10
+    did = await complete(engine, jobs[::2])  # half the segments end; the worker dies holding the others
+    await engine.runs.cancel(run.id, reason="workers lost")
+    assert await cursor(engine, grown) == "k0099"
+    rest = await engine.runs.start(grown)
+    assert rest.items == 50
+    redone = await complete(engine, await claim(engine))
+    assert sorted(did + redone) == [f"k{i:04}" for i in range(100, 200)]
+    assert not set(did) & set(redone)
+    assert await cursor(engine, grown) == "k0199"
+
+
+async def test_a_failed_segment_leaves_the_cursor(engine: Engine) -> None:
+    request = RunRequest(task="score", items=(3, 1, 2, 2), segment_size=1)
+    run = await engine.runs.start(request)
+    assert run.items == 3  # sorted and de-duplicated
+    jobs = await claim(engine)
+    assert [j.payload["items"] for j in jobs] == [[1], [2], [3]]  # type: ignore[index]
+    await complete(engine, jobs[:2])
+    await engine.runs.cancel(run.id)
+    assert await cursor(engine, request) is None
+
+
+async def test_a_retried_run_counts_as_done(engine: Engine) -> None:
+    request = RunRequest(task="score", items=(1, 2, 3), segment_size=1, mode=RunMode.INCREMENTAL)
+    run = await engine.runs.start(request)
+    first, *rest = await claim(engine)
+    await complete(engine, rest)
+    assert first.lease_token is not None
+    error = AttemptError(first.attempt, engine.clock.now(), "RuntimeError", "boom")
+    await engine.transitions.fail_jobs([Failure(first.id, first.lease_token, error, FailOutcome.DEAD, 0)])
+    assert (await engine.runs.get(run.id)).state is RunState.ERROR
+    await engine.runs.retry(run.id)
+    await complete(engine, await claim(engine))
+    assert await cursor(engine, request) is None  # a retry moves no cursor
+    again = await engine.runs.start(request)  # ...but nothing is left to do: born completed, cursor moved
+    assert (again.state, again.no_work) == (RunState.COMPLETED, True)
+    assert await cursor(engine, request) == 3
+
+
+async def test_simulate_is_marked_and_moves_no_cursor(engine: Engine) -> None:
+    request = RunRequest(task="score", items=("a", "b"), mode=RunMode.SIMULATE, version="v2",
+                         environment={"region": "eu"}, priority=PriorityClass.EMERGENCY)  # fmt: skip
+    run = await engine.runs.start(request)
+    (job, *_) = jobs = await claim(engine)
+    assert job.payload == {"mode": "simulate", "version": "v2", "environment": {"region": "eu"}, "items": ["a", "b"],
+                           "segment": 0, "segments": 1}  # fmt: skip
+    assert job.priority == 100_000
+    await complete(engine, jobs)
+    assert (await engine.runs.get(run.id)).state is RunState.COMPLETED
+    assert await cursor(engine, request) is None
+
+
+async def test_one_run_id_makes_one_run(engine: Engine) -> None:
+    request = RunRequest(task="score", items=("b", "a"), run_id="nightly-1")
+    first = await engine.runs.start(request)
+    second = await engine.runs.start(RunRequest(task="score", items=("a", "b", "a"), run_id="nightly-1"))
+    assert (first.id, second.id) == ("nightly-1", "nightly-1")
+    assert len(await claim(engine)) == 1
+    with pytest.raises(IllegalState, match="different request"):
+        await engine.runs.start(RunRequest(task="score", items=("a",), run_id="nightly-1"))
+    with pytest.raises(IllegalState, match="different request"):
+        await engine.runs.start(request, tenant="other")
+
+
+async def test_bad_requests_name_the_field() -> None:
+    with pytest.raises(InvalidJob) as mode:
+        RunRequest(task="score", mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob) as run_id:
+        RunRequest(task="score", run_id="a b")
+    with pytest.raises(InvalidJob) as env:
+        RunRequest(task="score", environment={"x": 1})  # type: ignore[dict-item]
+    assert (mode.value.field, run_id.value.field, env.value.field) == ("mode", "run_id", "environment")
+
+
+async def table_counts(engine: Engine) -> dict[str, int]:
+    """Every table's row count, read straight from the database."""
+    if engine.settings.database.startswith("postgres"):
+        import psycopg
+
+        schema = engine.settings.postgres_schema
+        async with await psycopg.AsyncConnection.connect(engine.settings.database) as conn:
+            sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            names = await (await conn.execute(sql, (schema,))).fetchall()
+            return {
+                n: (await (await conn.execute(f'SELECT count(*) FROM "{schema}"."{n}"')).fetchone())[0]  # type: ignore[index]
+                for (n,) in names
+            }
+    import sqlite3
+
+    with sqlite3.connect(engine.settings.database) as conn:
+        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        return {n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for (n,) in names}
+
+
+async def test_preview_writes_nothing(engine: Engine, clock: ManualClock) -> None:
+    await engine.runs.start(RunRequest(task="score", items=tuple(range(10)), segment_size=5))
+    jobs = await claim(engine)
+    await complete(engine, jobs[:1])
+    before = await table_counts(engine)
+    assert before["runs"] == 1 and before["run_cursor_moves"] == 1
+    preview = await engine.runs.preview(RunRequest(task="score", items=tuple(range(30)), mode=RunMode.INCREMENTAL))
+    assert (len(preview.plan.todo), preview.plan.done, preview.cursor) == (25, 5, None)
+    assert preview.sample[:3] == (5, 6, 7)
+    assert await table_counts(engine) == before
