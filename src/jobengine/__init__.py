@@ -65,6 +65,7 @@ from jobengine.version import __version__
 from jobengine.worker import JobContext, SyncJobContext, Worker, WorkerOptions
 
 if TYPE_CHECKING:
+    from jobengine.core.graphs import GraphState, GraphStatus, Policy
     from jobengine.core.runs import Run, RunFilter, RunState, RunSummary, RunTrigger, Segment
     from jobengine.core.schedules import (
         JobTemplate,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         ScheduleSpec,
     )
     from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
+    from jobengine.engine.canvas import Graph, TaskCall, chain, chord, group
     from jobengine.scheduler import PlanContext
 
 _LAZY = {
@@ -85,6 +87,8 @@ _LAZY = {
     ),
     **dict.fromkeys(("Signature", "SignatureFilter", "SignatureStatus"), "jobengine.core.signatures"),
     "PlanContext": "jobengine.scheduler",
+    **dict.fromkeys(("Graph", "TaskCall", "chain", "chord", "group"), "jobengine.engine.canvas"),
+    **dict.fromkeys(("GraphState", "GraphStatus", "Policy"), "jobengine.core.graphs"),
 }
 
 
@@ -109,6 +113,9 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "Engine",
+    "Graph",
+    "GraphState",
+    "GraphStatus",
     "IdempotencyConflict",
     "IllegalState",
     "InvalidJob",
@@ -130,6 +137,7 @@ __all__ = [
     "Phase",
     "PhaseState",
     "PlanContext",
+    "Policy",
     "RetryPolicy",
     "Run",
     "RunFilter",
@@ -148,11 +156,15 @@ __all__ = [
     "SyncJobContext",
     "SystemClock",
     "Task",
+    "TaskCall",
     "TaskTimeout",
     "UnknownDependency",
     "UnknownTask",
     "Worker",
     "WorkerOptions",
     "__version__",
+    "chain",
+    "chord",
+    "group",
     "phase",
 ]

@@ -74,6 +74,7 @@ def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:
         "finished_at": iso(job.finished_at),
         "run_id": job.run_id,
         "schedule_id": job.schedule_id,
+        "graph_id": job.graph_id,
         "has_dependents": job.has_dependents,
         "waiting_for": waiting_for,
     }

@@ -67,6 +67,7 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 if TYPE_CHECKING:
     from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
+    from jobengine.engine.graphs import Graphs
     from jobengine.engine.results import Results
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.transactional import TransactionalStore
@@ -169,7 +170,7 @@ class Engine:
         #: The worker protocol: every transition of a running job, instrumented (:mod:`.transitions`).
         self.transitions = Transitions(
             store, self.clock, self.tasks, self.bus, notifier=self.notifier, fleet=self.fleet,
-            flow=self.flow, runs=lambda: self.runs, signatures=lambda: self.signatures,
+            flow=self.flow, runs=lambda: self.runs, signatures=lambda: self.signatures, graphs=lambda: self.graphs,
         )  # fmt: skip
 
     @classmethod
@@ -287,6 +288,20 @@ class Engine:
         return Runs(
             self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
             published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
+        )  # fmt: skip
+
+    @cached_property
+    def graphs(self) -> Graphs:
+        """Graphs of jobs: submit, status, cancel, retry (:class:`jobengine.engine.graphs.Graphs`). Usage::
+
+        handle = await engine.graphs.submit(chain(fetch.s(url), parse.s()))
+        print((await handle.wait(timeout=60)).state)
+        """
+        from jobengine.engine.graphs import Graphs
+
+        return Graphs(
+            self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
+            published=self._published, jobs_created=self._jobs_created,
         )  # fmt: skip
 
     @cached_property
@@ -517,18 +532,7 @@ class Engine:
         """
         if not jobs:
             return []
-        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
-        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
-            from jobengine.packs.jobs import resolve_jobs
-
-            jobs = await resolve_jobs(self.packs, jobs)
-            tasks = {j.task for j in jobs}
-        if self.settings.refuse_unknown_tasks:
-            await self._refuse_unknown(tasks)
-        self._check_payloads(jobs, tasks)
-        await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        names = {task: self.tasks.phase_names(task) for task in tasks}
-        phases = [names[j.task] for j in jobs]
+        jobs, phases = await self._prepare(jobs)
         now = self.clock.now()
         store = self.store
         if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)
@@ -593,6 +597,23 @@ class Engine:
     def enqueue_many_sync(self, jobs: Sequence[NewJob]) -> list[Job]:
         return self._sync(self.enqueue_many(jobs))
 
+    async def _prepare(self, jobs: Sequence[NewJob]) -> tuple[Sequence[NewJob], list[tuple[str, ...]]]:
+        """The checks of every enqueue, before anything is written: pack tasks resolved, unknown tasks
+        refused (when the settings say so), payloads checked, flow control admitted; and the phase names
+        of each job's task."""
+        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
+        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
+            from jobengine.packs.jobs import resolve_jobs
+
+            jobs = await resolve_jobs(self.packs, jobs)
+            tasks = {j.task for j in jobs}
+        if self.settings.refuse_unknown_tasks:
+            await self._refuse_unknown(tasks)
+        self._check_payloads(jobs, tasks)
+        await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
+        names = {task: self.tasks.phase_names(task) for task in tasks}
+        return jobs, [names[j.task] for j in jobs]
+
     def _check_payloads(self, jobs: Sequence[NewJob], tasks: set[str]) -> None:
         """InvalidJob naming the field for a payload that cannot be the arguments of a task this process
         registered with named arguments (a handle's enqueue made it right already; a name's may not)."""
@@ -641,6 +662,8 @@ class Engine:
         self._published(changed.events)
         if any(j.run_id is not None for j in changed.jobs):
             await self.runs.ended(changed.jobs)
+        if any(j.graph_id is not None for j in changed.jobs):
+            await self.graphs.ended(changed.jobs)
         return await self.get_job(job_id, tenant)
 
     async def retry(self, job_id: str, tenant: str | None = None) -> Job:
