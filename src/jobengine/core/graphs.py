@@ -16,11 +16,11 @@ parents ended, whatever they ended as (a cleanup step).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final, Protocol, TypeVar
 
-from jobengine.core.ids import GraphId, JobId
+from jobengine.core.ids import GraphId, JobId, new_job_id
 from jobengine.core.models import Job, NewJob, check_name
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
@@ -121,14 +121,10 @@ class GraphSpec:
 
 
 def _with_deps(job: NewJob, deps: tuple[JobId, ...]) -> NewJob:
-    from dataclasses import replace
-
-    return replace(job, depends_on=deps)
+    return replace(job, depends_on=deps) if deps else job
 
 
 def _new_id() -> str:
-    from jobengine.core.ids import new_job_id
-
     return str(new_job_id())
 
 

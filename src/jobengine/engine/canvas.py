@@ -45,7 +45,8 @@ class TaskCall:
 @dataclass(slots=True)
 class _Draft:
     sig: TaskCall
-    parents: list[str] = field(default_factory=list)
+    #: An ordered set (a dict): a fan-in of many parents adds each in constant time.
+    parents: dict[str, None] = field(default_factory=dict)
     policy: Policy = Policy.CANCEL
 
 
@@ -75,15 +76,14 @@ class Graph:
         its parents ended as. InvalidJob for a name used twice or a policy that does not exist."""
         if name in self._nodes:
             raise InvalidJob("nodes", f"node {name!r} is named twice")
-        self._nodes[name] = _Draft(sig, list(dict.fromkeys(after)), policy_of(policy))
+        self._nodes[name] = _Draft(sig, dict.fromkeys(after), policy_of(policy))
         return name
 
     def edge(self, parent: str, child: str) -> None:
         """``child`` runs after ``parent``."""
         if child not in self._nodes:
             raise InvalidJob("edges", f"unknown node {child!r}")
-        if parent not in self._nodes[child].parents:
-            self._nodes[child].parents.append(parent)
+        self._nodes[child].parents[parent] = None
 
     def heads(self) -> list[str]:
         """The nodes without parents."""
@@ -97,10 +97,10 @@ class Graph:
     def _merge(self, other: Graph) -> dict[str, str]:
         """Add ``other``'s nodes (renamed where a name is taken); the new name of each."""
         renamed: dict[str, str] = {}
-        taken = set(self._nodes)
+        taken: set[str] = set()
         for name in other._nodes:
             new = name
-            while new in taken:
+            while new in taken or new in self._nodes:
                 # The next free suffix of this name: a group of many calls of one task is named in one pass.
                 n = self._suffixes.get(name, 1) + 1
                 self._suffixes[name] = n
@@ -108,7 +108,7 @@ class Graph:
             taken.add(new)
             renamed[name] = new
         for name, draft in other._nodes.items():
-            self._nodes[renamed[name]] = _Draft(draft.sig, [renamed[p] for p in draft.parents], draft.policy)
+            self._nodes[renamed[name]] = _Draft(draft.sig, {renamed[p]: None for p in draft.parents}, draft.policy)
         return renamed
 
     def node_specs(self, make_job: Any) -> tuple[NodeSpec, ...]:
