@@ -234,18 +234,18 @@ async def test_retry_runs_only_failed_and_cancelled_nodes_with_results_read_agai
         await handle.retry()
 
 
-async def test_submit_is_atomic(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_ten_thousand_node_graph_submits_atomically(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     t = register(engine, Ledger())
-    g = group([t["number"].s(i) for i in range(300)], name="atomic")  # type: ignore[attr-defined]
+    g = chord([t["number"].s(i) for i in range(MAX_NODES - 1)], t["total"].s(), name="big")  # type: ignore[attr-defined]
     repo = engine.graphs.repo
-    real_many = repo.db.write
+    real_write = repo.db.write
 
     async def failing_write(fn, **kw):  # type: ignore[no-untyped-def]
         async def op(tx):  # type: ignore[no-untyped-def]
             await fn(tx)
             raise StoreError("injected after every row was written")
 
-        return await real_many(op, **kw)
+        return await real_write(op, **kw)
 
     monkeypatch.setattr(repo.db, "write", failing_write)
     with pytest.raises(StoreError, match="injected"):
@@ -253,6 +253,15 @@ async def test_submit_is_atomic(engine: Engine, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.undo()
     assert await engine.graphs.list() == []
     assert sum((await engine.count_jobs()).values()) == 0
+
+    handle = await engine.graphs.submit(g)
+    status = await handle.status()
+    assert (status.total, status.state, dict(status.counts)) == (
+        MAX_NODES,
+        GraphState.PENDING,
+        {"queued": MAX_NODES - 1, "blocked": 1},
+    )
+    assert sum((await engine.count_jobs()).values()) == MAX_NODES
 
 
 async def test_bad_graphs_are_refused_naming_the_field(engine: Engine) -> None:
