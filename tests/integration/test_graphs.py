@@ -281,3 +281,21 @@ async def test_bad_graphs_are_refused_naming_the_field(engine: Engine) -> None:
     with pytest.raises(InvalidJob, match=f"nodes: a graph has at most {MAX_NODES} nodes"):
         await engine.graphs.submit(big)
     assert sum((await engine.count_jobs()).values()) == 0
+
+
+async def test_a_node_retried_alone_reopens_its_graph(engine: Engine) -> None:
+    ledger = Ledger()
+    t = register(engine, ledger)
+    handle = await engine.graphs.submit(group(t["flaky"].s(1), t["number"].s(2), name="alone"))  # type: ignore[attr-defined]
+    worker = await _running(engine)
+    try:
+        assert (await handle.wait(TIMEOUT)).state is GraphState.FAILED
+        ledger.fail.clear()
+        dead = next(n for n in (await handle.status(nodes=True)).nodes if n.job.state is JobState.DEAD)
+        await engine.retry(dead.job.id)
+        assert (await handle.status()).state is not GraphState.FAILED
+        assert (await handle.wait(TIMEOUT)).state is GraphState.SUCCEEDED
+    finally:
+        await _stop(engine, worker)
+    types = [e.type for e in await engine.events(limit=1000) if e.type.startswith("graph.")]
+    assert types == ["graph.failed", "graph.completed"]

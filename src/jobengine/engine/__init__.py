@@ -688,6 +688,8 @@ class Engine:
             await self.transports.publish_jobs(changed.jobs, "retried")
         if any(j.run_id is not None for j in changed.jobs):
             await self.runs.reopened(changed.jobs)
+        if any(j.graph_id is not None for j in changed.jobs):
+            await self.graphs.reopened(changed.jobs)
         self.notifier().notify()
         return await self.get_job(job.id, tenant)
 

@@ -240,6 +240,12 @@ class Graphs:
         await self._advance(status.id, broken=True)
         return await self.get(graph_id, tenant)
 
+    async def reopened(self, jobs: Sequence[Job]) -> None:
+        """Nodes among ``jobs`` were queued again one by one (``engine.retry``): their graphs go on, and
+        their outcome is written again when every node ended."""
+        for graph_id in {j.graph_id for j in jobs if j.graph_id is not None}:
+            await self.repo.mark_pending(graph_id, [], True, self.clock.now())
+
     # -- as nodes end -------------------------------------------------------------------------------
     async def ended(self, jobs: Sequence[Job]) -> None:
         """Nodes among ``jobs`` ended: run again what a policy or a retry lets run, and write the outcome
