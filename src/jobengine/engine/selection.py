@@ -134,6 +134,8 @@ class JobSelection:
                 eng.bus.publish(cancelled.events)
             if any(j.run_id is not None for j in cancelled.jobs):
                 await eng.runs.ended(cancelled.jobs)
+            if any(j.graph_id is not None for j in cancelled.jobs):
+                await eng.graphs.ended(cancelled.jobs)
             return [j.id for j in cancelled.jobs if j.id in wanted]
         retried = await eng.store.retry_jobs(ids, now, tenant)
         if retried.events:
@@ -142,5 +144,7 @@ class JobSelection:
             await eng.transports.publish_jobs(retried.jobs, "retried")
         if any(j.run_id is not None for j in retried.jobs):
             await eng.runs.reopened(retried.jobs)
+        if any(j.graph_id is not None for j in retried.jobs):
+            await eng.graphs.reopened(retried.jobs)
         eng.notifier().notify()
         return [j.id for j in retried.jobs if j.id in wanted]
