@@ -40,6 +40,8 @@ GRAPH_EVENTS: Final = (GRAPH_COMPLETED, GRAPH_FAILED, GRAPH_CANCELLED)
 
 
 class GraphState(StrEnum):
+    """A graph's state, derived from its nodes (see the module's docstring)."""
+
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -213,6 +215,7 @@ class GraphStatus:
 
     @property
     def ended(self) -> bool:
+        """Succeeded, failed or cancelled: its outcome is written and no node runs."""
         return self.state in ENDED
 
 

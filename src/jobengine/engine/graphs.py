@@ -100,9 +100,11 @@ class GraphHandle:
         return await self._graphs.wait(self.id, timeout, self.tenant)
 
     async def cancel(self) -> GraphStatus:
+        """Cancel the graph (:meth:`Graphs.cancel`)."""
         return await self._graphs.cancel(self.id, self.tenant)
 
     async def retry(self) -> GraphStatus:
+        """Run its dead and cancelled nodes again (:meth:`Graphs.retry`)."""
         return await self._graphs.retry(self.id, self.tenant)
 
     async def results(self) -> dict[str, Json]:
