@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobengine import JobContext, NonRetryable
+from jobengine import JobContext, NonRetryable, SyncJobContext
 from jobengine.core.graphs import MAX_NODES, GraphState
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
@@ -299,3 +299,19 @@ async def test_a_node_retried_alone_reopens_its_graph(engine: Engine) -> None:
         await _stop(engine, worker)
     types = [e.type for e in await engine.events(limit=1000) if e.type.startswith("graph.")]
     assert types == ["graph.failed", "graph.completed"]
+
+
+async def test_a_sync_task_reads_its_parents_results(engine: Engine) -> None:
+    t = register(engine, Ledger())
+
+    @engine.task
+    def double_all(ctx: SyncJobContext) -> dict[str, int]:
+        return {name: 2 * int(v) for name, v in ctx.parent_results().items()}
+
+    handle = await engine.graphs.submit(chord([t["number"].s(1), t["number"].s(2)], double_all.s()))  # type: ignore[attr-defined]
+    worker = await _running(engine)
+    try:
+        assert (await handle.wait(TIMEOUT)).state is GraphState.SUCCEEDED
+    finally:
+        await _stop(engine, worker)
+    assert (await handle.results())["double_all"] == {"number": 2, "number-2": 4}
