@@ -69,6 +69,7 @@ from jobengine.version import __version__
 from jobengine.worker import JobContext, SyncJobContext, Worker, WorkerOptions
 
 if TYPE_CHECKING:
+    from jobengine.core.graphs import GraphState, GraphStatus, Policy
     from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
     from jobengine.core.runs import Run, RunFilter, RunState, RunSummary, RunTrigger, Segment
     from jobengine.core.schedules import (
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         ScheduleSpec,
     )
     from jobengine.core.signatures import Signature, SignatureFilter, SignatureStatus
+    from jobengine.engine.canvas import Graph, TaskCall, chain, chord, group
     from jobengine.scheduler import PlanContext
 
 _LAZY = {
@@ -91,6 +93,8 @@ _LAZY = {
     **dict.fromkeys(("PriorityClass", "RunMode", "RunRequest"), "jobengine.core.run_requests"),
     **dict.fromkeys(("Signature", "SignatureFilter", "SignatureStatus"), "jobengine.core.signatures"),
     "PlanContext": "jobengine.scheduler",
+    **dict.fromkeys(("Graph", "TaskCall", "chain", "chord", "group"), "jobengine.engine.canvas"),
+    **dict.fromkeys(("GraphState", "GraphStatus", "Policy"), "jobengine.core.graphs"),
 }
 
 
@@ -115,6 +119,9 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "Engine",
+    "Graph",
+    "GraphState",
+    "GraphStatus",
     "IdempotencyConflict",
     "IllegalState",
     "InvalidJob",
@@ -137,6 +144,7 @@ __all__ = [
     "Phase",
     "PhaseState",
     "PlanContext",
+    "Policy",
     "PriorityClass",
     "RetryPolicy",
     "Run",
@@ -158,11 +166,15 @@ __all__ = [
     "SyncJobContext",
     "SystemClock",
     "Task",
+    "TaskCall",
     "TaskTimeout",
     "UnknownDependency",
     "UnknownTask",
     "Worker",
     "WorkerOptions",
     "__version__",
+    "chain",
+    "chord",
+    "group",
     "phase",
 ]

@@ -24,6 +24,7 @@
 Exceptions a *task* raises to steer its own job (not errors of the engine):
 
     NonRetryable   the job goes to ``dead`` at once, whatever attempts remain
+    └── ResultsTooLarge  a graph node's parents' results are past the limit it may receive
     TaskTimeout    recorded as the error of an attempt that ran past its timeout
     Cancelled      raised inside a task by ``ctx.raise_if_cancelled()``; the job ends ``cancelled``
 """
@@ -181,6 +182,20 @@ class JobFailed(JobEngineError):
 
 class NonRetryable(Exception):
     """Raise from a task to send its job straight to ``dead``: retrying cannot help."""
+
+
+class ResultsTooLarge(NonRetryable):
+    """The results a graph node would receive from its parents are past the limit
+    (:data:`jobengine.core.graphs.MAX_PARENT_RESULTS`): the node goes dead at once, as another attempt
+    would read the same results."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the parents' results are {size} bytes as JSON, past the {limit} bytes a graph node may receive; "
+            "pass a reference (a path, a key) instead of the data"
+        )
+        self.size = size
+        self.limit = limit
 
 
 class TaskTimeout(Exception):

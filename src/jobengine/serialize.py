@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobengine.core.clock import iso
+from jobengine.core.graphs import GraphStatus
 from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
 from jobengine.core.runs import Run, Segment
 from jobengine.core.schedules import JobTemplate, Schedule
@@ -74,6 +75,7 @@ def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:
         "finished_at": iso(job.finished_at),
         "run_id": job.run_id,
         "schedule_id": job.schedule_id,
+        "graph_id": job.graph_id,
         "has_dependents": job.has_dependents,
         "waiting_for": waiting_for,
     }
@@ -121,6 +123,30 @@ def schedule_to_json(schedule: Schedule) -> JsonObject:
         "updated_at": iso(schedule.updated_at),
         "created_by": schedule.created_by,
         "updated_by": schedule.updated_by,
+    }
+
+
+def graph_to_json(graph: GraphStatus) -> JsonObject:
+    """A graph (``GraphOut``): its state and progress; its nodes with their jobs when it was read with them."""
+    return {
+        "id": graph.id,
+        "tenant": graph.tenant,
+        "name": graph.name,
+        "state": graph.state.value,
+        "total": graph.total,
+        "done": graph.done,
+        "progress": graph.progress,
+        "counts": dict(graph.counts),
+        "created_at": iso(graph.created_at),
+        "updated_at": iso(graph.updated_at),
+        "started_at": iso(graph.started_at),
+        "completed_at": iso(graph.completed_at),
+        "nodes": [
+            {"name": n.name, "policy": n.policy.value, "parents": list(n.parents), "job": job_to_json(n.job)}
+            for n in graph.nodes
+        ]
+        if graph.nodes
+        else None,
     }
 
 

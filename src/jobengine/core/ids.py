@@ -18,6 +18,7 @@ WorkerId = NewType("WorkerId", str)
 LeaseToken = NewType("LeaseToken", str)
 ScheduleId = NewType("ScheduleId", str)
 RunId = NewType("RunId", str)
+GraphId = NewType("GraphId", str)
 
 
 #: The 12-bit counter as three hex digits, by value.

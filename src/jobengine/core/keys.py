@@ -22,6 +22,8 @@ SCOPES: Final = (
     "queues:write",  # pause, resume, limits (queues are shared lanes: an operator's action)
     "schedules:read",  # schedules, runs, failure signatures
     "schedules:write",  # create / change schedules, trigger runs, change a signature's status
+    "graph:read",  # graphs of jobs and their nodes
+    "graph:write",  # submit, cancel, retry graphs
     "worker",  # the worker protocol: claim, heartbeat, report
     "webhooks:read",  # webhook endpoints, deliveries, attempts, inbound hooks
     "webhooks:write",  # create / change / delete them, resend a delivery

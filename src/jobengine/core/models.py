@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar, dataclass_transform
 
 from jobengine.core.bounds import MAX_TIME, MIN_TIME, check_json, check_time, text_error
-from jobengine.core.ids import JobId, LeaseToken, RunId, ScheduleId, WorkerId, new_job_id
+from jobengine.core.ids import GraphId, JobId, LeaseToken, RunId, ScheduleId, WorkerId, new_job_id
 from jobengine.core.states import TERMINAL, JobState
 from jobengine.errors import InvalidJob
 
@@ -245,6 +245,8 @@ class Job:
     #: A job was enqueued depending on this one. A worker reports the outcome of such a job at once instead
     #: of batching it (``worker_flush_spacing``), so its dependents start without waiting for the batch.
     has_dependents: bool = False
+    #: The graph this job is a node of (:mod:`jobengine.core.graphs`); None for every other job.
+    graph_id: GraphId | None = None
 
     @property
     def terminal(self) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.core.transitions import expired_failure
 from jobengine.errors import TransportError
@@ -366,6 +366,9 @@ class BrokeredSource:
         if changed.jobs:
             await self._quietly(self._publish(changed.jobs, "rescued"), "publishing rescued jobs")
         return changed
+
+    async def parent_results(self, job: Job) -> dict[str, Json]:
+        return await self.engine.transitions.parent_results(job)
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
         """None (the relay publishes a job when it is due, so there is nothing to poll for), unless kept

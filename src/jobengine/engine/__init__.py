@@ -69,6 +69,7 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 if TYPE_CHECKING:
     from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
+    from jobengine.engine.graphs import Graphs
     from jobengine.engine.results import Results
     from jobengine.packs.registry import PackRegistry
     from jobengine.ports.transactional import TransactionalStore
@@ -177,7 +178,7 @@ class Engine:
         #: The worker protocol: every transition of a running job, instrumented (:mod:`.transitions`).
         self.transitions = Transitions(
             store, self.clock, self.tasks, self.bus, notifier=self.notifier, fleet=self.fleet,
-            flow=self.flow, runs=lambda: self.runs, signatures=lambda: self.signatures,
+            flow=self.flow, runs=lambda: self.runs, signatures=lambda: self.signatures, graphs=lambda: self.graphs,
         )  # fmt: skip
 
     @classmethod
@@ -301,6 +302,20 @@ class Engine:
         return Runs(
             self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
             published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
+        )  # fmt: skip
+
+    @cached_property
+    def graphs(self) -> Graphs:
+        """Graphs of jobs: submit, status, cancel, retry (:class:`jobengine.engine.graphs.Graphs`). Usage::
+
+        handle = await engine.graphs.submit(chain(fetch.s(url), parse.s()))
+        print((await handle.wait(timeout=60)).state)
+        """
+        from jobengine.engine.graphs import Graphs
+
+        return Graphs(
+            self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
+            published=self._published, jobs_created=self._jobs_created,
         )  # fmt: skip
 
     @cached_property
@@ -548,21 +563,9 @@ class Engine:
         """
         if not jobs:
             return []
-        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
-        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
-            from jobengine.packs.jobs import resolve_jobs
-
-            jobs = await resolve_jobs(self.packs, jobs)
-            tasks = {j.task for j in jobs}
-        if self.settings.refuse_unknown_tasks:
-            await self._refuse_unknown(tasks)
-        self._check_payloads(jobs, tasks)
+        jobs, phases = await self._prepare(jobs)
+        stored = await self._insert(jobs, phases, connection, watermarks)
         hooks = self.middleware
-        if hooks.wants("before_enqueue"):
-            for job in jobs:
-                await hooks.call_or_raise("before_enqueue", job)
-        await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
-        stored = await self._insert(jobs, tasks, connection, watermarks)
         if hooks.wants("after_enqueue"):
             for done in stored:
                 await hooks.call("after_enqueue", done)
@@ -571,12 +574,10 @@ class Engine:
     async def _insert(
         self,
         jobs: Sequence[NewJob],
-        tasks: set[str],
+        phases: list[tuple[str, ...]],
         connection: object | None,
         watermarks: Mapping[JobId, Sequence[Watermark]] | None,
     ) -> list[Job]:
-        names = {task: self.tasks.phase_names(task) for task in tasks}
-        phases = [names[j.task] for j in jobs]
         now = self.clock.now()
         store = self.store
         if self.settings.queue.broker:  # jobs and their outbox rows in one transaction (jobengine.delivery)
@@ -645,6 +646,27 @@ class Engine:
         engine.enqueue_many_sync([engine.new_job("resize", {"image": n}) for n in range(10)])
         """
         return self._sync(self.enqueue_many(jobs, connection=connection))
+
+    async def _prepare(self, jobs: Sequence[NewJob]) -> tuple[Sequence[NewJob], list[tuple[str, ...]]]:
+        """The checks of every enqueue (a graph's too), before anything is written: pack tasks resolved,
+        unknown tasks refused (when the settings say so), payloads checked, the middleware's ``before_enqueue``
+        hooks called, flow control admitted; and the phase names of each job's task."""
+        tasks = {j.task for j in jobs}  # a few names: checked and looked up once each, not per job
+        if any("@" in t for t in tasks):  # a pack's task: resolved to an approved version's digest
+            from jobengine.packs.jobs import resolve_jobs
+
+            jobs = await resolve_jobs(self.packs, jobs)
+            tasks = {j.task for j in jobs}
+        if self.settings.refuse_unknown_tasks:
+            await self._refuse_unknown(tasks)
+        self._check_payloads(jobs, tasks)
+        hooks = self.middleware
+        if hooks.wants("before_enqueue"):
+            for job in jobs:
+                await hooks.call_or_raise("before_enqueue", job)
+        await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
+        names = {task: self.tasks.phase_names(task) for task in tasks}
+        return jobs, [names[j.task] for j in jobs]
 
     def _check_payloads(self, jobs: Sequence[NewJob], tasks: set[str]) -> None:
         """InvalidJob naming the field for a payload that cannot be the arguments of a task this process

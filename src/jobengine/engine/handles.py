@@ -33,6 +33,7 @@ from jobengine.worker.context import JobContext, SyncJobContext
 
 if TYPE_CHECKING:
     from jobengine.engine import Engine
+    from jobengine.engine.canvas import TaskCall
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -188,6 +189,19 @@ class Task(Generic[P, R]):
         }  # fmt: skip
         opts = replace(self._options, **{k: v for k, v in given.items() if v is not None})
         return Task(self._engine, self.name, self._params, self.__wrapped__, self._returns, opts)
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall:
+        """This call as a node of a graph (:mod:`jobengine.engine.canvas`): the arguments checked
+        now, as :meth:`enqueue` checks them, and this handle's queue, priority, attempts and timeout.
+        Usage::
+
+            g = chain(fetch.s("https://example.com"), parse.s())
+        """
+        from jobengine.engine.canvas import TaskCall
+
+        o = self._options
+        return TaskCall(self.name, self._params.payload(args, kwargs), queue=o.queue, priority=o.priority,
+                         max_attempts=o.max_attempts, timeout=o.timeout)  # fmt: skip
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Store a job that calls the task with these arguments; returns its handle (the existing job's

@@ -140,11 +140,13 @@ class JobSelection:
             eng.bus.publish(cancelled.events)
         if any(j.run_id is not None for j in cancelled.jobs):
             await eng.runs.ended(cancelled.jobs)
+        if any(j.graph_id is not None for j in cancelled.jobs):
+            await eng.graphs.ended(cancelled.jobs)
         return list(cancelled.jobs)
 
     async def requeue(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
         """Queue these finished jobs again with a fresh attempt budget; the jobs that changed. A broker hears
-        of them again and their runs reopen, whichever action (retry, replay, bulk) queued them."""
+        of them again and their runs and graphs reopen, whichever action (retry, replay, bulk) queued them."""
         eng = self._engine
         retried = await eng.store.retry_jobs(ids, eng.clock.now(), tenant)
         if retried.events:
@@ -153,5 +155,7 @@ class JobSelection:
             await eng.transports.publish_jobs(retried.jobs, "retried")
         if any(j.run_id is not None for j in retried.jobs):
             await eng.runs.reopened(retried.jobs)
+        if any(j.graph_id is not None for j in retried.jobs):
+            await eng.graphs.reopened(retried.jobs)
         eng.notifier().notify()
         return list(retried.jobs)

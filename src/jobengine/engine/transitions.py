@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Completion, Event, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.core.models import Changed, Completion, Event, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
 from jobengine.core.states import JobState
 from jobengine.core.transitions import expired_failure
 
@@ -43,6 +43,14 @@ class RunHooks(Protocol):
     async def ended(self, jobs: Sequence[Job]) -> None: ...
 
     async def reopened(self, jobs: Sequence[Job]) -> None: ...
+
+
+class GraphHooks(Protocol):
+    """Graphs of jobs (:mod:`jobengine.engine.graphs`): their nodes' ends, and the results a node receives."""
+
+    async def ended(self, jobs: Sequence[Job]) -> None: ...
+
+    async def parent_results(self, job: Job) -> dict[str, Json]: ...
 
 
 class SignatureHooks(Protocol):
@@ -75,6 +83,7 @@ class Transitions:
         flow: FlowHooks,
         runs: Callable[[], RunHooks],
         signatures: Callable[[], SignatureHooks],
+        graphs: Callable[[], GraphHooks],
     ) -> None:
         self.store = store
         self.clock = clock
@@ -86,6 +95,7 @@ class Transitions:
         # Built on first use: a worker that runs only plain jobs and never fails one never loads them.
         self._runs = runs
         self._signatures = signatures
+        self._graphs = graphs
 
     def notifier(self) -> Notifier:
         return self._notifier()
@@ -168,6 +178,10 @@ class Transitions:
         self.notifier().notify()
         return changed
 
+    async def parent_results(self, job: Job) -> dict[str, Json]:
+        """The results node ``job`` receives from its parents, by node name (empty for a plain job)."""
+        return await self._graphs().parent_results(job) if job.graph_id is not None else {}
+
     # -- the registry of live workers ---------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
         return await self.fleet.register(info)
@@ -209,3 +223,5 @@ class Transitions:
             await self._signatures().record(prints, changed)
         if finished and any(j.run_id is not None for j in changed.jobs):
             await self._runs().ended(changed.jobs)
+        if finished and any(j.graph_id is not None and j.terminal for j in changed.jobs):
+            await self._graphs().ended(changed.jobs)

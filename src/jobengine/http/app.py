@@ -33,6 +33,7 @@ from jobengine.http.openapi import build_openapi
 from jobengine.http.routes import (
     events,
     flow,
+    graphs,
     health,
     jobs,
     packs,
@@ -85,7 +86,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     routers = (
         jobs.router, events.router, queues.router, queues.dead_router, schedules.router, runs.router,
         runs.signatures, worker.router, health.router, packs.router, webhooks.router, webhooks.hooks, flow.router,
-        workers.router,
+        workers.router, graphs.router,
     )  # fmt: skip
     for router in routers:
         app.include_router(router)

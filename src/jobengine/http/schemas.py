@@ -222,6 +222,7 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     run_id: str | None = Field(None, description="The run whose segment this job is (jobs of a schedule)")
     schedule_id: str | None = None
+    graph_id: str | None = Field(None, description="The graph this job is a node of")
     has_dependents: bool = Field(
         False, description="A job was enqueued depending on this one (a worker reports its outcome at once)"
     )

@@ -37,6 +37,7 @@ from jobengine.ports.workers import WorkerRegistry
 
 if TYPE_CHECKING:
     from jobengine.ports.blobs import BlobStore
+    from jobengine.ports.graphs import GraphStore
     from jobengine.ports.leader import Leader
     from jobengine.ports.schedules import SchedulingStore
     from jobengine.ports.webhooks import WebhookStore
@@ -96,6 +97,10 @@ class Store(OutboxStore, PackStore, Protocol):
 
     def scheduling(self) -> SchedulingStore:
         """The schedules, runs and failure signatures of this store (:mod:`jobengine.ports.schedules`)."""
+        ...
+
+    def graphs(self) -> GraphStore:
+        """The graphs of jobs of this store (:mod:`jobengine.ports.graphs`)."""
         ...
 
     def leader(self, name: str) -> Leader:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from jobengine.core.ids import JobId, LeaseToken, RunId, ScheduleId, WorkerId
+from jobengine.core.ids import GraphId, JobId, LeaseToken, RunId, ScheduleId, WorkerId
 from jobengine.core.models import AttemptError, Job, Phase, PhaseState
 from jobengine.core.states import JobState
 
@@ -48,5 +48,6 @@ def job_from_json(d: Mapping[str, Any], lease: Mapping[str, Any] | None = None) 
         started_at=seconds(d.get("started_at")), finished_at=seconds(d.get("finished_at")),
         run_id=RunId(d["run_id"]) if d.get("run_id") else None,
         schedule_id=ScheduleId(d["schedule_id"]) if d.get("schedule_id") else None,
+        graph_id=GraphId(d["graph_id"]) if d.get("graph_id") else None,
         has_dependents=bool(d.get("has_dependents")),
     )  # fmt: skip

@@ -20,7 +20,8 @@ from typing import Any
 
 from jobengine.core.clock import Clock, SystemClock, iso
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
+from jobengine.errors import ConfigError
 from jobengine.ports.workers import WorkerInfo
 from jobengine.sdk.client import ApiClient
 from jobengine.sdk.convert import job_from_json
@@ -149,6 +150,12 @@ class HttpWorkerSource:
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
         return None  # the claim's long-poll waits for the next job
+
+    async def parent_results(self, job: Job) -> dict[str, Json]:
+        """Not over HTTP yet: a graph node that asks for its parents' results needs a worker on the store."""
+        if job.graph_id is None:
+            return {}
+        raise ConfigError("parent_results: a remote worker cannot read a graph node's parents' results yet")
 
 
 def _phase_update(u: PhaseUpdate) -> dict[str, Any]:

@@ -35,8 +35,14 @@ class _Flag:
 class SharedState:
     """State shared by a job's context and the runtime that drives it."""
 
-    def __init__(self, job: Job, persist: Callable[[SharedState, str | None], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        persist: Callable[[SharedState, str | None], Awaitable[None]],
+        parents: Callable[[Job], Awaitable[dict[str, Json]]] | None = None,
+    ) -> None:
         self.job = job
+        self.parents = parents
         self.phases: list[Phase] = list(job.phases)
         self.index = 0
         self.results: dict[str, Json] = {}
@@ -87,6 +93,19 @@ class JobContext:
     def results(self) -> Mapping[str, Json]:
         """Results of the phases that already succeeded (in this attempt or an earlier one)."""
         return self._s.results
+
+    async def parent_results(self) -> Mapping[str, Json]:
+        """The results of this graph node's parents that succeeded, by node name (empty for a job that is
+        not a node), read from the store when asked, so a retry or another process sees them too.
+        ResultsTooLarge (the job goes dead) past the size a node may receive. Usage::
+
+            @engine.task
+            async def total(ctx: JobContext) -> int:
+                return sum((await ctx.parent_results()).values())
+        """
+        if self._s.job.graph_id is None or self._s.parents is None:
+            return {}
+        return await self._s.parents(self._s.job)
 
     @property
     def checkpoint(self) -> Json:
@@ -141,3 +160,7 @@ class SyncJobContext(JobContext):
     def save_checkpoint(self, data: Json) -> None:  # type: ignore[override]
         fut = asyncio.run_coroutine_threadsafe(JobContext.save_checkpoint(self, data), self._loop)
         fut.result()
+
+    def parent_results(self) -> Mapping[str, Json]:  # type: ignore[override]
+        """:meth:`JobContext.parent_results`, blocking until they are read."""
+        return asyncio.run_coroutine_threadsafe(JobContext.parent_results(self), self._loop).result()

@@ -363,7 +363,7 @@ class Worker:
             raise
 
     def _start(self, job: Job) -> None:
-        shared = SharedState(job, self._persist)
+        shared = SharedState(job, self._persist, self.source.parent_results)
         run = _Running(job, shared)
         self._inflight[job.id] = run
         run.task = asyncio.create_task(self._execute(run), name=f"jobengine-job-{job.id}")

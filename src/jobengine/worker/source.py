@@ -10,7 +10,7 @@ from typing import Protocol
 
 from jobengine.core.clock import Clock
 from jobengine.core.ids import WorkerId
-from jobengine.core.models import Changed, Completion, Failure, Heartbeat, Job, Lease, PhaseUpdate
+from jobengine.core.models import Changed, Completion, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.workers import WorkerInfo
 from jobengine.tasks import TaskRegistry
@@ -42,6 +42,10 @@ class WorkerSource(Protocol):
     async def rescue_jobs(self) -> Changed: ...
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None: ...
+
+    async def parent_results(self, job: Job) -> dict[str, Json]:
+        """The results graph node ``job`` receives from its parents, by node name, read from the store."""
+        ...
 
     async def register_worker(self, info: WorkerInfo) -> WorkerInfo:
         """Enter the worker in the registry of live workers (:mod:`jobengine.ports.workers`)."""

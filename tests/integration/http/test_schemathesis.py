@@ -98,6 +98,8 @@ SEMANTIC = frozenset({"depends_on", "cron", "every", "jitter", "timezone", "catc
 SEMANTIC |= {"url", "secret", "filter.types", "filter.queues", "filter.tasks", "schedule", "name", "state"}
 #: Bulk actions: exactly one of ids and filter.
 SEMANTIC |= {"ids"}
+#: Graphs: an edge naming a node that is not in the graph, a cycle, a node name used twice.
+SEMANTIC |= {"edges", "nodes"}
 
 
 def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:

@@ -38,6 +38,21 @@ COLUMN flow_buckets.updated_at double precision NOT NULL
 COLUMN flow_limits.queue text NOT NULL
 COLUMN flow_limits.spec jsonb NOT NULL
 COLUMN flow_limits.updated_at double precision NOT NULL
+COLUMN graph_nodes.graph_id text NOT NULL COLLATE C
+COLUMN graph_nodes.job_id text NOT NULL COLLATE C
+COLUMN graph_nodes.node text NOT NULL
+COLUMN graph_nodes.parents ARRAY NOT NULL
+COLUMN graph_nodes.pending boolean NOT NULL DEFAULT false
+COLUMN graph_nodes.policy text NOT NULL
+COLUMN graphs.cancelled boolean NOT NULL DEFAULT false
+COLUMN graphs.created_at double precision NOT NULL
+COLUMN graphs.finished_at double precision NULL
+COLUMN graphs.id text NOT NULL COLLATE C
+COLUMN graphs.name text NOT NULL
+COLUMN graphs.state text NULL
+COLUMN graphs.tenant text NOT NULL
+COLUMN graphs.total integer NOT NULL
+COLUMN graphs.updated_at double precision NOT NULL
 COLUMN http_idempotency.body bytea NULL
 COLUMN http_idempotency.content_type text NULL
 COLUMN http_idempotency.created_at double precision NOT NULL
@@ -73,6 +88,7 @@ COLUMN jobs.created_at double precision NOT NULL
 COLUMN jobs.depends_on ARRAY NOT NULL DEFAULT '{}'::text[]
 COLUMN jobs.errors jsonb NOT NULL DEFAULT '[]'::jsonb
 COLUMN jobs.finished_at double precision NULL
+COLUMN jobs.graph_id text NULL COLLATE C
 COLUMN jobs.has_dependents boolean NOT NULL DEFAULT false
 COLUMN jobs.id text NOT NULL COLLATE C
 COLUMN jobs.idempotency_key text NULL
@@ -254,6 +270,8 @@ CONSTRAINT failure_signatures.failure_signatures_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT failure_signatures.failure_signatures_status_check CHECK ((status = ANY (ARRAY['active'::text, 'resolved'::text, 'suppressed'::text])))
 CONSTRAINT flow_buckets.flow_buckets_pkey PRIMARY KEY (key)
 CONSTRAINT flow_limits.flow_limits_pkey PRIMARY KEY (queue)
+CONSTRAINT graph_nodes.graph_nodes_pkey PRIMARY KEY (job_id)
+CONSTRAINT graphs.graphs_pkey PRIMARY KEY (id)
 CONSTRAINT http_idempotency.http_idempotency_pkey PRIMARY KEY (tenant, key)
 CONSTRAINT inbound_hooks.inbound_hooks_pkey PRIMARY KEY (tenant, name)
 CONSTRAINT inbound_receipts.inbound_receipts_pkey PRIMARY KEY (tenant, hook, event_id)
@@ -291,11 +309,13 @@ INDEX CREATE INDEX dashboard_sessions_key ON dashboard_sessions USING btree (key
 INDEX CREATE INDEX events_job ON events USING btree (job_id, id)
 INDEX CREATE INDEX failure_signatures_non_retryable ON failure_signatures USING btree (key) WHERE non_retryable
 INDEX CREATE INDEX failure_signatures_recent ON failure_signatures USING btree (tenant, last_seen)
+INDEX CREATE INDEX graphs_tenant ON graphs USING btree (tenant, id)
 INDEX CREATE INDEX http_idempotency_expires ON http_idempotency USING btree (expires_at)
 INDEX CREATE INDEX inbound_hooks_name ON inbound_hooks USING btree (name)
 INDEX CREATE INDEX inbound_receipts_received ON inbound_receipts USING btree (received_at)
 INDEX CREATE INDEX job_dependencies_job ON job_dependencies USING btree (job_id)
 INDEX CREATE INDEX jobs_finished ON jobs USING btree (id) WHERE (state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'stale'::text]))
+INDEX CREATE INDEX jobs_graph ON jobs USING btree (graph_id, state) WHERE (graph_id IS NOT NULL)
 INDEX CREATE INDEX jobs_lease_worker ON jobs USING btree (lease_worker) WHERE (state = 'running'::text)
 INDEX CREATE INDEX jobs_runnable ON jobs USING btree (queue, priority DESC, run_at, id) WHERE (state = ANY (ARRAY['queued'::text, 'scheduled'::text, 'failed'::text]))
 INDEX CREATE INDEX jobs_running ON jobs USING btree (id) WHERE (state = 'running'::text)
@@ -319,6 +339,9 @@ INDEX CREATE UNIQUE INDEX events_pkey ON events USING btree (id)
 INDEX CREATE UNIQUE INDEX failure_signatures_pkey ON failure_signatures USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX flow_buckets_pkey ON flow_buckets USING btree (key)
 INDEX CREATE UNIQUE INDEX flow_limits_pkey ON flow_limits USING btree (queue)
+INDEX CREATE UNIQUE INDEX graph_nodes_name ON graph_nodes USING btree (graph_id, node)
+INDEX CREATE UNIQUE INDEX graph_nodes_pkey ON graph_nodes USING btree (job_id)
+INDEX CREATE UNIQUE INDEX graphs_pkey ON graphs USING btree (id)
 INDEX CREATE UNIQUE INDEX http_idempotency_pkey ON http_idempotency USING btree (tenant, key)
 INDEX CREATE UNIQUE INDEX inbound_hooks_pkey ON inbound_hooks USING btree (tenant, name)
 INDEX CREATE UNIQUE INDEX inbound_receipts_pkey ON inbound_receipts USING btree (tenant, hook, event_id)

@@ -127,7 +127,7 @@ _EV_STARTED = _ev(
 _ALL_COLUMNS = (
     "id, tenant, queue, task, payload, priority, run_at, state, attempt, max_attempts, created_at, updated_at, "
     "idempotency_key, depends_on, timeout, lease_worker, lease_token, lease_expires_at, cancel_requested, reason, "
-    "phases, progress, result, errors, outcome, started_at, finished_at, has_dependents, run_id, schedule_id"
+    "phases, progress, result, errors, outcome, started_at, finished_at, has_dependents, run_id, schedule_id, graph_id"
 )
 
 # The claimed row is deleted and inserted again as running, not updated. Another claim whose snapshot still
@@ -145,7 +145,7 @@ gone AS (
         %(now)s::float8, idempotency_key, depends_on, timeout, %(worker)s::text,
         replace(gen_random_uuid()::text, '-', ''), %(expires)s::float8, cancel_requested, reason,
         {_RESET_IF_RUNNING.replace("j.phases", "gone.phases")}, progress, result, errors, outcome,
-        %(now)s::float8, finished_at, has_dependents, run_id, schedule_id
+        %(now)s::float8, finished_at, has_dependents, run_id, schedule_id, graph_id
     FROM gone
     RETURNING {_J}
 ), {_EV_STARTED}

@@ -96,6 +96,7 @@ from jobengine.ports.store import Capabilities
 from jobengine.ports.watermarks import Watermark
 
 if TYPE_CHECKING:
+    from jobengine.backends.sql.graphs import SqlGraphs
     from jobengine.backends.sql.schedules import SqlScheduling
     from jobengine.ports.blobs import BlobStore
     from jobengine.ports.webhooks import WebhookStore
@@ -522,6 +523,12 @@ class PostgresStore(
         from jobengine.backends.sql.blobs import SqlBlobStore
 
         return choose_blob_store(settings, "postgres", lambda: SqlBlobStore(self.db, f"schema {self.schema}"))
+
+    def graphs(self) -> SqlGraphs:
+        """Graphs of jobs in this store's schema (:mod:`jobengine.ports.graphs`)."""
+        from jobengine.backends.sql.graphs import SqlGraphs
+
+        return SqlGraphs(self.db)
 
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this store's schema (the scheduler's ports)."""

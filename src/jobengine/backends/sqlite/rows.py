@@ -27,7 +27,9 @@ JOB_COLUMNS: Final = ", ".join(f"jobs.{c}" for c in _COLUMNS.split()) + (
     ", (SELECT group_concat(depends_on, ' ') FROM "
     "(SELECT depends_on FROM job_deps WHERE job_deps.job_id = jobs.id ORDER BY position)), "
     # has_dependents: one probe of job_deps_depends_on per row.
-    "EXISTS (SELECT 1 FROM job_deps WHERE job_deps.depends_on = jobs.id)"
+    "EXISTS (SELECT 1 FROM job_deps WHERE job_deps.depends_on = jobs.id), "
+    # Last, so the positions fenced.py reads stay where they are.
+    "jobs.graph_id"
 )
 
 #: The states a worker may claim, spelled exactly as in the partial index ``jobs_claim``: SQLite uses a
@@ -122,7 +124,7 @@ def job_from_row(r: Sequence[Any]) -> Job:
         cancel_requested=bool(r[17]), reason=r[18], phases=_phases(r[19]), progress=r[20],
         result=codec.loads(r[21]), errors=_errors(r[22]), outcome=None if r[23] is None else _STATES[r[23]],
         started_at=r[24], finished_at=r[25], run_id=r[26], schedule_id=r[27],
-        depends_on=tuple(r[28].split(" ")) if r[28] else (), has_dependents=bool(r[29]),
+        depends_on=tuple(r[28].split(" ")) if r[28] else (), has_dependents=bool(r[29]), graph_id=r[30],
     )  # fmt: skip
 
 

@@ -227,6 +227,12 @@ class SqliteStore(
     def finished_notifier(self) -> SqliteNotifier:
         return SqliteNotifier(self._path)
 
+    def graphs(self) -> SqlGraphs:
+        """Graphs of jobs in this file (:mod:`jobengine.ports.graphs`)."""
+        from jobengine.backends.sql.graphs import SqlGraphs
+
+        return SqlGraphs(self.db)
+
     def scheduling(self) -> SqlScheduling:
         """Schedules, runs and failure signatures in this file (on this store's thread and connection)."""
         from jobengine.backends.sql.schedules import SqlScheduling  # a worker never loads it
@@ -349,6 +355,7 @@ class SqliteStore(
 
 
 if TYPE_CHECKING:
+    from jobengine.backends.sql.graphs import SqlGraphs
     from jobengine.backends.sql.schedules import SqlScheduling
     from jobengine.ports.blobs import BlobStore
     from jobengine.ports.store import Store

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from jobengine.core import events, runs, schedules, signatures
+from jobengine.core import events, graphs, runs, schedules, signatures
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event
 from jobengine.errors import InvalidJob, JobEngineError
@@ -35,6 +35,7 @@ EVENT_TYPES: Final = (
     schedules.SCHEDULE_RESUMED, schedules.SCHEDULE_DELETED, schedules.SCHEDULE_MISFIRED,
     schedules.SCHEDULE_SKIPPED,
     signatures.SIGNATURE_UPDATED,
+    *graphs.GRAPH_EVENTS,
 )  # fmt: skip
 EVENT_FAMILIES: Final = tuple(dict.fromkeys(t.split(".")[0] + ".*" for t in EVENT_TYPES))
 

@@ -1,0 +1,185 @@
+"""The GraphStore port (:mod:`jobengine.ports.graphs`), written once for SQLite and PostgreSQL (tables:
+migration ``0013_graphs``). A graph, its node rows and its node jobs are written in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from jobengine.core.graphs import GraphRecord, GraphSpec, GraphState, Node, Policy
+from jobengine.core.ids import GraphId, JobId
+from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+
+from .base import Db, Tx, conditions
+
+_GRAPH: Final = "SELECT id, tenant, name, total, cancelled, state, created_at, updated_at, finished_at FROM {s}graphs"
+_UNFINISHED: Final = "('blocked', 'scheduled', 'queued', 'running', 'failed')"
+
+
+def _record(r: Sequence[Any]) -> GraphRecord:
+    return GraphRecord(
+        id=GraphId(r[0]), tenant=r[1], name=r[2], total=r[3], cancelled=bool(r[4]),
+        state=GraphState(r[5]) if r[5] is not None else None, created_at=r[6], updated_at=r[7], finished_at=r[8],
+    )  # fmt: skip
+
+
+async def _counts(tx: Tx, ids: Sequence[str]) -> dict[str, tuple[dict[str, int], float, float | None]]:
+    """Per graph: node counts by state, the progress of its unfinished nodes summed, its first start."""
+    out: dict[str, tuple[dict[str, int], float, float | None]] = {i: ({}, 0.0, None) for i in ids}
+    rows = await tx.rows(
+        "SELECT graph_id, state, count(*), sum(CASE WHEN state IN " + _UNFINISHED + " THEN progress ELSE 0 END), "
+        "min(started_at) FROM {s}jobs WHERE graph_id {in_array} GROUP BY graph_id, state",
+        (tx.d.array(ids),),
+    )
+    for gid, state, n, progress, started in rows:
+        counts, total, first = out[gid]
+        counts[state] = int(n)
+        if started is not None and (first is None or started < first):
+            first = started
+        out[gid] = (counts, total + float(progress or 0.0), first)
+    return out
+
+
+class SqlGraphs:
+    """Graphs in the store's database (:class:`jobengine.ports.graphs.GraphStore`)."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+
+    async def insert_graph(
+        self, spec: GraphSpec, jobs: Sequence[NewJob], phases: Sequence[tuple[str, ...]], now: float
+    ) -> Inserted:
+        """The graph, its node rows and its node jobs (``jobs``, parents first) in one transaction."""
+
+        async def op(tx: Tx) -> Inserted:
+            await tx.run(
+                "INSERT INTO {s}graphs (id, tenant, name, total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (spec.id, spec.tenant, spec.name, len(spec.nodes), now, now),
+            )
+            inserted = await tx.insert_jobs(jobs, now, phases)
+            await tx.many(
+                "INSERT INTO {s}graph_nodes (job_id, graph_id, node, policy, parents) VALUES (?, ?, ?, ?, ?)",
+                [(n.job.id, spec.id, n.name, n.policy.value, tx.d.array(n.parents)) for n in spec.nodes],
+            )
+            await tx.run(
+                "UPDATE {s}jobs SET graph_id = ? WHERE id IN (SELECT job_id FROM {s}graph_nodes WHERE graph_id = ?)",
+                (spec.id, spec.id),
+            )
+            return inserted
+
+        return await self.db.write(op, retry=False)
+
+    async def get_graphs(
+        self, ids: Sequence[GraphId], tenant: str | None
+    ) -> list[tuple[GraphRecord, dict[str, int], float, float | None]]:
+        """The graphs among ``ids`` (of ``tenant``) with their node counts (see :func:`_counts`)."""
+        return await self.db.read(lambda tx: self._graphs(tx, "id {in_array}", [tx.d.array(ids)], tenant))
+
+    async def list_graphs(
+        self, tenant: str | None, limit: int, before: str | None = None
+    ) -> list[tuple[GraphRecord, dict[str, int], float, float | None]]:
+        """Newest first."""
+        return await self.db.read(
+            lambda tx: self._graphs(tx, "1 = 1", [], tenant, before=before, limit=limit),
+        )
+
+    async def _graphs(
+        self, tx: Tx, base: str, params: list[Any], tenant: str | None, *, before: str | None = None,
+        limit: int | None = None,
+    ) -> list[tuple[GraphRecord, dict[str, int], float, float | None]]:  # fmt: skip
+        where, values = conditions(("tenant = ?", tenant), ("id < ?", before), base=base)
+        sql = f"{_GRAPH} WHERE {where} ORDER BY id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        records = [_record(r) for r in await tx.rows(sql, [*params, *values])]
+        counts = await _counts(tx, [r.id for r in records])
+        return [(r, *counts[r.id]) for r in records]
+
+    async def nodes(self, graph_id: GraphId) -> list[Node]:
+        """The nodes of a graph with their jobs, in the order they were submitted (parents first)."""
+
+        async def op(tx: Tx) -> list[Node]:
+            jobs = {j.id: j for j in await tx.jobs("jobs.graph_id = ?", (graph_id,))}
+            rows = await tx.rows(
+                "SELECT job_id, node, policy, parents, pending FROM {s}graph_nodes WHERE graph_id = ?", (graph_id,)
+            )
+            nodes = [Node(r[1], Policy(r[2]), tx.d.strings(r[3]), jobs[r[0]], bool(r[4])) for r in rows if r[0] in jobs]
+            return sorted(nodes, key=lambda n: n.job.id)
+
+        return await self.db.read(op)
+
+    async def parent_results(self, job_id: JobId) -> dict[str, Any]:
+        """The results of the parents of node ``job_id`` that succeeded, by node name."""
+
+        async def op(tx: Tx) -> dict[str, Any]:
+            row = await tx.rows("SELECT graph_id, parents FROM {s}graph_nodes WHERE job_id = ?", (job_id,))
+            if not row:
+                return {}
+            graph_id, parents = row[0][0], tx.d.strings(row[0][1])
+            if not parents:
+                return {}
+            named = await tx.rows(
+                "SELECT job_id, node FROM {s}graph_nodes WHERE graph_id = ? AND node {in_array}",
+                (graph_id, tx.d.array(parents)),
+            )
+            names = {r[0]: r[1] for r in named}
+            jobs = await tx.jobs("jobs.id {in_array}", (tx.d.array(names),))
+            return {names[j.id]: j.result for j in jobs if j.final_state.value == "succeeded"}
+
+        return await self.db.read(op)
+
+    async def probe(self, graph_id: GraphId) -> tuple[bool, bool]:
+        """(a node is unfinished, a node ended dead or cancelled): two index probes."""
+
+        async def op(tx: Tx) -> tuple[bool, bool]:
+            unfinished = await tx.rows(
+                f"SELECT 1 FROM {{s}}jobs WHERE graph_id = ? AND state IN {_UNFINISHED} LIMIT 1", (graph_id,)
+            )
+            broken = await tx.rows(
+                "SELECT 1 FROM {s}jobs WHERE graph_id = ? AND state IN ('dead', 'cancelled') LIMIT 1", (graph_id,)
+            )
+            return bool(unfinished), bool(broken)
+
+        return await self.db.read(op)
+
+    async def mark_pending(self, graph_id: GraphId, job_ids: Sequence[JobId], pending: bool, now: float) -> None:
+        """Set the nodes' ``pending`` flag; a retry (``pending`` True) also reopens the graph."""
+
+        async def op(tx: Tx) -> None:
+            if job_ids:
+                await tx.run(
+                    f"UPDATE {{s}}graph_nodes SET pending = {'{true}' if pending else 'NOT {true}'} "
+                    "WHERE job_id {in_array}",
+                    (tx.d.array(job_ids),),
+                )
+            if pending:
+                await tx.run(
+                    "UPDATE {s}graphs SET cancelled = NOT {true}, state = NULL, finished_at = NULL, updated_at = ? "
+                    "WHERE id = ?",
+                    (now, graph_id),
+                )
+
+        await self.db.write(op, retry=True)
+
+    async def mark_cancelled(self, graph_id: GraphId, now: float) -> None:
+        await self.db.write(
+            lambda tx: tx.run("UPDATE {s}graphs SET cancelled = {true}, updated_at = ? WHERE id = ?", (now, graph_id)),
+            retry=True,
+        )
+
+    async def finish(self, graph_id: GraphId, state: GraphState, now: float, event: NewEvent) -> list[Event]:
+        """Write the graph's outcome and append ``event``, once: a graph already finished (another process
+        finished it first), or with a node unfinished or waiting on a retry, is left as it is and nothing is
+        appended."""
+
+        async def op(tx: Tx) -> list[Event]:
+            # Checked again in this transaction: a retry may have reopened the graph since it was read.
+            changed = await tx.run(
+                "UPDATE {s}graphs SET state = ?, finished_at = ?, updated_at = ? WHERE id = ? AND state IS NULL "
+                f"AND NOT EXISTS (SELECT 1 FROM {{s}}jobs WHERE graph_id = ? AND state IN {_UNFINISHED}) "
+                "AND NOT EXISTS (SELECT 1 FROM {s}graph_nodes WHERE graph_id = ? AND pending = {true})",
+                (state.value, now, now, graph_id, graph_id, graph_id),
+            )
+            return await tx.events([event], now) if changed else []
+
+        return await self.db.write(op, retry=False)

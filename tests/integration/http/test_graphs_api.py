@@ -1,0 +1,172 @@
+"""``/api/v1/graphs``: submit, read, cancel and retry graphs over HTTP, under the ``graph:*`` scopes and the
+key's tenant; bad graphs are 422 problems naming the field. On SQLite (the fixtures) and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from jobengine import JobContext, NonRetryable
+from jobengine.engine import Engine
+from jobengine.http import create_app
+from jobengine.settings import Settings
+
+from .conftest import Api, MakeApi
+
+TIMEOUT = 30.0
+
+FAN = {
+    "name": "fan",
+    "nodes": [
+        {"name": "start", "task": "number", "payload": {"n": 1}},
+        *({"name": f"n{i}", "task": "number", "payload": {"n": i}} for i in range(5)),
+        {"name": "sum", "task": "total", "policy": "cancel"},
+    ],
+    "edges": [
+        *(["start", f"n{i}"] for i in range(5)),
+        *([f"n{i}", "sum"] for i in range(5)),
+    ],
+}
+
+
+def _register(engine: Engine) -> list[str]:
+    calls: list[str] = []
+
+    @engine.task
+    async def number(n: int) -> int:
+        calls.append(f"number:{n}")
+        return n
+
+    @engine.task
+    async def total(ctx: JobContext) -> int:
+        calls.append("total")
+        return sum((await ctx.parent_results()).values())
+
+    @engine.task(max_attempts=1)
+    async def boom() -> None:
+        if "fixed" not in calls:
+            raise NonRetryable("boom")
+
+    return calls
+
+
+async def _until_ended(client: httpx.AsyncClient, graph_id: str) -> dict[str, object]:
+    for _ in range(int(TIMEOUT / 0.05)):
+        body = (await client.get(f"/api/v1/graphs/{graph_id}")).json()
+        if body["state"] in ("succeeded", "failed", "cancelled"):
+            return body  # type: ignore[no-any-return]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"graph {graph_id} did not end within {TIMEOUT}s")
+
+
+async def _lifecycle(engine: Engine, acme: httpx.AsyncClient, globex: httpx.AsyncClient) -> None:
+    calls = _register(engine)
+    created = await acme.post("/api/v1/graphs", json=FAN)
+    assert created.status_code == 201, created.text
+    graph = created.json()
+    assert created.headers["Location"] == f"/api/v1/graphs/{graph['id']}"
+    assert (graph["state"], graph["total"], graph["done"], graph["name"]) == ("pending", 7, 0, "fan")
+    assert (await globex.get(f"/api/v1/graphs/{graph['id']}")).status_code == 404
+    assert (await globex.post(f"/api/v1/graphs/{graph['id']}/cancel")).status_code == 404
+    assert (await globex.get("/api/v1/graphs")).json()["items"] == []
+
+    worker = engine.worker(concurrency=4, poll_interval=0.05)
+    running = asyncio.create_task(worker.run())
+    try:
+        ended = await _until_ended(acme, graph["id"])
+        assert ended["state"] == "succeeded" and ended["done"] == 7 and ended["completed_at"] is not None
+        nodes = {n["name"]: n for n in ended["nodes"]}  # type: ignore[attr-defined]
+        assert nodes["sum"]["job"]["result"] == 1 + 2 + 3 + 4 and nodes["sum"]["job"]["graph_id"] == graph["id"]
+        assert sorted(nodes["sum"]["parents"]) == [f"n{i}" for i in range(5)]
+        assert calls.count("total") == 1
+        listed = (await acme.get("/api/v1/graphs")).json()
+        assert [g["id"] for g in listed["items"]] == [graph["id"]] and listed["items"][0]["nodes"] is None
+
+        again = await acme.post("/api/v1/graphs/" + graph["id"] + "/retry")
+        assert again.status_code == 409 and again.headers["content-type"] == "application/problem+json"
+
+        failing = {
+            "name": "failing",
+            "nodes": [{"name": "a", "task": "boom"}, {"name": "b", "task": "number", "payload": {"n": 9}}],
+            "edges": [["a", "b"]],
+        }
+        second = (await acme.post("/api/v1/graphs", json=failing)).json()
+        assert (await _until_ended(acme, second["id"]))["state"] == "failed"
+        calls.append("fixed")
+        retried = await acme.post(f"/api/v1/graphs/{second['id']}/retry")
+        assert retried.status_code == 200, retried.text
+        assert (await _until_ended(acme, second["id"]))["state"] == "succeeded"
+        assert calls.count("number:9") == 1
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, TIMEOUT)
+    types = [e.type for e in await engine.events(limit=1000, tenant="acme") if e.type.startswith("graph.")]
+    assert types == ["graph.completed", "graph.failed", "graph.completed"]
+
+
+async def test_a_graph_over_http(api: Api, acme: httpx.AsyncClient, globex: httpx.AsyncClient) -> None:
+    await _lifecycle(api.engine, acme, globex)
+
+
+async def test_a_graph_over_http_on_postgres(postgres_dsn: str) -> None:
+    settings = Settings(database=postgres_dsn, claim_max_wait=0.5)
+    async with Engine.from_settings(settings) as engine:
+        keys = {t: (await engine.keys.create(t, ["graph:read", "graph:write"]))[1] for t in ("acme", "globex")}
+        app = create_app(engine, settings)
+
+        def client(tenant: str) -> httpx.AsyncClient:
+            headers = {"Authorization": f"Bearer {keys[tenant]}"}
+            return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pg", headers=headers)
+
+        async with client("acme") as acme, client("globex") as globex:
+            await _lifecycle(engine, acme, globex)
+
+
+async def test_cancel_over_http(api: Api, acme: httpx.AsyncClient) -> None:
+    body = {"nodes": [{"name": "a", "task": "later"}, {"name": "b", "task": "later"}], "edges": [["a", "b"]]}
+    graph = (await acme.post("/api/v1/graphs", json=body)).json()
+    cancelled = await acme.post(f"/api/v1/graphs/{graph['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["state"] == "cancelled" and cancelled.json()["counts"] == {"cancelled": 2}
+    assert (await acme.post(f"/api/v1/graphs/{graph['id']}/cancel")).status_code == 409
+
+
+async def test_scopes(api: Api) -> None:
+    reader = await api.key("acme", "graph:read")
+    jobs_only = await api.key("acme", "jobs:read", "jobs:write")
+    async with api.client(reader) as c:
+        assert (await c.get("/api/v1/graphs")).status_code == 200
+        r = await c.post("/api/v1/graphs", json=FAN)
+        assert r.status_code == 403 and r.json()["required_scope"] == "graph:write"
+    async with api.client(jobs_only) as c:
+        assert (await c.get("/api/v1/graphs")).status_code == 403
+
+
+async def test_bad_graphs_are_problems_naming_the_field(make_api: MakeApi) -> None:
+    async with make_api(refuse_unknown_tasks=True) as api, api.client() as acme:
+        _register(api.engine)
+        cases = {
+            "edges": {"nodes": [{"name": "a", "task": "number"}], "edges": [["a", "a"]]},
+            "nodes": {"nodes": [{"name": "a", "task": "number"}, {"name": "a", "task": "number"}]},
+            "task": {"nodes": [{"name": "a", "task": "nobody_runs_this"}]},
+        }
+        for field, body in cases.items():
+            r = await acme.post("/api/v1/graphs", json=body)
+            assert r.status_code == 422, (field, r.text)
+            assert r.headers["content-type"] == "application/problem+json" and r.json()["field"] == field, r.text
+        cycle = {
+            "nodes": [{"name": "a", "task": "number"}, {"name": "b", "task": "number"}],
+            "edges": [["a", "b"], ["b", "a"]],
+        }
+        r = await acme.post("/api/v1/graphs", json=cycle)
+        assert r.status_code == 422 and "cycle" in r.json()["detail"]
+        r = await acme.post("/api/v1/graphs", json={"nodes": [{"name": "a", "task": "number"}], "edges": [["x", "a"]]})
+        assert r.status_code == 422 and "unknown node 'x'" in r.json()["detail"]
+        too_many = {"nodes": [{"name": f"n{i}", "task": "number"} for i in range(10_001)]}
+        r = await acme.post("/api/v1/graphs", json=too_many)
+        assert r.status_code in (413, 422), r.text
+        r = await acme.post("/api/v1/graphs", json={"nodes": [{"name": "a", "task": "number", "policy": "maybe"}]})
+        assert r.status_code == 422 and r.json()["field"] == "nodes.0.policy"
+        assert (await acme.get("/api/v1/graphs")).json()["items"] == []
+        assert (await acme.get("/api/v1/graphs/nope")).status_code == 404
