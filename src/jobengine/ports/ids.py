@@ -42,7 +42,7 @@ async def resolve_id(index: IdIndex, kind: IdKind, ident: str, tenant: str | Non
     if found and found[0] == ident:
         return ident
     if len(ident) < MIN_PREFIX:
-        raise NotFound(kind.noun, ident, f"a prefix of an id needs at least {MIN_PREFIX} characters")
+        raise NotFound(kind.noun, ident, f"an id prefix needs at least {MIN_PREFIX} characters")
     if not found:
         raise NotFound(kind.noun, ident)
     if len(found) > 1:

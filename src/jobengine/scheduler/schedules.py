@@ -133,7 +133,7 @@ class Schedules:
             return by_name
         try:
             schedule_id = ScheduleId(await resolve_id(self._ids, IdKind.SCHEDULE, ref, tenant))
-        except (InvalidJob, NotFound):  # mostly a name nobody gave (it may hold ``/`` or ``@``, no id does)
+        except InvalidJob:  # a name nobody gave, with characters no id has (``/``, ``@``)
             raise NotFound("schedule", ref) from None
         found = await self._store.get_schedules([schedule_id])
         if not found:
