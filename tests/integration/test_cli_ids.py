@@ -67,6 +67,8 @@ def test_schedules_and_runs_by_prefix(cli: Cli) -> None:
     runs = [cli.json("schedules", "trigger", short_id(ids[0]), "--reason", "r")["id"] for _ in range(3)]
     shown = cli.json("runs", "show", short_id(runs[0]))
     assert shown["id"] == runs[0] and {j["run_id"] for j in shown["jobs"]} == {runs[0]}
+    parent = shown["jobs"][0]["id"]
+    assert cli.json("enqueue", "after", "--depends-on", short_id(parent))["depends_on"] == [parent]
     out, _ = cli("runs", "cancel", short_id(runs[0]))
     assert out.strip() == f"cancelled run {short_id(runs[0])}"
     table = cli("runs", "list")[0]
