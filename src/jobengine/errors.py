@@ -7,7 +7,7 @@
     │                           catches both); ``field`` names it (``cron``, ``timezone``, ``template.task``)
     ├── UnknownTask             a job names a task no one registered
     ├── NotFound                no such job, schedule, run or signature (or not in this tenant)
-    ├── AmbiguousId             an id prefix names several jobs; ``candidates`` lists some
+    ├── AmbiguousId             an id prefix names several jobs (runs, …); ``candidates`` lists some
     ├── AlreadyExists           a schedule name already used in the tenant
     ├── IdempotencyConflict     same idempotency key, different request
     ├── UnknownDependency       depends_on names a job that does not exist
@@ -70,8 +70,10 @@ class UnknownTask(JobEngineError):
 
 
 class NotFound(JobEngineError):
-    def __init__(self, what: str, ident: str) -> None:
-        super().__init__(f"{what} {ident!r} not found")
+    """Nothing has this id (or name); ``hint``, when given, says what would have found one."""
+
+    def __init__(self, what: str, ident: str, hint: str = "") -> None:
+        super().__init__(f"{what} {ident!r} not found" + (f" ({hint})" if hint else ""))
         self.what = what
         self.ident = ident
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from jobengine.core.ids import short_id
+
 from .test_cli import Cli, assert_one_error_line, cli, wait_for
 
 __all__ = ["cli"]  # the fixture, shared with test_cli.py
@@ -25,7 +27,7 @@ def test_create_trigger_list_and_a_refused_expression(tmp_path: Path) -> None:
     run = cli.json("schedules", "trigger", "nightly", "--reason", "backfill")
     assert (run["trigger"], run["summary"]["total"], run["actor"].startswith("cli")) == ("manual", 2, True)
     listed = cli("runs", "list", "--schedule", "nightly").stdout
-    assert run["id"] in listed and "manual" in listed and "backfill" in listed
+    assert short_id(run["id"]) in listed and "manual" in listed and "backfill" in listed
 
 
 @pytest.mark.timeout(300)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from jobengine.core.ids import JobId, short_id
+from typing import cast
+
+from jobengine.core.ids import IdKind, JobId, short_id
 from jobengine.core.models import JobFilter
 from jobengine.core.states import JobState
+from jobengine.ports.auth import ApiKey, KeyStore
 from jobengine.ports.store import Store
 
 from .helpers import T0, enqueue, new
@@ -31,6 +34,21 @@ async def test_an_id_prefix_is_a_range_of_ids(store: Store) -> None:
     found = await store.list_jobs(JobFilter(tenant="default", states=(JobState.QUEUED,), id_prefix="abc-", limit=10))
     assert [j.id for j in found] == ["abc-2", "abc-1"]
     assert await store.list_jobs(JobFilter(tenant="other", id_prefix="abc", limit=10)) == []
+
+
+async def test_ids_with_prefix_are_in_id_order_of_a_tenant_for_each_kind(store: Store) -> None:
+    await enqueue(store, *[new(id=JobId(i)) for i in ["abc-2", "abc", "abc-1", "abd-1"]])
+    await enqueue(store, new(id=JobId("abc-3"), tenant="other"))
+    assert await store.ids_with_prefix(IdKind.JOB, "abc", None, 10) == ["abc", "abc-1", "abc-2", "abc-3"]
+    assert await store.ids_with_prefix(IdKind.JOB, "abc", "default", 2) == ["abc", "abc-1"]
+    assert await store.ids_with_prefix(IdKind.JOB, "abc-", "other", 10) == ["abc-3"]
+    assert await store.ids_with_prefix(IdKind.JOB, "abe", None, 10) == []
+    keys = cast(KeyStore, store)
+    for key_id, tenant in [("0a1b2c3d4e5f", "acme"), ("0a1b2c3d4e60", "acme"), ("0a1b2c3e0000", "globex")]:
+        await keys.insert_api_key(ApiKey(key_id, tenant, "", ("admin",), "hash-" + key_id, T0))
+    assert await store.ids_with_prefix(IdKind.KEY, "0a1b2c3d", None, 10) == ["0a1b2c3d4e5f", "0a1b2c3d4e60"]
+    assert await store.ids_with_prefix(IdKind.KEY, "0a1b2c3", "globex", 10) == ["0a1b2c3e0000"]
+    assert await store.ids_with_prefix(IdKind.RUN, "0a1b2c3", None, 10) == []
 
 
 async def test_created_after_and_before_are_exclusive_bounds(store: Store) -> None:

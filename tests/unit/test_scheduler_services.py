@@ -41,7 +41,7 @@ def test_a_planner_registered_on_schedules_is_in_the_registry_it_was_given() -> 
     planners = PlannerRegistry()
     store: SchedulingStore = _Untouchable()  # type: ignore[assignment]
     schedules = Schedules(
-        store, clock=ManualClock(), tasks=TaskRegistry(), planners=planners, published=_published,
+        store, ids=store, clock=ManualClock(), tasks=TaskRegistry(), planners=planners, published=_published,
         jobs_created=_jobs_created, pack_template=_pinned,
     )  # fmt: skip
 

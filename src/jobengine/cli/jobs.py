@@ -28,7 +28,7 @@ from jobengine.core.models import Job, JobFilter, Json, check_filter
 from jobengine.core.selection import MAX_BULK, BulkAction, BulkResult
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
-from jobengine.errors import IllegalState, InvalidJob
+from jobengine.errors import IllegalState, InvalidJob, NotFound
 from jobengine.serialize import bulk_to_json, job_to_json, worker_to_json
 
 jobs_app = typer.Typer(name="jobs", help="Inspect and manage stored jobs.", no_args_is_help=True, rich_markup_mode=None)
@@ -96,7 +96,8 @@ def enqueue(
         str | None, typer.Option("--idempotency-key", help="Enqueue at most once per key (per tenant).")
     ] = None,
     depends_on: Annotated[
-        list[str] | None, typer.Option("--depends-on", metavar="ID", help="Run after this job succeeded (repeatable).")
+        list[str] | None,
+        typer.Option("--depends-on", metavar="ID", help="Run after this job (id or prefix) succeeded (repeatable)."),
     ] = None,
     tenant: Annotated[str, typer.Option(help="Tenant the job belongs to.")] = "default",
     app: Annotated[
@@ -117,13 +118,23 @@ def enqueue(
 
     async def go() -> Job:
         async with opened as engine:
+            after = [await _dependency(engine, i, tenant) for i in depends_on or ()]
             return await engine.enqueue(
                 task, body, queue=queue, priority=priority, delay=delay, run_at=at, max_attempts=max_attempts,
-                idempotency_key=idempotency_key, depends_on=depends_on or (), tenant=tenant,
+                idempotency_key=idempotency_key, depends_on=after, tenant=tenant,
             )  # fmt: skip
 
     job = run(go())
     output.emit(as_json, job_to_json(job), job.id)
+
+
+async def _dependency(engine: Engine, ident: str, tenant: str) -> str:
+    """The id of the job ``ident`` names, whole or by a unique prefix; an unknown one as given, which the
+    enqueue refuses naming ``depends_on``."""
+    try:
+        return await engine.jobs.resolve_id(ident, tenant)
+    except (NotFound, InvalidJob):
+        return ident
 
 
 StateOption = Annotated[str | None, typer.Option(help="Only these states (comma-separated).")]

@@ -75,7 +75,7 @@ def list_keys(
 
 @keys_app.command("revoke")
 def revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id (the part after je_).")],
+    key_id: Annotated[str, typer.Argument(help="The key's id (the part after je_) or a unique prefix of it.")],
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:

@@ -317,13 +317,15 @@ def clamp01(fraction: float) -> float:
 
 
 def event_line(event: Event, phase_count: int = 0) -> Text:
-    """One line of the live view: time, event type, task, short job id, then the details."""
+    """One line of the live view: time, event type, task, the short id of its job (else of its run, else of
+    its schedule), then the details."""
     line = Text()
     line.append(clock_time(event.at), style="dim")
     line.append("  ")
     line.append(column(event.type.removeprefix("job."), TYPE_WIDTH), style=EVENT_STYLES.get(event.type, ""))
     line.append(" ")
     line.append(column(event.task or "-", TASK_WIDTH), style="bold")
-    line.append(f" {short_id(event.job_id)}  ", style="dim")
+    subject = event.job_id or event.data.get("run_id") or event.data.get("schedule_id")
+    line.append(f" {short_id(subject if isinstance(subject, str) else None)}  ", style="dim")
     line.append_text(details(event, phase_count))
     return line

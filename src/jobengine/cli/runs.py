@@ -23,6 +23,7 @@ from jobengine.cli.common import (
 )
 from jobengine.cli.jobs import parse_time
 from jobengine.core.clock import iso, to_datetime
+from jobengine.core.ids import short_id
 from jobengine.core.models import Job
 from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
@@ -37,7 +38,9 @@ signatures_app = typer.Typer(
     name="signatures", help="Failure signatures: the same bug grouped.", no_args_is_help=True, rich_markup_mode=None
 )
 
-RunRef = Annotated[str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)]
+RunRef = Annotated[
+    str, typer.Argument(metavar="RUN", help="The run's id or a unique prefix of it (its short id).", show_default=False)
+]
 TenantFilter = Annotated[str | None, typer.Option(help="Only this tenant.")]
 
 RUN_STYLES = {
@@ -78,20 +81,20 @@ def _when(ts: float | None) -> str:
 
 
 def runs_table(runs: list[Run]) -> Table:
-    """One line per run, within 130 columns: the whole id (what ``runs show`` takes) and one time, the
+    """One line per run, within 130 columns: the short id (a prefix ``runs show`` takes) and one time, the
     tick of a scheduled run or the creation of another (``runs show`` and ``--json`` give both); a long
     note is cut short with an ellipsis rather than wrapped onto lines of its own."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("ID", "STATE", "TRIGGER", "AT (UTC)", "JOBS", "OK", "DEAD", "CANC"):
         table.add_column(column, no_wrap=True)
-    # The columns before it take 104 of 130 columns at most (counts under 10000).
-    table.add_column("NOTE", no_wrap=True, overflow="ellipsis", max_width=26)
+    # The columns before it take 91 of 130 columns at most (counts under 10000).
+    table.add_column("NOTE", no_wrap=True, overflow="ellipsis", max_width=39)
     for r in runs:
         s = r.summary
         note = "no work" if r.no_work else (r.reason or "")
         style = RUN_STYLES.get(r.state, "")
         table.add_row(
-            r.id, f"[{style}]{r.state.value}[/{style}]", r.trigger.value, _when(r.tick or r.created_at),
+            short_id(r.id), f"[{style}]{r.state.value}[/{style}]", r.trigger.value, _when(r.tick or r.created_at),
             str(s.total), str(s.succeeded), str(s.dead), str(s.cancelled), escape(note[:200]),
         )  # fmt: skip
     return table
@@ -230,7 +233,7 @@ def cancel_run(
 ) -> None:
     """Cancel a run and its jobs that have not ended."""
     done = with_engine(config, db, lambda engine: engine.runs.cancel(run_id, reason=reason, actor=actor_of(actor)))
-    output.emit(as_json, run_to_json(done), f"cancelled run {done.id}")
+    output.emit(as_json, run_to_json(done), f"cancelled run {short_id(done.id)}")
 
 
 @runs_app.command("retry")
@@ -243,7 +246,8 @@ def retry_run(
 ) -> None:
     """Run the dead and cancelled jobs of an ended run again, as a new run."""
     new = with_engine(config, db, lambda engine: engine.runs.retry(run_id, actor=actor_of(actor)))
-    output.emit(as_json, run_to_json(new), f"run {new.id} retries {new.summary.total} job(s) of {run_id}")
+    output.emit(as_json, run_to_json(new),
+                f"run {short_id(new.id)} retries {new.summary.total} job(s) of {short_id(new.parent_id)}")  # fmt: skip
 
 
 @signatures_app.command("list")
@@ -274,7 +278,9 @@ def list_signatures(
 
 @signatures_app.command("update")
 def update_signature(
-    key: Annotated[str, typer.Argument(metavar="KEY", help="The signature's key.", show_default=False)],
+    key: Annotated[
+        str, typer.Argument(metavar="KEY", help="The signature's key or a unique prefix of it.", show_default=False)
+    ],
     status: Annotated[str | None, typer.Option(help="active, resolved or suppressed.")] = None,
     retryable: Annotated[
         bool | None, typer.Option("--retryable/--non-retryable", help="Whether its failures may retry.")

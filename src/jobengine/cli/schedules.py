@@ -31,6 +31,7 @@ from jobengine.cli.common import (
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
 from jobengine.core.cron import load_zone, parse_duration
+from jobengine.core.ids import short_id
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
@@ -41,7 +42,10 @@ schedules_app = typer.Typer(
     name="schedules", help="Create and manage CRON and interval schedules.", no_args_is_help=True, rich_markup_mode=None
 )
 
-Ref = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedule's name or id.", show_default=False)]
+Ref = Annotated[
+    str,
+    typer.Argument(metavar="SCHEDULE", help="The schedule's name, id or a unique id prefix.", show_default=False),
+]
 TenantOption = Annotated[str | None, typer.Option(help="Tenant of the schedule [default: default].")]
 Cron = Annotated[str | None, typer.Option(help="CRON expression (5 fields) or an alias like @hourly.")]
 Every = Annotated[str | None, typer.Option(help="A fixed interval instead of CRON: 30s, 5m, 1h30m.")]
@@ -140,7 +144,7 @@ def schedules_table(schedules: list[Schedule]) -> Table:
         misfire = s.spec.misfire.value + (f" {s.spec.catch_up}" if s.spec.misfire.value == "catch_up" else "")
         table.add_row(
             escape(s.name), escape(s.tenant), escape(_cadence(s)), escape(s.spec.template.task),
-            iso(s.next_fire_at) or "-", s.spec.overlap.value, misfire, state, s.id,
+            iso(s.next_fire_at) or "-", s.spec.overlap.value, misfire, state, short_id(s.id),
         )  # fmt: skip
     return table
 
@@ -195,7 +199,7 @@ def create(
     schedule, warning = with_engine(config, db, go, must_exist=False)
     _warn(warning)
     next_at = iso(schedule.next_fire_at) or "never (paused)"
-    message = f"created schedule {escape(schedule.name)} ({schedule.id}); next run {next_at}"
+    message = f"created schedule {escape(schedule.name)} ({short_id(schedule.id)}); next run {next_at}"
     output.emit(as_json, schedule_to_json(schedule), message)
 
 
@@ -334,7 +338,8 @@ def trigger(
     fired = with_engine(
         config, db, lambda engine: engine.schedules.trigger(ref, reason=reason, tenant=tenant, actor=actor_of(actor))
     )
-    output.emit(as_json, run_to_json(fired), f"run {fired.id}: {fired.state.value}, {fired.summary.total} job(s)")
+    summary = f"run {short_id(fired.id)}: {fired.state.value}, {fired.summary.total} job(s)"
+    output.emit(as_json, run_to_json(fired), summary)
 
 
 @schedules_app.command("simulate")

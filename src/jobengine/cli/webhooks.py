@@ -12,6 +12,7 @@ from rich.table import Table
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, JsonFlag, with_engine
+from jobengine.core.ids import short_id
 from jobengine.core.webhooks.jsonshape import attempt_to_json, delivery_to_json, endpoint_to_json
 from jobengine.core.webhooks.model import InvalidWebhook, check_filter
 from jobengine.engine import Engine
@@ -21,7 +22,7 @@ webhooks_app = typer.Typer(
 )
 
 Tenant = Annotated[str, typer.Option(help="The tenant the endpoint belongs to.")]
-EndpointId = Annotated[str, typer.Argument(help="The endpoint's id (we_…).")]
+EndpointId = Annotated[str, typer.Argument(help="The endpoint's id (we_…) or a unique prefix of it.")]
 
 
 def filter_text(flt: dict[str, list[str]]) -> str:
@@ -93,7 +94,7 @@ def list_endpoints(
         return
     table = Table("id", "tenant", "url", "enabled", "filter", "failing since", box=None)
     for e in items:
-        table.add_row(e["id"], escape(e["tenant"]), escape(e["url"]), "yes" if e["enabled"] else "no",
+        table.add_row(short_id(e["id"]), escape(e["tenant"]), escape(e["url"]), "yes" if e["enabled"] else "no",
                       escape(filter_text(e["filter"])), e["failing_since"] or "")  # fmt: skip
     output.stdout().print(table)
 
@@ -181,8 +182,8 @@ def deliveries(
         return
     table = Table("id", "endpoint", "event", "state", "attempts", "last status", "last error", box=None)
     for d in items:
-        table.add_row(d["id"], d["endpoint_id"], f"{d['event_id']} {d['event_type']}", d["state"], str(d["attempts"]),
-                      str(d["last_status"] or ""), escape(d["last_error"] or ""))  # fmt: skip
+        table.add_row(short_id(d["id"]), short_id(d["endpoint_id"]), f"{d['event_id']} {d['event_type']}", d["state"],
+                      str(d["attempts"]), str(d["last_status"] or ""), escape(d["last_error"] or ""))  # fmt: skip
         for a in d.get("attempts_made", []):
             table.add_row("", "", f"  #{a['attempt']} {a['at']}", "", f"{a['latency_ms']:.1f} ms",
                           str(a["status"] or ""), escape(a["error"] or ""))  # fmt: skip
@@ -191,7 +192,7 @@ def deliveries(
 
 @webhooks_app.command("resend")
 def resend(
-    delivery_id: Annotated[str, typer.Argument(help="The delivery's id (wd_…).")],
+    delivery_id: Annotated[str, typer.Argument(help="The delivery's id (wd_…) or a unique prefix of it.")],
     tenant: Tenant = "default",
     db: DbOption = None,
     config: ConfigOption = None,
@@ -203,4 +204,4 @@ def resend(
         return delivery_to_json(await engine.webhooks.resend(delivery_id, tenant))
 
     item = with_engine(config, db, go)
-    output.emit(json_out, item, f"resending {escape(delivery_id)} (due now)")
+    output.emit(json_out, item, f"resending {short_id(item['id'])} (due now)")

@@ -11,7 +11,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import NewType, cast
+from enum import StrEnum
+from typing import Final, NewType, cast
 
 JobId = NewType("JobId", str)
 WorkerId = NewType("WorkerId", str)
@@ -108,10 +109,37 @@ def short_id(ident: str | None) -> str:
     and process. Jobs enqueued together differ in the millisecond or the counter, both inside the short form;
     ids of two processes in the same millisecond and count differ in the 14 random bits it keeps. Being a
     prefix, a short id pasted back is a prefix that every id lookup accepts. Any id of 23 characters or
-    fewer (one a caller chose) is shown whole; ``-`` stands for none."""
+    fewer (one a caller chose) is shown whole; ``-`` stands for none. A webhook endpoint's or delivery's id
+    keeps its mark (``we_``, ``wd_``) before those 23 characters."""
     if not ident:
         return "-"
-    return ident[:SHORT_ID_LENGTH]
+    mark = 3 if ident[:3] in TYPED_PREFIXES else 0
+    return ident[: mark + SHORT_ID_LENGTH]
+
+
+#: The marks before the UUIDv7 of some ids (webhook endpoints, deliveries): kept whole in a short id.
+TYPED_PREFIXES = ("we_", "wd_")
+
+
+class IdKind(StrEnum):
+    """The things people name by id, each resolvable from a unique prefix of it (``engine.jobs.resolve_id``).
+    The value names the id's field in errors (``run`` → ``run_id``)."""
+
+    JOB = "job"
+    RUN = "run"
+    SCHEDULE = "schedule"
+    ENDPOINT = "endpoint"
+    DELIVERY = "delivery"
+    KEY = "key"
+    SIGNATURE = "signature"
+
+    @property
+    def noun(self) -> str:
+        """The thing's name in a message (``webhook endpoint 'we_…' not found``)."""
+        return _NOUNS.get(self, self.value)
+
+
+_NOUNS: Final = {IdKind.ENDPOINT: "webhook endpoint", IdKind.DELIVERY: "webhook delivery", IdKind.KEY: "api key"}
 
 
 def prefix_range(prefix: str) -> tuple[str, str]:

@@ -97,9 +97,9 @@ class _Watch:
 @router.get("/ui/stream/job/{job_id}")
 async def job_stream(request: Request, job_id: str) -> Response:
     session = await sess.require(request, "jobs:read")
-    job_id = job_id_param(job_id)
     eng = engine(request)
-    await eng.get_job(job_id, session.tenant)  # an unknown or another tenant's job: 404 before streaming
+    # An unknown or another tenant's job: 404 before streaming; a unique prefix names its job.
+    job_id = await eng.jobs.resolve_id(job_id_param(job_id), session.tenant)
     start = await eng.event_log.newest_id()
 
     async def frames() -> AsyncIterator[ServerSentEvent]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from jobengine.core.ids import JobId, RunId, ScheduleId
 from jobengine.core.models import Job, JobFilter
@@ -192,8 +192,12 @@ async def run_values(request: Request, session: Session, run_id: str) -> dict[st
 
 @router.get("/runs/{run_id}")
 async def run_page(request: Request, run_id: str) -> Response:
+    """A run's page; a unique prefix of its id (a short id) redirects to its page."""
     session = await sess.require(request, "schedules:read")
-    return render(request, "run.html", session, await run_values(request, session, run_id))
+    values = await run_values(request, session, run_id)
+    if values["run"].id != run_id:
+        return RedirectResponse(f"/runs/{values['run'].id}", status_code=302)
+    return render(request, "run.html", session, values)
 
 
 @router.post("/runs/{run_id}/{verb}")

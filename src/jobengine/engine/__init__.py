@@ -153,7 +153,7 @@ class Engine:
         self._planners: PlannerRegistry | None = None
         # Every backend implements these ports; the store is handed to each service typed as the ones it uses.
         s = self.settings
-        self.keys = Keys(cast(KeyStore, store), cast(SessionStore, store), self.clock,
+        self.keys = Keys(cast(KeyStore, store), cast(SessionStore, store), self.clock, ids=store,
                          session_seconds=s.dashboard_session_seconds)  # fmt: skip
         self.requests = Requests(cast(IdempotencyStore, store), self.clock, ttl=s.idempotency_ttl)
         queue_settings = QueueSettingsCache(cast(QueueSettingsStore, store))
@@ -290,8 +290,9 @@ class Engine:
         from jobengine.scheduler.schedules import Schedules
 
         return Schedules(
-            self.store.scheduling(), clock=self.clock, tasks=self.tasks, planners=self._planner_registry(),
-            published=self._published, jobs_created=self._jobs_created, pack_template=self._pack_template,
+            self.store.scheduling(), ids=self.store, clock=self.clock, tasks=self.tasks,
+            planners=self._planner_registry(), published=self._published, jobs_created=self._jobs_created,
+            pack_template=self._pack_template,
         )  # fmt: skip
 
     @cached_property

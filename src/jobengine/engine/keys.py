@@ -12,9 +12,11 @@ from collections.abc import Callable, Sequence
 
 from jobengine.core import keys as keymod
 from jobengine.core.clock import Clock
+from jobengine.core.ids import IdKind
 from jobengine.core.models import check_name
 from jobengine.errors import InvalidJob, NotFound
 from jobengine.ports.auth import ApiKey, KeyStore, SessionRecord, SessionStore
+from jobengine.ports.ids import IdIndex, resolve_id
 
 
 class Keys:
@@ -26,8 +28,11 @@ class Keys:
         assert (await engine.keys.authenticate(text)) == key
     """
 
-    def __init__(self, keys: KeyStore, sessions: SessionStore, clock: Clock, *, session_seconds: float) -> None:
+    def __init__(
+        self, keys: KeyStore, sessions: SessionStore, clock: Clock, *, ids: IdIndex, session_seconds: float
+    ) -> None:
         self._keys = keys
+        self._ids = ids
         self._sessions = sessions
         self._clock = clock
         self._session_seconds = session_seconds
@@ -55,7 +60,9 @@ class Keys:
 
     async def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key (idempotent); caches of this process that registered with :meth:`on_revoked`
-        forget it at once. Raises NotFound for an unknown id."""
+        forget it at once. ``key_id`` may be a unique prefix of the id (:func:`~jobengine.ports.ids.resolve_id`).
+        Raises NotFound for an unknown id."""
+        key_id = await resolve_id(self._ids, IdKind.KEY, key_id)
         key = await self._keys.revoke_api_key(key_id, self._clock.now())
         if key is None:
             raise NotFound("api key", key_id)

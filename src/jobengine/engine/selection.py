@@ -1,10 +1,11 @@
 """Jobs found by a prefix of their id, and actions on many jobs at once (``engine.jobs``).
 
 Every edge that takes a job id (the CLI, the HTTP API, the dashboard) resolves it here, so a whole id and
-any unique prefix of one (a short id, :func:`jobengine.core.ids.short_id`) work alike. A bulk action looks
-at the jobs it is given (by ids, or the newest MAX_BULK a filter selects), keeps those the action applies to
-(:func:`jobengine.core.selection.refusal`) and changes them BULK_CHUNK at a time, one store transaction per
-chunk, with the same events and follow-ups as the single-job actions.
+any unique prefix of one (a short id, :func:`jobengine.core.ids.short_id`) work alike, by the resolver the
+services of runs, schedules, webhooks, keys and signatures use too (:func:`jobengine.ports.ids.resolve_id`).
+A bulk action looks at the jobs it is given (by ids, or the newest MAX_BULK a filter selects), keeps those
+the action applies to (:func:`jobengine.core.selection.refusal`) and changes them BULK_CHUNK at a time, one
+store transaction per chunk, with the same events and follow-ups as the single-job actions.
 """
 
 from __future__ import annotations
@@ -14,25 +15,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from jobengine.core.bounds import check_text
-from jobengine.core.ids import JobId
-from jobengine.core.models import ID_CHARS, Job, JobFilter, check_filter
+from jobengine.core.ids import IdKind, JobId
+from jobengine.core.models import Job, JobFilter, check_filter
 from jobengine.core.selection import (
     BULK_CHUNK,
     MAX_BULK,
-    MIN_PREFIX,
     REFUSED_SHOWN,
     BulkAction,
     BulkResult,
     refusal,
 )
-from jobengine.errors import AmbiguousId, InvalidJob, NotFound
+from jobengine.errors import InvalidJob, NotFound
 from jobengine.ports.deadletter import DeadLetterStore
+from jobengine.ports.ids import resolve_id
 
 if TYPE_CHECKING:
     from jobengine.engine import Engine
-
-#: Candidates named when a prefix is ambiguous.
-CANDIDATES_SHOWN = 5
 
 
 class JobSelection:
@@ -46,27 +44,18 @@ class JobSelection:
         self._engine = engine
 
     async def resolve(self, ident: str, tenant: str | None = None) -> Job:
-        """The job whose id is ``ident`` or, failing that, starts with it. NotFound when none does,
-        AmbiguousId (naming a few) when several do, InvalidJob (``job_id``) for a prefix shorter than
-        MIN_PREFIX characters or with characters no id has."""
-        if not ident or len(ident) > 100 or not set(ident) <= ID_CHARS:
-            raise InvalidJob("job_id", "an id is 1 to 100 letters, digits or _ . : -")
-        found = await self._engine.store.get_jobs([JobId(ident)], tenant)
-        if found:
-            return found[0]
-        if len(ident) < MIN_PREFIX:
+        """The job whose id is ``ident`` or, failing that, the only one starting with it
+        (:func:`~jobengine.ports.ids.resolve_id`: NotFound, AmbiguousId naming a few, InvalidJob
+        ``job_id``)."""
+        job_id = await self.resolve_id(ident, tenant)
+        found = await self._engine.store.get_jobs([job_id], tenant)
+        if not found:  # deleted by retention between the two reads
             raise NotFound("job", ident)
-        matches = await self._engine.store.list_jobs(
-            JobFilter(tenant=tenant, id_prefix=ident, limit=CANDIDATES_SHOWN + 1)
-        )
-        if not matches:
-            raise NotFound("job", ident)
-        if len(matches) > 1:
-            raise AmbiguousId("job", ident, [j.id for j in matches[:CANDIDATES_SHOWN]])
-        return matches[0]
+        return found[0]
 
     async def resolve_id(self, ident: str, tenant: str | None = None) -> JobId:
-        return (await self.resolve(ident, tenant)).id
+        """The whole id of the job ``ident`` names, whole or by a unique prefix (as :meth:`resolve`)."""
+        return JobId(await resolve_id(self._engine.store, IdKind.JOB, ident, tenant))
 
     async def apply(
         self,

@@ -30,6 +30,7 @@ from jobengine.core.models import (
     Pruned,
 )
 from jobengine.core.states import JobState
+from jobengine.ports.ids import IdIndex
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.packs import PackStore
@@ -70,7 +71,7 @@ class Capabilities:
     migrates_on_first_use: bool = False
 
 
-class Store(OutboxStore, PackStore, Protocol):
+class Store(OutboxStore, PackStore, IdIndex, Protocol):
     """Every backend's store; ``capabilities`` says which optional ports it implements as well."""
 
     capabilities: Capabilities

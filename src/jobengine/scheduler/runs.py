@@ -23,13 +23,14 @@ from typing import Final
 
 from jobengine.core.bounds import check_text
 from jobengine.core.clock import Clock
-from jobengine.core.ids import RunId, new_run_id
+from jobengine.core.ids import IdKind, RunId, new_run_id
 from jobengine.core.models import Job, NewJob, check_name
 from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import ENDED_RUN_STATES, JobOutcome, Run, RunFilter, RunSummary, RunTrigger, Segment
 from jobengine.core.schedules import check_actor
 from jobengine.core.states import JobState
 from jobengine.errors import AlreadyExists, IllegalState, NotFound
+from jobengine.ports.ids import resolve_id
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.ports.store import Store
 from jobengine.scheduler import requests
@@ -77,7 +78,8 @@ class Runs:
 
     # -- reads --------------------------------------------------------------------------------------
     async def get(self, run_id: str, tenant: str | None = None) -> Run:
-        runs = await self._store.get_runs([RunId(run_id)], tenant)
+        """The run ``run_id`` names, whole or by a unique prefix (:func:`~jobengine.ports.ids.resolve_id`)."""
+        runs = await self._store.get_runs([RunId(await resolve_id(self._jobs, IdKind.RUN, run_id, tenant))], tenant)
         if not runs:
             raise NotFound("run", run_id)
         return runs[0]
@@ -137,7 +139,7 @@ class Runs:
         check_text("reason", reason)
         run = await self.get(run_id, tenant)
         if run.ended:
-            raise IllegalState(f"run {run_id} is already {run.state.value}; nothing to cancel")
+            raise IllegalState(f"run {run.id} is already {run.state.value}; nothing to cancel")
         now = self._clock.now()
         # The run first: cancelling its jobs first could end it as "every job cancelled" without the
         # audit record of who cancelled it.
@@ -149,7 +151,7 @@ class Runs:
             changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
             self._published(changed.events)
             await self.ended(changed.jobs)
-        return await self.get(run_id, tenant)
+        return await self.get(run.id, tenant)
 
     async def retry(
         self, run_id: str, *, reason: str | None = None, tenant: str | None = None, actor: str = "system"
@@ -161,13 +163,13 @@ class Runs:
             check_text("reason", reason)
         run = await self.get(run_id, tenant)
         if run.state not in ENDED_RUN_STATES:
-            raise IllegalState(f"run {run_id} is {run.state.value}; only an ended run can be retried")
+            raise IllegalState(f"run {run.id} is {run.state.value}; only an ended run can be retried")
         segments = await self._store.run_segments(run.id)
         failed = [s for s in segments if s.outcome in (JobState.DEAD, JobState.CANCELLED)]
         jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in failed])}
         failed = [s for s in failed if s.job_id in jobs]
         if not failed:
-            raise IllegalState(f"run {run_id} has no dead or cancelled jobs to retry")
+            raise IllegalState(f"run {run.id} has no dead or cancelled jobs to retry")
         now = self._clock.now()
         new_id = new_run_id()
         copies = tuple(_copy(jobs[s.job_id], new_id) for s in failed)

@@ -29,12 +29,13 @@ from typing import Any, Final, Literal, TypeVar
 from jobengine.core import schedules as sc
 from jobengine.core.bounds import check_json, check_text, check_time
 from jobengine.core.clock import Clock
-from jobengine.core.ids import RunId, ScheduleId, new_run_id, new_schedule_id
+from jobengine.core.ids import IdKind, RunId, ScheduleId, new_run_id, new_schedule_id
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Job, Json
 from jobengine.core.runs import Run, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
-from jobengine.errors import AlreadyExists, IllegalState, InvalidSchedule, NotFound
+from jobengine.errors import AlreadyExists, IllegalState, InvalidJob, InvalidSchedule, NotFound
+from jobengine.ports.ids import IdIndex, resolve_id
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, new_run, plan_run
 from jobengine.tasks import TaskRegistry
@@ -69,6 +70,7 @@ class Schedules:
         self,
         store: SchedulingStore,
         *,
+        ids: IdIndex,
         clock: Clock,
         tasks: TaskRegistry,
         planners: PlannerRegistry,
@@ -77,6 +79,7 @@ class Schedules:
         pack_template: PackTemplate,
     ) -> None:
         self._store = store
+        self._ids = ids
         self._clock = clock
         self._tasks = tasks
         self.planners = planners
@@ -155,14 +158,22 @@ class Schedules:
         raise IllegalState(f"schedule {spec.name!r} kept changing while it was declared; start again")
 
     async def get(self, ref: str, tenant: str | None = None) -> Schedule:
-        """By id, else by name in ``tenant`` (``default`` when None). Raises NotFound."""
+        """By id, else by name in ``tenant`` (``default`` when None), else by a unique prefix of its id
+        (:func:`~jobengine.ports.ids.resolve_id`). Raises NotFound, or AmbiguousId naming a few."""
         found = await self._store.get_schedules([ScheduleId(ref)], tenant)
         if found:
             return found[0]
         by_name = await self._store.find_schedule(tenant or "default", ref)
-        if by_name is None:
+        if by_name is not None:
+            return by_name
+        try:
+            schedule_id = ScheduleId(await resolve_id(self._ids, IdKind.SCHEDULE, ref, tenant))
+        except InvalidJob:  # a name nobody gave, with characters no id has (``/``, ``@``)
+            raise NotFound("schedule", ref) from None
+        found = await self._store.get_schedules([schedule_id])
+        if not found:
             raise NotFound("schedule", ref)
-        return by_name
+        return found[0]
 
     async def list(self, filter: ScheduleFilter | None = None) -> builtins.list[Schedule]:
         return await self._store.list_schedules(filter or ScheduleFilter())

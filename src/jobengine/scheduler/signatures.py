@@ -24,12 +24,13 @@ from typing import Final
 
 from jobengine.core import signatures as sg
 from jobengine.core.clock import Clock
-from jobengine.core.ids import JobId
+from jobengine.core.ids import IdKind, JobId
 from jobengine.core.models import Changed, FailOutcome, Failure
 from jobengine.core.schedules import audit_event, check_actor
 from jobengine.core.signatures import Fingerprint, Signature, SignatureFilter, SignatureHit, SignatureStatus
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidSchedule, NotFound
+from jobengine.ports.ids import resolve_id
 from jobengine.ports.schedules import SchedulingStore
 from jobengine.ports.store import Store
 from jobengine.scheduler.schedules import Published
@@ -78,7 +79,8 @@ class Signatures:
         return await self._store.list_signatures(filter or SignatureFilter())
 
     async def get(self, key: str, *, tenant: str = "default") -> Signature:
-        found = await self._store.get_signature(tenant, key)
+        """The signature ``key`` names, whole or by a unique prefix (:func:`~jobengine.ports.ids.resolve_id`)."""
+        found = await self._store.get_signature(tenant, await resolve_id(self._jobs, IdKind.SIGNATURE, key, tenant))
         if found is None:
             raise NotFound("signature", key)
         return found
@@ -103,6 +105,7 @@ class Signatures:
             raise InvalidSchedule("status", f"{status!r} is not one of {known}") from None
         if non_retryable is not None and not isinstance(non_retryable, bool):
             raise InvalidSchedule("non_retryable", "must be true or false")
+        key = await resolve_id(self._jobs, IdKind.SIGNATURE, key, tenant)
         data = {"key": key, "status": new_status.value if new_status else None, "non_retryable": non_retryable}
         event = audit_event(sg.SIGNATURE_UPDATED, tenant, actor, data)
         signature, events = await self._store.update_signature(

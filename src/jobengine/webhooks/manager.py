@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from jobengine.core import bounds, codec
 from jobengine.core.clock import iso
-from jobengine.core.ids import uuid7
+from jobengine.core.ids import IdKind, uuid7
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Json
 from jobengine.core.runs import Run
@@ -31,6 +31,7 @@ from jobengine.core.webhooks.model import (
     check_rate,
 )
 from jobengine.errors import AlreadyExists, ConfigError, IllegalState, InvalidJob, NotFound
+from jobengine.ports.ids import resolve_id
 from jobengine.ports.ratelimit import RateLimiter
 from jobengine.ports.webhooks import WebhookStore
 from jobengine.serialize import event_to_json
@@ -117,7 +118,8 @@ class Webhooks:
         return endpoint
 
     async def get_endpoint(self, endpoint_id: str, tenant: str | None) -> Endpoint:
-        endpoint = await self.store.get_endpoint(endpoint_id, tenant)
+        """The endpoint ``endpoint_id`` names, whole or by a unique prefix (:func:`~jobengine.ports.ids.resolve_id`)."""
+        endpoint = await self.store.get_endpoint(await self._full(IdKind.ENDPOINT, endpoint_id, tenant), tenant)
         if endpoint is None:
             raise NotFound("webhook endpoint", endpoint_id)
         return endpoint
@@ -184,7 +186,7 @@ class Webhooks:
         return endpoint
 
     async def delete_endpoint(self, endpoint_id: str, tenant: str) -> None:
-        if not await self.store.delete_endpoint(endpoint_id, tenant):
+        if not await self.store.delete_endpoint(await self._full(IdKind.ENDPOINT, endpoint_id, tenant), tenant):
             raise NotFound("webhook endpoint", endpoint_id)
 
     # -- deliveries -----------------------------------------------------------------------------------
@@ -192,7 +194,7 @@ class Webhooks:
         self, tenant: str, endpoint_id: str | None = None, state: str | None = None, limit: int = 100
     ) -> list[Delivery]:
         if endpoint_id is not None:
-            await self.get_endpoint(endpoint_id, tenant)
+            endpoint_id = (await self.get_endpoint(endpoint_id, tenant)).id
         if state is not None and state not in DELIVERY_STATES:
             raise InvalidWebhook("state", f"one of {', '.join(DELIVERY_STATES)}")
         if not 1 <= limit <= 1000:
@@ -200,18 +202,19 @@ class Webhooks:
         return await self.store.list_deliveries(tenant, endpoint_id, state, limit)
 
     async def get_delivery(self, delivery_id: str, tenant: str | None) -> Delivery:
-        delivery = await self.store.get_delivery(delivery_id, tenant)
+        """The delivery ``delivery_id`` names, whole or by a unique prefix."""
+        delivery = await self.store.get_delivery(await self._full(IdKind.DELIVERY, delivery_id, tenant), tenant)
         if delivery is None:
             raise NotFound("webhook delivery", delivery_id)
         return delivery
 
     async def attempts(self, delivery_id: str, tenant: str | None) -> list[Attempt]:
-        await self.get_delivery(delivery_id, tenant)
-        return await self.store.list_attempts(delivery_id)
+        return await self.store.list_attempts((await self.get_delivery(delivery_id, tenant)).id)
 
     async def resend(self, delivery_id: str, tenant: str) -> Delivery:
         """Send again now, as a new series of attempts (with a fresh retry window), whatever its state."""
-        delivery = await self.store.resend(delivery_id, tenant, self.engine.clock.now())
+        full = await self._full(IdKind.DELIVERY, delivery_id, tenant)
+        delivery = await self.store.resend(full, tenant, self.engine.clock.now())
         if delivery is None:
             raise NotFound("webhook delivery", delivery_id)
         self._woken()
@@ -333,6 +336,10 @@ class Webhooks:
             return 0
         log.info("sealed %d stored webhook secret(s) with the first of the secret keys", changed)
         return changed
+
+    async def _full(self, kind: IdKind, ident: str, tenant: str | None) -> str:
+        # The webhook tables are in the engine's database: its store answers prefixes for them too.
+        return await resolve_id(self.engine.store, kind, ident, tenant)
 
     async def close(self) -> None:
         if self._limiter is not None:

@@ -21,6 +21,7 @@ from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.core.states import JobState
 from jobengine.dashboard.session import COOKIE, csrf_token
 from jobengine.http.server import ApiService
+from tests.support.ids import shared_prefix
 
 from .conftest import Api, MakeApi, browser, form
 
@@ -92,6 +93,27 @@ async def test_every_page_renders_for_a_session(api: Api, acme_ui: httpx.AsyncCl
         for text in texts:
             assert text in r.text, (path, text)
     assert (await acme_ui.get("/static/htmx.min.js")).status_code == 200
+
+
+async def test_runs_and_schedules_show_short_ids_and_take_prefixes(api: Api, acme_ui: httpx.AsyncClient) -> None:
+    e = api.engine
+    spec = ScheduleSpec(name="nightly", template=JobTemplate(task="invoice"), cron="0 3 * * *", tenant="acme")
+    schedule = await e.schedules.create(spec)
+    runs = [await e.schedules.trigger(schedule.id, reason="test", tenant="acme") for _ in range(3)]
+    r = await acme_ui.get("/runs")
+    shown = re.findall(r'<a href="/runs/([0-9a-f-]+)">([^<]+)</a>', r.text)
+    assert {(run.id, short_id(run.id)) for run in runs} <= set(shown), r.text
+    r = await acme_ui.get(f"/runs/{short_id(runs[0].id)}")
+    assert r.status_code == 302 and r.headers["location"] == f"/runs/{runs[0].id}"
+    r = await acme_ui.get(f"/runs/{runs[0].id}")
+    assert "of nightly" in r.text and f"Run {short_id(runs[0].id)} of nightly" in r.text
+    prefix, _ = shared_prefix([run.id for run in runs])
+    r = await acme_ui.get(f"/runs/{prefix}")
+    assert r.status_code == 409 and r.headers["content-type"].startswith("text/html") and "give more" in r.text
+    r = await acme_ui.get(f"/schedules/{short_id(schedule.id)}")
+    assert r.status_code == 200 and "nightly" in r.text
+    r = await acme_ui.post(f"/runs/{short_id(runs[1].id)}/cancel", data=form(acme_ui))
+    assert r.status_code == 303 and (await e.runs.get(runs[1].id)).state.value == "cancelled"
 
 
 async def test_another_tenants_records_are_not_found(api: Api, acme_ui: httpx.AsyncClient) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from jobengine.core.ids import short_id
 from jobengine.core.models import NewJob
 from jobengine.engine import Engine
 from jobengine.http.server import ApiService
@@ -155,7 +156,7 @@ async def test_job_stream_keepalives_and_a_stream_that_starts_now(make_api: Make
             job = (await c.post("/api/v1/jobs", json={"task": "t"})).json()
             await c.post("/api/v1/jobs", json={"task": "other"})
             await c.post(f"/api/v1/jobs/{job['id']}/cancel")
-            async with c.stream("GET", f"/api/v1/jobs/{job['id']}/stream") as r:
+            async with c.stream("GET", f"/api/v1/jobs/{short_id(job['id'])}/stream") as r:  # a prefix names it
                 events, pings = [], 0
                 async for frame in frames(r):
                     pings += len(frame.comments)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jobengine.cli.main import main
+from jobengine.core.ids import short_id
 from jobengine.core.runs import RunFilter
 from jobengine.engine import Engine
 from jobengine.settings import Settings
@@ -144,8 +145,8 @@ def test_runs_list_keeps_each_run_on_one_line_at_130_columns(
     lines = cli("runs", "list").stdout.splitlines()
     assert len(lines) == 1 + len(ids), "\n".join(lines)  # a header, then one line per run: nothing wrapped
     assert all(len(line) <= 130 for line in lines), "\n".join(lines)
-    for line, run_id in zip(lines[1:], reversed(ids), strict=True):  # newest first, each with its whole id
-        assert line.startswith(run_id + " ") and "manual" in line, line
+    for line, run_id in zip(lines[1:], reversed(ids), strict=True):  # newest first, each by its short id
+        assert line.startswith(short_id(run_id) + " ") and run_id not in line and "manual" in line, line
     assert all("backfill of the" in line and line.rstrip().endswith("…") for line in lines[1:3]), lines  # cut short
     assert "cancelled" in lines[-1]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobengine.cli.main import main
+from jobengine.core.ids import short_id
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -62,7 +63,7 @@ def test_webhooks_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkey
     code, out, err = cli(capsys, "webhooks", "resend", "wd_nope", "--db", db, "--tenant", "acme")
     assert code == 1 and "wd_nope" in err
     code, out, _ = cli(capsys, "webhooks", "list", "--db", db)
-    assert eid in out and "types job.* · queues any · tasks any" in out
+    assert short_id(eid) in out and eid not in out and "types job.* · queues any · tasks any" in out
     code, out, _ = cli(capsys, "webhooks", "show", eid, "--db", db, "--tenant", "acme")
     assert "types job.* · queues any · tasks any" in out and "{" not in out, out  # not a Python dict's repr
     code, out, _ = cli(capsys, "webhooks", "delete", eid, "--db", db, "--tenant", "acme")

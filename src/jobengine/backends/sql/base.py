@@ -26,15 +26,17 @@ Row = Sequence[Any]
 # processes take disjoint rows). SQLite needs no row lock: its write transaction holds the whole file.
 # ``{in_array}`` tests membership in one parameter of :meth:`Dialect.array`; ``{runnable}`` is a job a worker
 # may claim, spelled on SQLite as its partial index ``jobs_claim`` is (the planner uses it only then);
-# ``{deps}`` the table of dependency edges.
+# ``{deps}`` the table of dependency edges; ``{bytes}`` after a text column compares it byte by byte, as an
+# id range needs (PostgreSQL's columns may carry another collation; SQLite compares bytes already).
 _MARKS: Final = {
     False: {"{json}": "?", "{text}": "", "{instr}": "instr", "{true}": "1", "{same}": "IS", "{lock}": "",
             "{skip_locked}": "", "{in_array}": "IN (SELECT value FROM json_each(?))",
-            "{runnable}": "(state = 'queued' OR state = 'scheduled' OR state = 'failed')", "{deps}": "job_deps"},
+            "{runnable}": "(state = 'queued' OR state = 'scheduled' OR state = 'failed')", "{deps}": "job_deps",
+            "{bytes}": ""},
     True: {"{json}": "?::jsonb", "{text}": "::text", "{instr}": "strpos", "{true}": "TRUE",
            "{same}": "IS NOT DISTINCT FROM", "{lock}": " FOR UPDATE", "{skip_locked}": " FOR UPDATE SKIP LOCKED",
            "{in_array}": "= ANY(?::text[])", "{runnable}": "state IN ('queued', 'scheduled', 'failed')",
-           "{deps}": "job_dependencies"},
+           "{deps}": "job_dependencies", "{bytes}": ' COLLATE "C"'},
 }  # fmt: skip
 
 

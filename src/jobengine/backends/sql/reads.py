@@ -8,12 +8,18 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from jobengine.core import codec
-from jobengine.core.ids import JobId
+from jobengine.core.ids import IdKind, JobId, prefix_range
 from jobengine.core.models import Event, Job
 from jobengine.core.states import JobState
 
 from .base import HasDb, conditions
 
+#: The table and key column of each kind of id (:class:`~jobengine.ports.ids.IdIndex`).
+_ID_COLUMNS: Final = {
+    IdKind.JOB: ("jobs", "id"), IdKind.RUN: ("runs", "id"), IdKind.SCHEDULE: ("schedules", "id"),
+    IdKind.ENDPOINT: ("webhook_endpoints", "id"), IdKind.DELIVERY: ("webhook_deliveries", "id"),
+    IdKind.KEY: ("api_keys", "id"), IdKind.SIGNATURE: ("failure_signatures", "key"),
+}  # fmt: skip
 _EVENTS: Final = "SELECT id, at, type, tenant, job_id, queue, task, data{text} FROM {s}events WHERE "
 
 
@@ -29,6 +35,13 @@ class SqlReadsMixin:
         jobs = await self.db.read(lambda tx: tx.jobs("jobs.id {in_array}", (tx.d.array(set(ids)),)))
         found = {j.id: j for j in jobs}
         return [job for i in ids if (job := found.get(i)) is not None and (tenant is None or job.tenant == tenant)]
+
+    async def ids_with_prefix(self: HasDb, kind: IdKind, prefix: str, tenant: str | None, limit: int) -> list[str]:
+        table, key = _ID_COLUMNS[kind]
+        low, high = prefix_range(prefix)
+        clause, args = conditions(("tenant = ?", tenant), base=f"{key}{{bytes}} >= ? AND {key}{{bytes}} < ?")
+        sql = f"SELECT {key} FROM {{s}}{table} WHERE {clause} ORDER BY {key}{{bytes}} LIMIT ?"
+        return [r[0] for r in await self.db.read(lambda tx: tx.rows(sql, [low, high, *args, limit]))]
 
     async def count_jobs(self: HasDb, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
         clause, args = conditions(("tenant = ?", tenant))

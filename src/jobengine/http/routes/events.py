@@ -143,10 +143,11 @@ async def stream_events(
     """Every event of the tenant as it happens (SSE). Without ``Last-Event-ID`` or ``after`` it starts
     with new events only."""
     engine = context(request).engine
-    if job_id is not None:  # 404 for an unknown or foreign job or run, as their own resources answer
-        await engine.get_job(job_id, principal.tenant)
+    # 404 for an unknown or foreign job or run, as their own resources answer; a unique prefix names its id.
+    if job_id is not None:
+        job_id = await engine.jobs.resolve_id(job_id, principal.tenant)
     if run_id is not None:
-        await engine.runs.get(run_id, principal.tenant)
+        run_id = (await engine.runs.get(run_id, principal.tenant)).id
     start = last_event_id if last_event_id is not None else after
     if start is None:
         start = await _newest(request)
@@ -163,8 +164,9 @@ async def stream_job(
     last_event_id: LastEventId = None,
     after: AfterQuery = None,
 ) -> Response:
-    """One job's events (SSE), from its first one unless ``Last-Event-ID`` / ``after`` say otherwise."""
-    await context(request).engine.get_job(job_id, principal.tenant)  # 404 for an unknown or foreign job
+    """One job's events (SSE), from its first one unless ``Last-Event-ID`` / ``after`` say otherwise. The job
+    may be named by a unique prefix of its id; 404 for an unknown or foreign job."""
+    job_id = await context(request).engine.jobs.resolve_id(job_id, principal.tenant)
     start = last_event_id if last_event_id is not None else (after or 0)
     return _stream(request, principal.tenant, start, job_id, None)
 

@@ -157,7 +157,7 @@ async def rotate_secret(endpoint_id: Id, request: Request, principal: Writer, bo
 async def list_deliveries(
     request: Request,
     principal: Reader,
-    endpoint_id: Annotated[str | None, Query(max_length=100)] = None,
+    endpoint_id: Annotated[str | None, Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")] = None,
     state: Annotated[str | None, Query(pattern=r"^(pending|succeeded|failed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
