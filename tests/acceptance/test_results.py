@@ -3,8 +3,9 @@
 
 That bound is one of correctness, not of speed: a wait that read the job on a timer (the old 50 ms loop
 aside, any loop paced by ``poll_interval``) would miss it by up to a minute; only the store's notification
-that the job finished (``Store.finished_notifier``) wakes it in time. The lag of a job that finished before
-its wait began counts from the wait's start (its first read answers it).
+that the job finished (``Store.finished_notifier``) wakes it in time. The producer waits the way a user's
+does, through each job's handle (``result()``), and gets each job's own return value. The lag of a job that
+finished before its wait began counts from the wait's start (its first read answers it).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import time
 
 import pytest
 
-from jobengine.core.models import NewJob
-from jobengine.core.states import JobState
-from jobengine.engine import Engine
+from jobengine.core.models import Job, NewJob
+from jobengine.engine import Engine, JobHandle
 from jobengine.settings import Settings
 
 from .conftest import Procs
@@ -36,12 +36,13 @@ async def produce_and_wait(procs: Procs, database: str, backend: str) -> None:
         jobs = [NewJob("work", {"sleep": 0.02, "i": i}) for i in range(JOBS)]
         stored = await engine.enqueue_many(jobs)
 
-        async def wait(job_id: str) -> tuple[float, float, float | None, JobState]:
+        async def wait(job: Job) -> tuple[float, float, float | None, int]:
             started = time.time()
-            done = await engine.wait_for(job_id, timeout=300)
-            return started, time.time(), done.finished_at, done.state
+            handle: JobHandle[int] = JobHandle(engine, job)  # what ``task.enqueue`` hands a producer
+            value = await handle.result(timeout=300)  # JobFailed unless the job succeeded
+            return started, time.time(), handle.job.finished_at, value
 
-        waits = asyncio.gather(*(wait(j.id) for j in stored))
+        waits = asyncio.gather(*(wait(j) for j in stored))
         await asyncio.sleep(0.5)  # the waits begin (the worker takes seconds to start, so they wait)
         # Jobs of 20 ms on 20 slots: they end over a few seconds after the worker is up. Its readiness is
         # not awaited here: that wait would block this loop and delay the waits it measures.
@@ -50,7 +51,7 @@ async def produce_and_wait(procs: Procs, database: str, backend: str) -> None:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, procs.output(worker)
 
-    assert all(state is JobState.SUCCEEDED for *_, state in results)
+    assert [value for *_, value in results] == list(range(JOBS))  # each wait got its own job's result
     lags = []
     waited = 0
     for started, returned, finished_at, _ in results:

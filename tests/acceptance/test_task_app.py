@@ -1,23 +1,26 @@
 """A user's app of three tasks (async, sync, three phases) written with task handles: a worker process runs
 it (``jobengine worker --app``) and a producer process enqueues through the handles and gets each task's
-return value back, on SQLite and on PostgreSQL, with the app unchanged."""
+return value back, with the app unchanged on SQLite, PostgreSQL, Redis and NATS: only the configuration
+(``JOBENGINE_*`` variables, or ``./jobengine.yaml`` for the NATS streams) differs."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Procs
+from jobengine.core.locations import describe_transport
+from support.fleet import Fleet, fleet_for
 
 APP = """
 from pydantic import BaseModel
 
 from jobengine import Engine, JobContext, Settings, SyncJobContext
 
-engine = Engine.from_settings(Settings.load())  # JOBENGINE_DATABASE: SQLite or PostgreSQL
+engine = Engine.from_settings(Settings.load())  # the store and transport: configuration only
 
 
 class Customer(BaseModel):
@@ -82,21 +85,24 @@ asyncio.run(main())
 """
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "shop.db")
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    return dsn
+@pytest.fixture(params=["sqlite", "postgres", "redis", "nats"])
+async def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Fleet]:
+    """Processes on the store and transport named by the parameter (Redis and NATS over a PostgreSQL store),
+    running in ``tmp_path`` where the app and the producer are written."""
+    async with fleet_for(request.param, request, tmp_path, {}) as f:
+        yield f
 
 
 @pytest.mark.slow
-def test_a_three_task_app_returns_each_result_through_its_handle(procs: Procs, tmp_path: Path, database: str) -> None:
+async def test_a_three_task_app_returns_each_result_through_its_handle(fleet: Fleet, tmp_path: Path) -> None:
     (tmp_path / "shop.py").write_text(APP)
     (tmp_path / "produce.py").write_text(PRODUCER)
-    env = {"JOBENGINE_DATABASE": database, "PYTHONPATH": f"{tmp_path}:{procs.env['PYTHONPATH']}"}
+    procs = fleet.procs
+    env = {"PYTHONPATH": f"{tmp_path}:{procs.env['PYTHONPATH']}"}
     worker = procs.spawn("worker", "worker", "--app", "shop:engine", "--concurrency", "4", env=env)
-    procs.wait_ready(worker)
+    procs.wait_output(worker, "started on queues", 120)
+    # The worker says it runs on the configured transport: the app named none.
+    assert f"transport    {describe_transport(fleet.settings.queue)}" in procs.output(worker), procs.output(worker)
     producer = procs.run("producer", [sys.executable, str(tmp_path / "produce.py")], env=env)
     assert producer.wait(timeout=240) == 0, procs.output(producer)
     out = json.loads(procs.output(producer).strip().splitlines()[-1])
