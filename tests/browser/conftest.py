@@ -6,7 +6,8 @@ Without chromium (or the playwright package) the tests skip locally with the rea
 ``CI=true``, like a missing service (``support/services.unavailable``). ``make test`` installs chromium.
 
 The server's tasks are driven by the tests through :class:`Controls`: ``steps`` is a three-phase task
-whose progress moves only when the test says so; ``flaky`` fails while ``controls.flaky_fails`` is set.
+whose progress moves only when the test says so; ``flaky`` fails while ``controls.flaky_fails`` is set;
+``gate`` (payload ``{"gate": name}``) runs until the test opens its gate (``controls.open(name)``).
 Every test saves a screenshot in its output folder: ``test-results/<test name>/`` under the repository.
 """
 
@@ -48,6 +49,7 @@ class Controls:
     commands: dict[str, queue.Queue[Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     flaky_fails: threading.Event = field(default_factory=threading.Event)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
 
     def channel(self, job_id: str) -> queue.Queue[Any]:
         with self.lock:
@@ -58,6 +60,14 @@ class Controls:
 
     def next_phase(self, job_id: str) -> None:
         self.channel(job_id).put("next")
+
+    def gate(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def open(self, *names: str) -> None:
+        for name in names:
+            self.gate(name).set()
 
 
 @dataclass
@@ -85,6 +95,15 @@ def _phase(controls: Controls) -> Any:
             if command == "next":
                 return f"{ctx.phase} done"
             ctx.progress(float(command), f"{ctx.phase}: {float(command):.0%}")
+
+    return run
+
+
+def _gate(controls: Controls) -> Any:
+    def run(ctx: Any, gate: str) -> str:
+        if not controls.gate(gate).wait(timeout=60):  # a test that never opens it fails the job
+            raise RuntimeError(f"gate {gate} was not opened")
+        return gate
 
     return run
 
@@ -117,6 +136,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         phases = [PhaseSpec(name, _phase(controls), False) for name in PHASES]
         engine.add_task("steps", phases=phases, max_attempts=1, queue="work")
         engine.add_task("flaky", _flaky(controls), max_attempts=1, queue="work")
+        engine.add_task("gate", _gate(controls), max_attempts=1, queue="work")
         async with engine:
             _, key = await engine.keys.create("default", ["admin"], "browser tests")
             _, other = await engine.keys.create("globex", ["admin"], "another tenant")

@@ -22,6 +22,7 @@ from rich.markup import escape
 from jobengine.cli import health, jobs, output, run, scheduler, serve
 from jobengine.cli.common import ConfigOption, DbOption, load_settings
 from jobengine.cli.flow import flow_app
+from jobengine.cli.graphs import graphs_app
 from jobengine.cli.keys import keys_app
 from jobengine.cli.logs import configure_from
 from jobengine.cli.packs import pack_app
@@ -115,6 +116,7 @@ def build_app() -> typer.Typer:
     app.command()(scheduler.scheduler)
     app.add_typer(schedules_app)
     app.add_typer(runs_app)
+    app.add_typer(graphs_app)
     app.add_typer(signatures_app)
     app.command()(serve.serve)
     app.add_typer(keys_app)

@@ -35,6 +35,7 @@ NAV = (
     ("/workers", "Workers"),
     ("/schedules", "Schedules"),
     ("/runs", "Runs"),
+    ("/graphs", "Graphs"),
     ("/failures", "Failures"),
     ("/dead", "Dead letter"),
     ("/packs", "Packs"),

@@ -1,15 +1,15 @@
 """The live parts of pages, over Server-Sent Events (htmx's SSE extension swaps each frame in).
 
 A stream sends rendered HTML: the fragment of the page that changes (event ``job`` for a job's page,
-``overview`` for the overview, the list's name for a live list, ``run`` for a run's page; ``jobs`` and
-``dead`` for the rows of the job list and the dead letter) and, for the overview, the chart's series as
-JSON (event ``chart``). A job's stream re-reads and re-renders when the job has an event — the engine's
-event feed wakes it: the bus in this process, the store for other processes' commits (every
-``sse_poll_interval``); workers save progress with a ``phase.progress`` event every ``progress_every`` — and
-at least every ``sse_keepalive``. The overview, the lists and a run's page re-render every
-``dashboard_refresh_seconds`` from the store, so what other processes did shows too. A frame is sent only
-when its HTML changed. A stream ends when the server stops (the browser reconnects by itself), and within
-``sse_keepalive`` of its session ending (logout, its key revoked, expiry).
+``overview`` for the overview, the list's name for a live list, ``run`` for a run's page, ``graph`` for a
+graph's page; ``jobs`` and ``dead`` for the rows of the job list and the dead letter) and, for the overview,
+the chart's series as JSON (event ``chart``). A job's stream re-reads and re-renders when the job has an
+event — the engine's event feed wakes it: the bus in this process, the store for other processes' commits
+(every ``sse_poll_interval``); workers save progress with a ``phase.progress`` event every
+``progress_every`` — and at least every ``sse_keepalive``. The overview, the lists, a run's page and a
+graph's page re-render every ``dashboard_refresh_seconds`` from the store, so what other processes did shows
+too. A frame is sent only when its HTML changed. A stream ends when the server stops (the browser reconnects
+by itself), and within ``sse_keepalive`` of its session ending (logout, its key revoked, expiry).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, state
 from jobengine.dashboard.overview import overview
 from jobengine.dashboard.session import DashboardError
+from jobengine.dashboard.views_graphs import graph_values, graphs_values
 from jobengine.dashboard.views_jobs import PAGE, job_id_param, job_values, newest_events, search_of
 from jobengine.dashboard.views_ops import (
     failures_values,
@@ -140,6 +141,7 @@ LISTS: Final[Mapping[str, tuple[str, str, ListValues]]] = MappingProxyType({
     "schedules": ("schedules:read", "_schedules_live.html", schedules_values),
     "runs": ("schedules:read", "_runs_live.html", runs_values),
     "failures": ("schedules:read", "_failures_live.html", failures_values),
+    "graphs": ("graph:read", "_graphs_live.html", graphs_values),
     "packs": ("packs:read", "_packs_live.html", packs_values),
 })  # fmt: skip
 
@@ -192,6 +194,17 @@ async def run_stream(request: Request, run_id: str) -> Response:
 
     await values(request, session)  # an unknown or another tenant's run: 404 before streaming
     return _respond(_periodic(request, session, "_run_live.html", "run", values), request)
+
+
+@router.get("/ui/stream/graph/{graph_id}")
+async def graph_stream(request: Request, graph_id: str) -> Response:
+    session = await sess.require(request, "graph:read")
+
+    async def values(request: Request, session: sess.Session) -> Mapping[str, Any]:
+        return await graph_values(request, session, graph_id)
+
+    await values(request, session)  # an unknown or another tenant's graph: 404 before streaming
+    return _respond(_periodic(request, session, "_graph_live.html", "graph", values), request)
 
 
 @router.get("/ui/stream/overview")
