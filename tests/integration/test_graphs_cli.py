@@ -110,5 +110,8 @@ def test_graphs_list_show_cancel_and_retry(tmp_path: Path, capsys: pytest.Captur
     err = cli("graphs", "cancel", ids["open"], expect=1)[1]
     assert err.strip() == f"error: graph {ids['open']} already cancelled; nothing to cancel"
 
-    assert cli("graphs", "show", "nope", expect=1)[1].strip() == "error: graph 'nope' not found"
+    assert (
+        cli("graphs", "show", "nope", expect=1)[1].strip()
+        == "error: graph 'nope' not found (an id prefix needs at least 8 characters)"
+    )
     assert "--limit" in cli("graphs", "list", "--limit", "0", expect=2)[1]

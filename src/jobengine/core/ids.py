@@ -132,6 +132,7 @@ class IdKind(StrEnum):
     DELIVERY = "delivery"
     KEY = "key"
     SIGNATURE = "signature"
+    GRAPH = "graph"
 
     @property
     def noun(self) -> str:

@@ -31,10 +31,11 @@ from jobengine.core.graphs import (
     derive,
     settle,
 )
-from jobengine.core.ids import GraphId, JobId
+from jobengine.core.ids import GraphId, IdKind, JobId
 from jobengine.core.models import Event, Job, Json, NewEvent, NewJob
 from jobengine.core.states import JobState
 from jobengine.errors import IllegalState, NotFound, ResultsTooLarge
+from jobengine.ports.ids import resolve_id
 
 if TYPE_CHECKING:
     from jobengine.core.clock import Clock
@@ -169,7 +170,9 @@ class Graphs:
 
     # -- reads --------------------------------------------------------------------------------------
     async def get(self, graph_id: str, tenant: str | None = None, *, nodes: bool = False) -> GraphStatus:
-        """The graph (of ``tenant``); NotFound if there is none."""
+        """The graph (of ``tenant``) by its id or a unique prefix of it; NotFound if there is none,
+        AmbiguousId when several graphs start with the prefix."""
+        graph_id = await resolve_id(self.store, IdKind.GRAPH, graph_id, tenant)
         rows = await self.repo.get_graphs([GraphId(graph_id)], tenant)
         if not rows:
             raise NotFound("graph", graph_id)
@@ -226,7 +229,7 @@ class Graphs:
         changed = await self.store.cancel_jobs(open_nodes, "graph cancelled", now, tenant)
         self._published(changed.events)
         await self.ended(changed.jobs)
-        return await self.get(graph_id, tenant)
+        return await self.get(status.id, tenant)
 
     async def retry(self, graph_id: str, tenant: str | None = None) -> GraphStatus:
         """Run again the nodes that ended dead or cancelled, each once its parents succeeded (again); the
@@ -240,7 +243,7 @@ class Graphs:
         again = [n.job.id for n in nodes if n.job.final_state in (JobState.DEAD, JobState.CANCELLED)]
         await self.repo.mark_pending(status.id, again, True, self.clock.now())
         await self._advance(status.id, broken=True)
-        return await self.get(graph_id, tenant)
+        return await self.get(status.id, tenant)
 
     async def reopened(self, jobs: Sequence[Job]) -> None:
         """Nodes among ``jobs`` were queued again one by one (``engine.retry``): their graphs go on, and

@@ -68,6 +68,9 @@ async def _lifecycle(engine: Engine, acme: httpx.AsyncClient, globex: httpx.Asyn
     assert created.headers["Location"] == f"/api/v1/graphs/{graph['id']}"
     assert (graph["state"], graph["total"], graph["done"], graph["name"]) == ("pending", 7, 0, "fan")
     assert (await globex.get(f"/api/v1/graphs/{graph['id']}")).status_code == 404
+    by_prefix = await acme.get(f"/api/v1/graphs/{graph['id'][:13]}")  # a short id names the graph
+    assert by_prefix.status_code == 200 and by_prefix.json()["id"] == graph["id"], by_prefix.text
+    assert (await globex.get(f"/api/v1/graphs/{graph['id'][:13]}")).status_code == 404
     assert (await globex.post(f"/api/v1/graphs/{graph['id']}/cancel")).status_code == 404
     assert (await globex.get("/api/v1/graphs")).json()["items"] == []
 

@@ -19,6 +19,7 @@ _ID_COLUMNS: Final = {
     IdKind.JOB: ("jobs", "id"), IdKind.RUN: ("runs", "id"), IdKind.SCHEDULE: ("schedules", "id"),
     IdKind.ENDPOINT: ("webhook_endpoints", "id"), IdKind.DELIVERY: ("webhook_deliveries", "id"),
     IdKind.KEY: ("api_keys", "id"), IdKind.SIGNATURE: ("failure_signatures", "key"),
+    IdKind.GRAPH: ("graphs", "id"),
 }  # fmt: skip
 _EVENTS: Final = "SELECT id, at, type, tenant, job_id, queue, task, data{text} FROM {s}events WHERE "
 
