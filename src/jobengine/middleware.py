@@ -14,7 +14,8 @@ to the engine; every hook of every middleware is called in the order the middlew
 Failure policy: a hook never changes a job's outcome and never loses a job.
 
 - ``before_enqueue`` is part of the enqueue: if it raises, nothing is stored and the caller gets its error
-  (an :class:`~jobengine.errors.InvalidJob` it raises is a 4xx over HTTP).
+  (an :class:`~jobengine.errors.InvalidJob` it raises is a 4xx over HTTP). It may return a job to store
+  instead (``dataclasses.replace(job, trace=...)``, as :mod:`jobengine.tracing` does).
 - every other hook is an observer: what it raises is logged on the ``jobengine.middleware`` logger with its
   traceback and ignored. On the worker the attempt's outcome is recorded before its hooks run, so a hook that
   raises, hangs until a hard stop or is cancelled cannot lose it.
@@ -53,9 +54,10 @@ class Middleware:
         engine = Engine.from_settings(settings, middleware=[Reporter()])
     """
 
-    def before_enqueue(self, job: NewJob) -> Awaitable[None] | None:
+    def before_enqueue(self, job: NewJob) -> Awaitable[NewJob | None] | NewJob | None:
         """A job is about to be stored (after it was validated). Raising refuses the enqueue (the whole batch
-        of an ``enqueue_many``) with that error."""
+        of an ``enqueue_many``) with that error. Returning a :class:`NewJob` stores that one instead (the next
+        middleware sees it); the task's payload check is not run again on it."""
         return None
 
     def after_enqueue(self, job: Job) -> Awaitable[None] | None:
@@ -103,7 +105,7 @@ class MiddlewareChain:
 
     def __init__(self, middleware: Iterable[Middleware] = ()) -> None:
         self._items: list[Middleware] = []
-        self._hooks: dict[str, list[Callable[..., Awaitable[None] | None]]] = {}
+        self._hooks: dict[str, list[Callable[..., Any]]] = {}
         for item in middleware:
             self.add(item)
 
@@ -138,9 +140,13 @@ class MiddlewareChain:
             except Exception:
                 log.exception("middleware %s.%s raised; ignored", type(getattr(fn, "__self__", fn)).__name__, hook)
 
-    async def call_or_raise(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` of every middleware in order; the first that raises stops the rest, with its error."""
+    async def replace_or_raise(self, hook: str, value: Any) -> Any:
+        """Call ``hook`` of every middleware in order on ``value``, each on what the one before returned
+        (``value`` itself if it returned None); the first that raises stops the rest, with its error."""
         for fn in self._hooks.get(hook, ()):
-            returned = fn(*args)
+            returned = fn(value)
             if inspect.isawaitable(returned):
-                await returned
+                returned = await returned
+            if returned is not None:
+                value = returned
+        return value

@@ -101,6 +101,11 @@ class Settings:
         "refuse an enqueue whose task no live worker runs and this process does not know (422 naming "
         "the task); off: such a job waits, and says why",
     )
+    tracing: bool = setting(
+        False,
+        "OpenTelemetry spans for each enqueue, job run and HTTP request, joined into one trace through the "
+        "job and the `traceparent` header (needs the `otel` extra and a tracer provider; docs/tracing.md)",
+    )
     fetch_batch: int = setting(0, "jobs a worker claims per fetch; 0: up to its free slots")
     grace_period: float = setting(30.0, "how long a stopping worker (SIGTERM) waits for its running jobs")
     #: WorkerOptions.flush_spacing.

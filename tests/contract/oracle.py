@@ -148,6 +148,7 @@ class Oracle:
                 idempotency_key=new.idempotency_key, depends_on=new.depends_on, timeout=new.timeout,
                 phases=tr.phases_template(phases[i]) if i < len(phases) else (),
                 run_id=new.run_id, schedule_id=new.schedule_id, has_dependents=new.id in parents,
+                trace=new.trace,
             )  # fmt: skip
             new_events.append(ev.job_event(ev.ENQUEUED, job, {"priority": job.priority}))
             if broken is not None:

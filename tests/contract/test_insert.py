@@ -54,6 +54,24 @@ async def test_insert_returns_the_job_and_get_returns_it_field_for_field(store: 
     assert await store.get_jobs([job.id]) == [job]
 
 
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+async def test_a_jobs_trace_context_is_stored_and_claimed_with_it(store: Store, keyed: bool) -> None:
+    """The traceparent a job was enqueued under comes back on insert, on read and on the claim a worker
+    makes, on the store's single-job and batch paths alike."""
+    key = "k" if keyed else None
+    (job,) = await enqueue(store, NewJob(task="t", trace=TRACE, idempotency_key=key))
+    (other, untraced) = await enqueue(store, NewJob(task="t", trace=TRACE), NewJob(task="t"))
+    assert job.trace == other.trace == TRACE
+    assert untraced.trace is None
+    assert (await get(store, job.id)).trace == TRACE
+    claimed = {j.id: j for j in await claim(store, T0, limit=3)}
+    assert claimed[job.id].trace == claimed[other.id].trace == TRACE
+    assert claimed[untraced.id].trace is None
+
+
 async def test_every_field_written_by_a_transition_reads_back_the_same(store: Store) -> None:
     """After each transition, get_jobs returns exactly the job the transition returned."""
     (job,) = await enqueue(store, NewJob(task="t", payload=[1, "two"], timeout=3.0), phases=[("a", "b")])

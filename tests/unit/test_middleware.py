@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,25 @@ async def test_a_before_enqueue_hook_that_raises_refuses_the_whole_batch() -> No
             await engine.enqueue_many([engine.new_job("a", priority=1), engine.new_job("b", priority=9)])
         assert await engine.list_jobs() == []
         assert (await engine.enqueue("a", priority=5)).priority == 5
+
+
+async def test_a_before_enqueue_hook_may_return_the_job_to_store_instead() -> None:
+    """Each hook sees what the one before returned; None keeps the job as it was."""
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    class Traced(Middleware):
+        def before_enqueue(self, job: NewJob) -> NewJob:
+            return replace(job, trace=trace)
+
+    class Lowered(Middleware):
+        async def before_enqueue(self, job: NewJob) -> NewJob | None:
+            return replace(job, priority=0) if job.trace == trace else None
+
+    engine = Engine(open_store("memory"), middleware=[Traced(), Lowered(), Recorder("r", [])])
+    async with engine:
+        (job,) = await engine.enqueue_many([engine.new_job("a", priority=9)])
+        assert (job.trace, job.priority) == (trace, 0)
+        assert await engine.get_jobs([job.id]) == [job]
 
 
 async def stored(settings: Settings) -> list[Job]:

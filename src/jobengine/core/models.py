@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeAlias, TypeVar, dataclass_transform
+from typing import Any, Final, TypeAlias, TypeVar, dataclass_transform
 
 from jobengine.core.bounds import MAX_TIME, MIN_TIME, check_json, check_time, text_error
 from jobengine.core.ids import GraphId, JobId, LeaseToken, RunId, ScheduleId, WorkerId, new_job_id
@@ -56,6 +56,10 @@ def check_name(field_name: str, value: object) -> str:
     return value
 
 
+#: A W3C ``traceparent`` header value of version 00 (lower-case hex; an all-zero trace or span id is invalid).
+TRACEPARENT: Final = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
+
 @value
 class NewJob:
     """A request to run ``task``. ``run_at`` None means now. Raises :class:`InvalidJob` naming the field."""
@@ -74,6 +78,9 @@ class NewJob:
     #: Set by the scheduler on the jobs (segments) of a run: the run and the schedule it belongs to.
     run_id: RunId | None = None
     schedule_id: ScheduleId | None = None
+    #: The W3C ``traceparent`` of the span that enqueued the job (:mod:`jobengine.tracing` sets it), so the
+    #: span of each run, in whatever process, joins that trace.
+    trace: str | None = None
 
     def __post_init__(self) -> None:
         # The usual job first, in one cached lookup and plain type checks, cheaper than the checks one by one
@@ -123,6 +130,8 @@ class NewJob:
                 value = getattr(self, name)
                 if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 200):
                     raise InvalidJob(name, "must be a string of 1-200 characters")
+        if self.trace is not None and (not isinstance(self.trace, str) or not TRACEPARENT.fullmatch(self.trace)):
+            raise InvalidJob("trace", "must be a W3C traceparent: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>")
 
 
 class PhaseState(StrEnum):
@@ -247,6 +256,8 @@ class Job:
     has_dependents: bool = False
     #: The graph this job is a node of (:mod:`jobengine.core.graphs`); None for every other job.
     graph_id: GraphId | None = None
+    #: The W3C ``traceparent`` the job was enqueued under (:attr:`NewJob.trace`), None if none.
+    trace: str | None = None
 
     @property
     def terminal(self) -> bool:

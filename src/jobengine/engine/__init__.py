@@ -145,6 +145,10 @@ class Engine:
         #: The hooks around enqueueing and each attempt, in order (:mod:`jobengine.middleware`); ``add`` more
         #: before a worker starts.
         self.middleware = middleware if isinstance(middleware, MiddlewareChain) else MiddlewareChain(middleware)
+        if self.settings.tracing and not any(type(m).__name__ == "TracingMiddleware" for m in self.middleware):
+            from jobengine.tracing import TracingMiddleware  # the otel extra, only when tracing is on
+
+            self.middleware.add(TracingMiddleware())
         self._notifier: Notifier | None = None
         self._portal: _Portal | None = None
         self._results: Results | None = None
@@ -663,8 +667,7 @@ class Engine:
         self._check_payloads(jobs, tasks)
         hooks = self.middleware
         if hooks.wants("before_enqueue"):
-            for job in jobs:
-                await hooks.call_or_raise("before_enqueue", job)
+            jobs = [await hooks.replace_or_raise("before_enqueue", job) for job in jobs]
         await self.flow.admit(jobs)  # flow control: QueueFull / Overloaded before anything is written
         names = {task: self.tasks.phase_names(task) for task in tasks}
         return jobs, [names[j.task] for j in jobs]

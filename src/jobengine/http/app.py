@@ -99,6 +99,10 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=s.api_max_body_bytes, raw={"/api/v1/packs": s.packs_max_bytes + 65536},
                        under={"/api/v1/hooks/": s.inbound_max_body_bytes})  # fmt: skip
     app.add_middleware(RequestMetrics, metrics=metrics)
+    if s.tracing:  # outermost: the request's span covers everything the app does for it
+        from jobengine.tracing import TraceHeaders  # the otel extra, only when tracing is on
+
+        app.add_middleware(TraceHeaders)
 
     def openapi() -> dict[str, Any]:
         return build_openapi(app)

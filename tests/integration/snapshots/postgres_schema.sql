@@ -112,6 +112,7 @@ COLUMN jobs.state text NOT NULL
 COLUMN jobs.task text NOT NULL
 COLUMN jobs.tenant text NOT NULL
 COLUMN jobs.timeout double precision NULL
+COLUMN jobs.trace text NULL
 COLUMN jobs.updated_at double precision NOT NULL
 COLUMN outbox.available_at double precision NOT NULL
 COLUMN outbox.headers jsonb NOT NULL DEFAULT '{}'::jsonb

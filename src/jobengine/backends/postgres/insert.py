@@ -103,6 +103,7 @@ def _plain(new: NewJob, phases: tuple[Phase, ...]) -> bool:
         and not phases
         and new.run_id is None
         and new.schedule_id is None
+        and new.trace is None
     )
 
 
@@ -118,7 +119,7 @@ def _job(new: NewJob, payload: Json, phases: tuple[Phase, ...], state: JobState,
         priority=new.priority, run_at=run_at, state=state, attempt=0,
         max_attempts=new.max_attempts, created_at=now, updated_at=now, idempotency_key=new.idempotency_key,
         depends_on=new.depends_on, timeout=new.timeout, phases=phases, run_id=new.run_id,
-        schedule_id=new.schedule_id,
+        schedule_id=new.schedule_id, trace=new.trace,
     )  # fmt: skip
 
 
@@ -143,6 +144,7 @@ def _job_row(j: Job) -> list[Any]:
         j.idempotency_key,
         j.run_id,
         j.schedule_id,
+        j.trace,
     ]
 
 

@@ -21,11 +21,11 @@ except ImportError:  # pragma: no cover - the postgres extra installs it
     _orjson = None  # type: ignore[assignment]
 
 # The job columns in Job's field order; jsonb ones are read as text. run_id and schedule_id: the run (and
-# schedule) a scheduler-made job belongs to; graph_id: the graph a node belongs to.
+# schedule) a scheduler-made job belongs to; graph_id: the graph a node belongs to; trace: its traceparent.
 _NAMES = (
     "id tenant queue task payload priority run_at state attempt max_attempts created_at updated_at idempotency_key "
     "depends_on timeout lease_worker lease_token lease_expires_at cancel_requested reason phases progress result "
-    "errors outcome started_at finished_at run_id schedule_id has_dependents graph_id"
+    "errors outcome started_at finished_at run_id schedule_id has_dependents graph_id trace"
 )
 #: (expression, name) of the job columns, in the order :func:`job_from_row` reads them.
 JOB_COLUMNS: tuple[tuple[str, str], ...] = tuple(
@@ -77,7 +77,7 @@ def job_from_row(r: Sequence[Any], o: int = 0) -> Job:
         r[o + 9], r[o + 10], r[o + 11], r[o + 12], tuple(r[o + 13]) if r[o + 13] else (), r[o + 14], r[o + 15],
         r[o + 16], r[o + 17], r[o + 18], r[o + 19], _phases(r[o + 20]), r[o + 21], loads(r[o + 22]),
         _errors(r[o + 23]), _STATES[r[o + 24]] if r[o + 24] is not None else None, r[o + 25], r[o + 26],
-        r[o + 27], r[o + 28], r[o + 29], r[o + 30],
+        r[o + 27], r[o + 28], r[o + 29], r[o + 30], r[o + 31],
     )  # fmt: skip
 
 

@@ -127,7 +127,8 @@ _EV_STARTED = _ev(
 _ALL_COLUMNS = (
     "id, tenant, queue, task, payload, priority, run_at, state, attempt, max_attempts, created_at, updated_at, "
     "idempotency_key, depends_on, timeout, lease_worker, lease_token, lease_expires_at, cancel_requested, reason, "
-    "phases, progress, result, errors, outcome, started_at, finished_at, has_dependents, run_id, schedule_id, graph_id"
+    "phases, progress, result, errors, outcome, started_at, finished_at, has_dependents, run_id, schedule_id, "
+    "graph_id, trace"
 )
 
 # The claimed row is deleted and inserted again as running, not updated. Another claim whose snapshot still
@@ -145,7 +146,7 @@ gone AS (
         %(now)s::float8, idempotency_key, depends_on, timeout, %(worker)s::text,
         replace(gen_random_uuid()::text, '-', ''), %(expires)s::float8, cancel_requested, reason,
         {_RESET_IF_RUNNING.replace("j.phases", "gone.phases")}, progress, result, errors, outcome,
-        %(now)s::float8, finished_at, has_dependents, run_id, schedule_id, graph_id
+        %(now)s::float8, finished_at, has_dependents, run_id, schedule_id, graph_id, trace
     FROM gone
     RETURNING {_J}
 ), {_EV_STARTED}
@@ -371,7 +372,7 @@ CASCADE = f"""WITH par AS (
 # -- insert ---------------------------------------------------------------------------------------------
 _SRC_COLUMNS = (
     "id text, tenant text, queue text, task text, payload jsonb, priority int4, run_at float8, state text, "
-    "max_attempts int4, timeout float8, phases jsonb, key text, run_id text, schedule_id text"
+    "max_attempts int4, timeout float8, phases jsonb, key text, run_id text, schedule_id text, trace text"
 )
 # A row may end early (``e->>i`` past its end is NULL) and give run_at as null for "now": INSERT_FAST's rows
 # leave out the five optional columns when all are null, and run_at when the job gave none: shorter rows,
@@ -388,9 +389,9 @@ _WATERMARKS = f"""{_rows("wm", "job_id text, source text, key text, value jsonb"
 
 # The job columns an insert writes from ``src`` (shared by INSERT_FAST and INSERT_ONE).
 _INSERT_JOBS = """INSERT INTO {s}jobs (id, tenant, queue, task, payload, priority, run_at, state, max_attempts,
-                          created_at, updated_at, timeout, phases, idempotency_key, run_id, schedule_id)
+                          created_at, updated_at, timeout, phases, idempotency_key, run_id, schedule_id, trace)
     SELECT id, tenant, queue, task, payload, priority, run_at, state, max_attempts, %(now)s::float8,
-           %(now)s::float8, timeout, coalesce(phases, '[]'), key, run_id, schedule_id
+           %(now)s::float8, timeout, coalesce(phases, '[]'), key, run_id, schedule_id, trace
     FROM src"""
 # The event data of the usual job (queued, priority 0) is a constant: jsonb_build_object per row pays the
 # int to numeric conversion and the building, the constant (the same jsonb) nothing
@@ -447,11 +448,11 @@ go AS (
 ), ins AS (
     INSERT INTO {{s}}jobs (id, tenant, queue, task, payload, priority, run_at, state, max_attempts, created_at,
                           updated_at, timeout, phases, idempotency_key, depends_on, has_dependents, reason,
-                          finished_at, run_id, schedule_id)
+                          finished_at, run_id, schedule_id, trace)
     SELECT s.id, s.tenant, s.queue, s.task, s.payload, s.priority, s.run_at, s.state, s.max_attempts,
            %(now)s::float8, %(now)s::float8, s.timeout, coalesce(s.phases, '[]'), s.key,
            ARRAY(SELECT jsonb_array_elements_text(e.depends_on)), e.has_dependents, e.reason, e.finished_at,
-           s.run_id, s.schedule_id
+           s.run_id, s.schedule_id, s.trace
     FROM src s JOIN extra e ON e.ord = s.ord
 ), {_rows("ed", "dep_id text, job_id text", "edges")},
 {_rows("v", "type text, job int8, data jsonb", "events")},

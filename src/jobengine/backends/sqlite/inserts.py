@@ -29,7 +29,7 @@ from .rows import insert_events, insert_rows, json_list, phases_json, select_job
 
 _INSERT_JOB: Final = (
     "INSERT INTO jobs (id, tenant, queue, task, payload, priority, run_at, state, max_attempts, created_at, "
-    "updated_at, idempotency_key, timeout, phases, reason, finished_at, run_id, schedule_id) VALUES "
+    "updated_at, idempotency_key, timeout, phases, reason, finished_at, run_id, schedule_id, trace) VALUES "
 )
 _INSERT_DEP: Final = "INSERT INTO job_deps (job_id, position, depends_on) VALUES "
 # Most jobs have no idempotency key, timeout, run or schedule and are not born cancelled: their rows leave
@@ -211,6 +211,7 @@ def write(
             and new.timeout is None
             and new.run_id is None
             and (new.schedule_id is None)
+            and new.trace is None
         ):
             plain_rows.append(
                 (new.id, new.tenant, new.queue, new.task, payload_text, new.priority, run_at, state.value,
@@ -221,14 +222,14 @@ def write(
                 (new.id, new.tenant, new.queue, new.task, payload_text, new.priority, run_at,
                  final.value,  # not ``state``: a job born cancelled has changed since
                  new.max_attempts, now, now, new.idempotency_key, new.timeout, phases_text, reason, finished_at,
-                 new.run_id, new.schedule_id)
+                 new.run_id, new.schedule_id, new.trace)
             )  # fmt: skip
         if new.depends_on:
             dep_rows.extend((new.id, pos, dep) for pos, dep in enumerate(new.depends_on))
 
     try:
         insert_rows(conn, _INSERT_PLAIN_JOB, 10, plain_rows, row=_PLAIN_JOB_ROW, shared=(now,))
-        insert_rows(conn, _INSERT_JOB, 18, job_rows)
+        insert_rows(conn, _INSERT_JOB, 19, job_rows)
     except sqlite3.IntegrityError as exc:
         # The idempotency index cannot fire (keys were checked under the write lock), so this is the id.
         raise InvalidJob("id", f"a job with this id already exists ({exc})") from None
@@ -263,6 +264,7 @@ def _job(new: NewJob, text: str, state: JobState, names: tuple[str, ...], now: f
         phases=tr.phases_template(names) if names else (),
         run_id=new.run_id,
         schedule_id=new.schedule_id,
+        trace=new.trace,
     )
 
 

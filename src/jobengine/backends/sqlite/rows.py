@@ -29,7 +29,7 @@ JOB_COLUMNS: Final = ", ".join(f"jobs.{c}" for c in _COLUMNS.split()) + (
     # has_dependents: one probe of job_deps_depends_on per row.
     "EXISTS (SELECT 1 FROM job_deps WHERE job_deps.depends_on = jobs.id), "
     # Last, so the positions fenced.py reads stay where they are.
-    "jobs.graph_id"
+    "jobs.graph_id, jobs.trace"
 )
 
 #: The states a worker may claim, spelled exactly as in the partial index ``jobs_claim``: SQLite uses a
@@ -125,6 +125,7 @@ def job_from_row(r: Sequence[Any]) -> Job:
         result=codec.loads(r[21]), errors=_errors(r[22]), outcome=None if r[23] is None else _STATES[r[23]],
         started_at=r[24], finished_at=r[25], run_id=r[26], schedule_id=r[27],
         depends_on=tuple(r[28].split(" ")) if r[28] else (), has_dependents=bool(r[29]), graph_id=r[30],
+        trace=r[31],
     )  # fmt: skip
 
 

@@ -1,0 +1,148 @@
+"""OpenTelemetry tracing: a span for each enqueue and each job run, joined into one trace across processes.
+
+Needs the ``otel`` extra (``opentelemetry-api``) and a tracer provider the application sets up (the SDK and an
+exporter: without one every span is a no-op). Turn it on with the setting ``tracing: true``
+(``JOBENGINE_TRACING=1``), or give the middleware yourself::
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())          # plus a span processor and an exporter
+    engine = Engine.from_settings(settings, middleware=[TracingMiddleware()])
+
+How a trace crosses processes:
+
+- ``enqueue <task>`` (kind PRODUCER) is a child of the current span (an HTTP request's, see
+  :class:`TraceHeaders`); its W3C ``traceparent`` is stored with the job (:attr:`NewJob.trace`).
+- ``run <task>`` (kind CONSUMER), one per attempt on whichever worker claims the job, is a child of that
+  enqueue span, and is the current span while the task runs (a sync task's thread too), so the spans a task
+  makes are its children. A failed attempt has status ERROR and the exception recorded.
+- The HTTP API (with the setting on) reads an incoming ``traceparent`` header, makes a SERVER span under it
+  for the request, and answers with that span's ``traceparent``.
+
+Failure policy: tracing never changes a job's outcome; its hooks are observers (``jobengine.middleware``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from jobengine.core.models import Job, NewJob
+from jobengine.middleware import Middleware
+from jobengine.version import __version__
+
+__all__ = ["TraceHeaders", "TracingMiddleware"]
+
+# Only W3C trace context is stored with a job and read from requests, whatever global propagator the
+# application configured: the job's column holds exactly one traceparent.
+_W3C = TraceContextTextMapPropagator()
+_SYSTEM = "jobengine"
+
+
+def _attributes(job: NewJob | Job, operation: str) -> dict[str, Any]:
+    return {
+        "messaging.system": _SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": job.id,
+        "jobengine.job.id": job.id,
+        "jobengine.task": job.task,
+        "jobengine.queue": job.queue,
+        "jobengine.tenant": job.tenant,
+    }
+
+
+def traceparent(span: Span) -> str | None:
+    """The W3C ``traceparent`` of ``span``, or None for a span with no valid context (tracing off)."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
+
+
+class TracingMiddleware(Middleware):
+    """Spans for each enqueue (PRODUCER) and each attempt a worker runs (CONSUMER), with the job's id, task,
+    queue, tenant and attempt as attributes; the enqueue's ``traceparent`` travels with the job. Give it to
+    the engine (or set ``tracing: true``). ``tracer_provider``: the global one when None. Usage::
+
+        engine = Engine.from_settings(settings, middleware=[TracingMiddleware()])
+    """
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer("jobengine", __version__, tracer_provider)
+        # The open run span of each job running on this worker (one attempt at a time per job).
+        self._runs: dict[str, Span] = {}
+
+    def before_enqueue(self, job: NewJob) -> NewJob:
+        """The span of creating the job, ended at once; the job carries its traceparent."""
+        span = self._tracer.start_span(
+            f"enqueue {job.task}", kind=SpanKind.PRODUCER, attributes=_attributes(job, "create")
+        )
+        span.end()
+        parent = traceparent(span)
+        return replace(job, trace=parent) if parent is not None else job
+
+    def before_run(self, job: Job) -> None:
+        """Start the attempt's span under the job's stored trace and make it current for the task."""
+        parent = _W3C.extract({"traceparent": job.trace}) if job.trace else None
+        attributes = _attributes(job, "process")
+        attributes["jobengine.attempt"] = job.attempt
+        span = self._tracer.start_span(f"run {job.task}", parent, SpanKind.CONSUMER, attributes)
+        self._runs[job.id] = span
+        # Never detached: the hook runs in the attempt's own context, which ends with the attempt.
+        otel_context.attach(trace.set_span_in_context(span, parent))
+
+    def on_failure(self, job: Job, error: BaseException) -> None:
+        """Mark the attempt's span failed, with the exception."""
+        span = self._runs.get(job.id)
+        if span is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+    def after_attempt(self, job: Job, outcome: str, seconds: float, error: BaseException | None) -> None:
+        """End the attempt's span, with its outcome."""
+        span = self._runs.pop(job.id, None)
+        if span is not None:
+            span.set_attribute("jobengine.outcome", outcome)
+            span.end()
+
+
+class TraceHeaders:
+    """ASGI middleware: a SERVER span for each HTTP request, a child of the request's ``traceparent`` header
+    when it has a valid one, current while the request is handled (so an enqueue span is its child); the
+    response carries the span's ``traceparent``. ``create_app`` installs it when ``tracing`` is on. Usage::
+
+        app.add_middleware(TraceHeaders)
+    """
+
+    def __init__(self, app: Any, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.app = app
+        self._tracer = trace.get_tracer("jobengine.http", __version__, tracer_provider)
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"}
+        parent = _W3C.extract(headers)
+        method = scope["method"]
+        attributes = {"http.request.method": method, "url.path": scope["path"]}
+        # Named by the method alone: a path holds ids, and a span name must not grow with them.
+        with self._tracer.start_as_current_span(method, parent, SpanKind.SERVER, attributes, end_on_exit=True) as span:
+            outgoing = traceparent(span)
+
+            async def send_with_header(message: Mapping[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    span.set_attribute("http.response.status_code", message["status"])
+                    if outgoing is not None:
+                        message = {**message, "headers": [*message.get("headers", ()),
+                                                          (b"traceparent", outgoing.encode("latin-1"))]}  # fmt: skip
+                await send(message)
+
+            await self.app(scope, receive, send_with_header)
