@@ -40,8 +40,8 @@ def test_same_changed_new_gone_in_item_order() -> None:
     ]  # fmt: skip
     diff = RunDiff("sim", "base", entries)
     assert diff.counts == {"same": 1, "changed": 1, "new": 1, "gone": 1}
-    assert [e["item"] for e in diff.to_json()["entries"]] == [1, 3, 4]  # type: ignore[index, union-attr]
-    assert len(diff.to_json(same=True)["entries"]) == 4  # type: ignore[arg-type]
+    assert [e["item"] for e in diff.to_json()["entries"]] == [1, 3, 4]
+    assert len(diff.to_json(same=True)["entries"]) == 4
 
 
 def test_a_job_mode_comes_from_its_run_request() -> None:

@@ -92,7 +92,7 @@ async def test_a_simulate_run_diffs_exactly_the_changed_items_sends_no_webhook(l
     changed = [e for e in diff.entries if e.change is ItemChange.CHANGED]
     assert [e.item for e in changed] == sorted(CHANGED)
     assert [(e.before, e.after) for e in changed[:2]] == [(0, 1), (200, 201)]
-    assert len(diff.to_json()["entries"]) == 10  # type: ignore[arg-type]
+    assert len(diff.to_json()["entries"]) == 10
 
 
 async def test_a_diff_shows_new_and_gone_items_and_refuses_other_runs(live: Engine) -> None:
@@ -121,7 +121,7 @@ async def test_a_replay_is_a_new_run_over_the_same_items(live: Engine) -> None:
     assert again.id != first.id and again.parent_id == first.id
     assert (again.state, again.items, again.summary.total) == (RunState.COMPLETED, 50, 3)
     jobs = await live.runs.jobs(again.id)
-    assert sorted(i for j in jobs for i in j.payload["items"]) == list(range(50))  # type: ignore[index]
-    assert {j.payload["version"] for j in jobs} == {"v3"}  # type: ignore[index]
-    assert {j.payload["environment"]["region"] for j in jobs} == {"eu"}  # type: ignore[index]
+    assert sorted(i for j in jobs for i in j.payload["items"]) == list(range(50))
+    assert {j.payload["version"] for j in jobs} == {"v3"}
+    assert {j.payload["environment"]["region"] for j in jobs} == {"eu"}
     assert await cursor(live, incremental) == 49
