@@ -24,7 +24,7 @@ from jobengine.core.models import Job, Json
 from jobengine.core.run_requests import item_key
 
 #: An item's canonical text, mapped to the item and its result.
-ItemResults = dict[str, tuple[Json, Json]]
+ItemResults = Mapping[str, tuple[Json, Json]]
 
 
 class ItemChange(StrEnum):
@@ -83,7 +83,7 @@ def _key(item: Json) -> str:
 
 def item_results(jobs: Iterable[Job]) -> ItemResults:
     """The result of each item of ``jobs`` (segment jobs that succeeded), read as the module says."""
-    found: ItemResults = {}
+    found: dict[str, tuple[Json, Json]] = {}
     for job in jobs:
         items = job.payload.get("items") if isinstance(job.payload, dict) else None
         if not isinstance(items, list):
@@ -101,10 +101,7 @@ def item_results(jobs: Iterable[Job]) -> ItemResults:
     return found
 
 
-Results = Mapping[str, tuple[Json, Json]]
-
-
-def diff_results(before: Results, after: Results) -> tuple[DiffEntry, ...]:
+def diff_results(before: ItemResults, after: ItemResults) -> tuple[DiffEntry, ...]:
     """Per item of either side, in item order: same / changed / new / gone (results compared as canonical JSON)."""
     entries = []
     for key in before.keys() | after.keys():
