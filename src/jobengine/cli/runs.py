@@ -1,4 +1,5 @@
-"""``jobengine runs start | list | show | cancel | retry`` and ``jobengine signatures list | update``."""
+"""``jobengine runs start | list | show | cancel | retry | replay | diff`` and
+``jobengine signatures list | update``."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from jobengine.cli.common import (
     with_engine,
 )
 from jobengine.cli.jobs import parse_time
+from jobengine.core import codec
 from jobengine.core.clock import iso, to_datetime
 from jobengine.core.ids import short_id
 from jobengine.core.models import Job
+from jobengine.core.run_diff import ItemChange
 from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
@@ -32,8 +35,8 @@ from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.serialize import job_to_json, run_to_json, segment_to_json, signature_to_json
 
-runs_app = typer.Typer(name="runs", help="Runs: start one over items; list, show, cancel, retry.", no_args_is_help=True,
-                       rich_markup_mode=None)  # fmt: skip
+runs_app = typer.Typer(name="runs", help="Runs: start one over items; list, show, cancel, retry, replay, diff.",
+                       no_args_is_help=True, rich_markup_mode=None)  # fmt: skip
 signatures_app = typer.Typer(
     name="signatures", help="Failure signatures: the same bug grouped.", no_args_is_help=True, rich_markup_mode=None
 )
@@ -248,6 +251,47 @@ def retry_run(
     new = with_engine(config, db, lambda engine: engine.runs.retry(run_id, actor=actor_of(actor)))
     output.emit(as_json, run_to_json(new),
                 f"run {short_id(new.id)} retries {new.summary.total} job(s) of {short_id(new.parent_id)}")  # fmt: skip
+
+
+@runs_app.command("replay")
+def replay_run(
+    run_id: RunRef,
+    reason: Annotated[str | None, typer.Option(help="Why (kept on the new run).")] = None,
+    actor: ActorOption = None,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run an ended run request's run again, as a new run over the same items, version and mode."""
+    new = with_engine(config, db, lambda engine: engine.runs.replay(run_id, reason=reason, actor=actor_of(actor)))
+    output.emit(as_json, run_to_json(new), f"run {new.id} replays {run_id}: {new.items} item(s)")
+
+
+@runs_app.command("diff")
+def diff_run(
+    run_id: RunRef,
+    same: Annotated[bool, typer.Option("--same", help="List unchanged items too.")] = False,
+    as_json: JsonFlag = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Compare an ended simulate run, item by item, with the last full run of its task and source."""
+    diff = with_engine(config, db, lambda engine: engine.runs.diff(run_id))
+    if as_json:
+        output.print_json(diff.to_json(same=same))
+        return
+    console = output.stdout()
+    counts = ", ".join(f"{n} {change}" for change, n in diff.counts.items())
+    console.print(f"run {diff.run_id} against {diff.base_run_id or 'no full run'}: {counts}"
+                  + (f"; {diff.unfinished} unfinished" if diff.unfinished else ""))  # fmt: skip
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ITEM", "CHANGE", "BEFORE", "AFTER"):
+        table.add_column(column, overflow="fold")
+    shown = [e for e in diff.entries if same or e.change is not ItemChange.SAME]
+    for e in shown:
+        table.add_row(*(escape(codec.dumps(v, "result")[:80]) for v in (e.item, e.change.value, e.before, e.after)))
+    if shown:
+        console.print(table)
 
 
 @signatures_app.command("list")

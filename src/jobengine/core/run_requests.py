@@ -8,7 +8,8 @@ stream (one task over one input source) has a cursor: the greatest item its last
 An ``incremental`` run takes the items after the cursor, less those a segment of an earlier run of the
 stream already did; it moves the cursor to the greatest item after the cursor only once all its segments
 succeeded. A ``full`` run takes every item and moves the cursor the same way. A ``simulate`` run takes
-what an incremental run would and never moves the cursor. Usage::
+every item, as a full run does (so it can be compared item by item with the last full run), and never
+moves the cursor; its jobs see ``ctx.mode == "simulate"`` and must cause no effects. Usage::
 
     request = RunRequest(task="score", version="v3", mode=RunMode.INCREMENTAL, items=("a", "c", "b"),
                          source="accounts", run_id="nightly-2030-01-31")
@@ -25,20 +26,13 @@ from typing import Any, Final
 
 from jobengine.core import bounds, codec
 from jobengine.core.models import Json, check_name
+from jobengine.core.run_modes import RunMode as RunMode  # re-exported: a request names its mode
 from jobengine.core.schedules import MAX_ITEMS
 from jobengine.errors import InvalidSchedule
 
 #: A run id a caller chooses, to make its request idempotent (the characters the HTTP paths take).
 RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 MAX_ENVIRONMENT: Final = 100
-
-
-class RunMode(StrEnum):
-    """Which items a run request takes, and whether its success moves the stream's cursor."""
-
-    FULL = "full"  # every item; the cursor moves when every segment succeeded
-    INCREMENTAL = "incremental"  # the items after the cursor that no earlier run did
-    SIMULATE = "simulate"  # as incremental, marked as a dry run; never moves the cursor
 
 
 class PriorityClass(StrEnum):
@@ -168,13 +162,21 @@ def plan_items(request: RunRequest, cursor: Json, done: Iterable[Json]) -> ItemP
     items = request.items
     if request.mode is RunMode.FULL:
         return ItemPlan(items, 0, 0, items[-1] if items else None)
+    if request.mode is RunMode.SIMULATE:
+        return ItemPlan(items, 0, 0, None)
     after = items if cursor is None else tuple(i for i in items if item_key(i) > item_key(cursor))
     did = {codec.dumps(i, "items") for i in done}
     todo = tuple(i for i in after if codec.dumps(i, "items") not in did)
-    move_to = after[-1] if after and request.mode is RunMode.INCREMENTAL else None
+    move_to = after[-1] if after else None
     return ItemPlan(todo, len(items) - len(after), len(after) - len(todo), move_to)
 
 
 def later(value: Json, than: Json) -> bool:
     """Whether cursor ``value`` is past ``than`` (None: no cursor yet)."""
     return than is None or item_key(value) > item_key(than)
+
+
+def request_of(data: Json) -> dict[str, Json]:
+    """The run request kept in a run's ``trigger_data`` (empty for a run no request made)."""
+    request = data.get("request") if isinstance(data, dict) else None
+    return request if isinstance(request, dict) else {}

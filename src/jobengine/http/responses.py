@@ -21,6 +21,8 @@ def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | Non
 AUTH = (401, 403, 503)
 READ = problem_responses(*AUTH, 422)
 READ_ONE = problem_responses(*AUTH, 404, 422)
+#: A read of one resource that only some of its kind have (a simulate run's diff): 409 for the others.
+READ_ONE_IF = problem_responses(*AUTH, 404, 409, 422)
 #: A POST with a JSON body: bad JSON, too large, not JSON, invalid, and the Idempotency-Key answers.
 WRITE = problem_responses(*AUTH, 400, 409, 413, 415, 422)
 WRITE_ONE = problem_responses(*AUTH, 400, 404, 409, 413, 415, 422)

@@ -293,3 +293,25 @@ class SignatureOut(BaseModel):
 
 class SignatureList(BaseModel):
     items: list[SignatureOut]
+
+
+class DiffEntryOut(BaseModel):
+    """One item of a simulate run's diff: ``change`` and its result in the full run (``before``) and in the
+    simulate run (``after``)."""
+
+    item: Any
+    change: Literal["same", "changed", "new", "gone"]
+    before: Any
+    after: Any
+
+
+class RunDiffOut(BaseModel):
+    """A simulate run against the newest completed full run of its task and source (``base_run_id``, None
+    when there is none): ``counts`` per change, ``unfinished`` items whose segment did not succeed, and the
+    ``entries`` (unchanged items only with ``?same=true``), in item order."""
+
+    run_id: str
+    base_run_id: str | None
+    counts: dict[str, int]
+    unfinished: int
+    entries: list[DiffEntryOut]

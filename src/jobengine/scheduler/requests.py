@@ -5,12 +5,13 @@ Reads only; the caller writes the planned run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
 from jobengine.core.ids import RunId, ScheduleId, new_run_id
 from jobengine.core.models import Json
-from jobengine.core.run_requests import ItemPlan, RunMode, RunRequest, plan_items
+from jobengine.core.run_requests import ItemPlan, RunMode, RunRequest, plan_items, request_of
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate
 from jobengine.core.states import JobState
@@ -71,19 +72,13 @@ async def items_done(store: SchedulingStore, jobs: Store, tenant: str, stream: s
     partial = await store.get_runs([r.id for r in searched])
     done: list[Json] = []
     for run in partial:
-        if _request_of(run).get("mode") == RunMode.SIMULATE.value:
+        if request_of(run.trigger_data).get("mode") == RunMode.SIMULATE.value:
             continue
         segments = await store.run_segments(run.id)
         for job in await jobs.get_jobs([s.job_id for s in segments if s.outcome is JobState.SUCCEEDED]):
             if isinstance(job.payload, dict) and isinstance(job.payload.get("items"), list):
                 done.extend(job.payload["items"])
     return done
-
-
-def _request_of(run: Run) -> dict[str, Json]:
-    data = run.trigger_data
-    request = data.get("request") if isinstance(data, dict) else None
-    return request if isinstance(request, dict) else {}
 
 
 async def preview(
@@ -97,17 +92,13 @@ async def preview(
 ) -> tuple[RunPreview, PlannedRun]:
     """The preview of ``request`` and the run it would write (with the id ``request.run_id`` or a new one)."""
     cursor = await store.get_cursor(tenant, request.stream)
-    done = [] if request.mode is RunMode.FULL else await items_done(store, jobs, tenant, request.stream)
+    done = [] if request.mode is not RunMode.INCREMENTAL else await items_done(store, jobs, tenant, request.stream)
     plan = plan_items(request, None if cursor is None else cursor.value, done)
     run = new_run(
         RunId(request.run_id) if request.run_id else new_run_id(), ScheduleId(request.stream), tenant,
         RunTrigger.REQUEST, now, reason=request.reason, actor=actor,
     )  # fmt: skip
-    template = JobTemplate(
-        task=request.task, payload=request.payload(), queue=request.queue, priority=request.job_priority,
-        segment_size=request.segment_size,
-    )  # fmt: skip
-    planned = fan_out(tasks, run, template, list(plan.todo))
+    planned = fan_out_request(tasks, request, run, plan.todo)
     data: dict[str, Json] = {
         "request": request.to_json(),
         "cursor_from": None if cursor is None else cursor.value,
@@ -120,8 +111,17 @@ async def preview(
     return RunPreview(request, cursor, plan, len(planned.jobs)), planned
 
 
+def fan_out_request(tasks: TaskRegistry, request: RunRequest, run: Run, items: Sequence[Json]) -> PlannedRun:
+    """``run`` with a job per segment of ``items``, each job carrying what ``request`` hands it."""
+    template = JobTemplate(
+        task=request.task, payload=request.payload(), queue=request.queue, priority=request.job_priority,
+        segment_size=request.segment_size,
+    )  # fmt: skip
+    return fan_out(tasks, run, template, list(items))
+
+
 def same_request(run: Run, request: RunRequest, tenant: str) -> Run:
     """``run`` when it was made by ``request`` in ``tenant``; raises IllegalState (409) otherwise."""
-    if run.tenant != tenant or _request_of(run) != request.to_json():
+    if run.tenant != tenant or request_of(run.trigger_data) != request.to_json():
         raise IllegalState(f"run_id {request.run_id!r} already names a run made by a different request")
     return run

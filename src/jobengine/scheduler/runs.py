@@ -24,9 +24,19 @@ from typing import Final
 from jobengine.core.bounds import check_text
 from jobengine.core.clock import Clock
 from jobengine.core.ids import IdKind, RunId, new_run_id
-from jobengine.core.models import Job, NewJob, check_name
-from jobengine.core.run_requests import RunRequest
-from jobengine.core.runs import ENDED_RUN_STATES, JobOutcome, Run, RunFilter, RunSummary, RunTrigger, Segment
+from jobengine.core.models import Job, Json, NewJob, check_name
+from jobengine.core.run_diff import ItemResults, RunDiff, diff_results, item_results
+from jobengine.core.run_requests import RunMode, RunRequest, request_of
+from jobengine.core.runs import (
+    ENDED_RUN_STATES,
+    JobOutcome,
+    Run,
+    RunFilter,
+    RunState,
+    RunSummary,
+    RunTrigger,
+    Segment,
+)
 from jobengine.core.schedules import check_actor
 from jobengine.core.states import JobState
 from jobengine.errors import AlreadyExists, IllegalState, NotFound
@@ -35,7 +45,7 @@ from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.ports.store import Store
 from jobengine.scheduler import requests
 from jobengine.scheduler.planning import new_run
-from jobengine.scheduler.requests import RunPreview
+from jobengine.scheduler.requests import RUNS_SEARCHED, RunPreview
 from jobengine.scheduler.schedules import JobsCreated, Published
 from jobengine.tasks import TaskRegistry
 
@@ -104,7 +114,81 @@ class Runs:
         found, _ = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, self._clock.now())
         return found
 
+    async def diff(self, run_id: str, tenant: str | None = None) -> RunDiff:
+        """Item by item, the results of a finished simulate run against those of the newest completed full
+        run of the same task and input source (``core.run_diff``). NotFound for an unknown run;
+        IllegalState (409) for a run that is not a simulate run or has not ended. Usage::
+
+            diff = await engine.runs.diff(run.id)
+            print(diff.counts)          # {"same": 990, "changed": 10, "new": 0, "gone": 0}
+        """
+        run = await self.get(run_id, tenant)
+        if request_of(run.trigger_data).get("mode") != RunMode.SIMULATE.value:
+            raise IllegalState(f"run {run_id} is not a simulate run; only a simulate run has a diff")
+        if not run.ended:
+            raise IllegalState(f"run {run_id} is {run.state.value}; its diff is ready once it ended")
+        after, unfinished = await self._item_results(run)
+        base = await self._last_full(run)
+        before = {} if base is None else (await self._item_results(base))[0]
+        return RunDiff(run.id, None if base is None else base.id, diff_results(before, after), unfinished)
+
+    async def _last_full(self, run: Run) -> Run | None:
+        """The newest completed full run of ``run``'s stream made no later than it."""
+        found = await self._store.list_runs(RunFilter(
+            tenant=run.tenant, schedule_id=run.schedule_id, states=(RunState.COMPLETED,), limit=RUNS_SEARCHED,
+        ))  # fmt: skip
+        ids = [r.id for r in found if r.id != run.id and r.created_at <= run.created_at]
+        full = {r.id: r for r in await self._store.get_runs(ids)}
+        for candidate in (full[i] for i in ids if i in full):
+            if request_of(candidate.trigger_data).get("mode") == RunMode.FULL.value:
+                return candidate
+        return None
+
+    async def _item_results(self, run: Run) -> tuple[ItemResults, int]:
+        """Each item's result in ``run``'s succeeded segments, and how many items its other segments had."""
+        segments = await self._store.run_segments(run.id)
+        done = [s for s in segments if s.outcome is JobState.SUCCEEDED]
+        jobs = await self._jobs.get_jobs([s.job_id for s in done])
+        return item_results(jobs), sum(s.items for s in segments if s.outcome is not JobState.SUCCEEDED)
+
     # -- actions ------------------------------------------------------------------------------------
+    async def replay(
+        self, run_id: str, *, reason: str | None = None, tenant: str | None = None, actor: str = "system"
+    ) -> Run:
+        """A new run of an ended run request's run (``parent_id`` the old one) over the same items, with the
+        same task, version, mode and environment. It is ``queued`` until a worker claims its first job and
+        moves no cursor (as a retry does). IllegalState (409) for a run that has not ended, that no run
+        request made, or whose jobs retention already deleted. Usage::
+
+            again = await engine.runs.replay(run.id, reason="the scores looked wrong")
+        """
+        check_actor(actor)
+        if reason is not None:
+            check_text("reason", reason)
+        run = await self.get(run_id, tenant)
+        if not run.ended:
+            raise IllegalState(f"run {run_id} is {run.state.value}; only an ended run can be replayed")
+        stored = request_of(run.trigger_data)
+        if not stored:
+            raise IllegalState(f"run {run_id} was not made by a run request; trigger its schedule instead")
+        segments = sorted(await self._store.run_segments(run.id), key=lambda s: s.index)
+        jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in segments])}
+        if len(jobs) < len(segments):
+            raise IllegalState(f"run {run_id}: retention deleted some of its jobs; its items are unknown")
+        items = [i for s in segments for i in _items(jobs[s.job_id])]
+        reason = reason or f"replay of run {run.id}"
+        request = RunRequest(**{**stored, "items": tuple(items), "run_id": None, "reason": reason})
+        now = self._clock.now()
+        new = new_run(new_run_id(), run.schedule_id, run.tenant, RunTrigger.REQUEST, now, reason=reason, actor=actor,
+                      parent_id=run.id)  # fmt: skip
+        planned = requests.fan_out_request(self._tasks, request, new, request.items)
+        data: dict[str, Json] = {"request": {**stored, "reason": reason}, "replay_of": run.id}
+        planned = replace(planned, run=replace(planned.run, trigger_data=data))
+        fired = await self._store.insert_run(planned, now)
+        self._published(fired.events)
+        await self._jobs_created(fired.jobs)
+        return fired.runs[0]
+
     async def start(self, request: RunRequest, *, tenant: str = "default", actor: str = "system") -> Run:
         """A run of ``request.task`` over the request's items (``core.run_requests``: full, incremental or
         simulate), one job per segment at the priority of its class. With ``request.run_id``, the same
@@ -230,6 +314,11 @@ class Runs:
             self._published(await self._store.record_outcomes(outcomes, self._clock.now()))
         except Exception as exc:
             log.warning("run summaries: could not record %d outcome(s) (%s); the scheduler will", len(outcomes), exc)
+
+
+def _items(job: Job) -> list[Json]:
+    items = job.payload.get("items") if isinstance(job.payload, dict) else None
+    return items if isinstance(items, list) else []
 
 
 def _copy(job: Job, run_id: RunId) -> NewJob:

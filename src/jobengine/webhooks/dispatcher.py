@@ -14,13 +14,16 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from jobengine.core.ids import uuid7
+from jobengine.core.ids import RunId, uuid7
 from jobengine.core.models import Event
+from jobengine.core.run_modes import RunMode, mode_of
+from jobengine.core.run_requests import request_of
 from jobengine.core.webhooks import signing
 from jobengine.core.webhooks.model import FAILED, PENDING, SUCCEEDED, Attempt, Delivery, Endpoint, InvalidWebhook
 from jobengine.core.webhooks.policy import GONE, SUCCESS, judge, next_attempt_at
@@ -152,7 +155,10 @@ class WebhookDispatcher:
             endpoints = [e for e in await store.list_endpoints(None) if e.enabled]
             now = self.engine.clock.now()
             deliveries = []
+            simulated = await self._simulated(events) if endpoints else set()
             for event in events:
+                if (event.job_id or event.data.get("run_id")) in simulated:
+                    continue  # a simulate run is a dry run: nothing outside the engine hears of it
                 body: str | None = None
                 for e in endpoints:
                     if e.tenant == event.tenant and event.at >= e.created_at and e.filter.matches(event):
@@ -166,6 +172,20 @@ class WebhookDispatcher:
                 written += len(deliveries)
             if read.complete:
                 return written
+
+    async def _simulated(self, events: Sequence[Event]) -> set[str]:
+        """The ids of the jobs and runs of simulate runs among ``events``: a run's mode is in its request, a
+        job's in its payload (the hot paths write job events in SQL, so the event itself does not say)."""
+        job_ids = {e.job_id for e in events if e.job_id is not None}
+        run_ids = {str(e.data["run_id"]) for e in events if e.job_id is None and isinstance(e.data.get("run_id"), str)}
+        found: set[str] = set()
+        if job_ids:
+            jobs = await self.engine.store.get_jobs(list(job_ids))
+            found.update(j.id for j in jobs if mode_of(j) is RunMode.SIMULATE)
+        if run_ids:
+            runs = await self.engine.store.scheduling().get_runs([RunId(i) for i in run_ids])
+            found.update(r.id for r in runs if request_of(r.trigger_data).get("mode") == RunMode.SIMULATE.value)
+        return found
 
     async def _deliver(self, d: Delivery, endpoint: Endpoint | None) -> bool:
         """One attempt of a leased delivery (or giving it back when rate limited). True if attempted."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from jobengine.core.bounds import check_json, check_text
 from jobengine.core.models import Job, Json, Phase, PhaseState
+from jobengine.core.run_modes import mode_of
 from jobengine.errors import Cancelled
 
 
@@ -83,6 +84,22 @@ class JobContext:
     @property
     def attempt(self) -> int:
         return self._s.job.attempt
+
+    @property
+    def mode(self) -> str:
+        """``"full"``, ``"incremental"`` or ``"simulate"``: the mode of the run request that made this job
+        (``"full"`` for any other job). The contract: when it is ``"simulate"`` the task computes and returns
+        its result but causes no effect (no writes elsewhere, no messages sent); the engine helps by sending
+        no webhook for the run and moving no cursor. Usage::
+
+            @engine.task
+            async def score(ctx: JobContext, items: list[str], **_: object) -> dict[str, int]:
+                scores = {i: len(i) for i in items}
+                if ctx.mode != "simulate":
+                    await save_scores(scores)  # the effect a dry run must not have
+                return scores
+        """
+        return mode_of(self._s.job).value
 
     @property
     def phase(self) -> str:

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
+
+from jobengine.core.ids import WorkerId
+from jobengine.core.models import Completion
 
 from .conftest import Api, browser
 
@@ -57,3 +62,38 @@ async def test_a_request_runs_pages_render(api: Api, acme: httpx.AsyncClient) ->
         for path in ("/runs", f"/runs/{run['id']}"):
             r = await ui.get(path)
             assert r.status_code == 200 and run["id"] in r.text, (path, r.text[-500:])
+
+
+async def finish(api: Api, result: Callable[[int], int]) -> None:
+    """Complete every queued job as a worker would, each item's result ``result(item)``."""
+    jobs = await api.engine.transitions.fetch_jobs(["default"], 100, WorkerId("w"), 300)
+    await api.engine.transitions.complete_jobs([
+        Completion(j.id, j.lease_token or "", [result(i) for i in j.payload["items"]]) for j in jobs
+    ])  # fmt: skip
+
+
+async def test_a_simulate_runs_diff_and_a_replay(api: Api, acme: httpx.AsyncClient) -> None:
+    body = {"task": "score", "items": [1, 2, 3], "segment_size": 2}
+    full = (await acme.post(R, json=body)).json()
+    await finish(api, lambda i: i)
+    assert (await acme.get(f"{R}/{full['id']}/diff")).status_code == 409  # a full run has no diff
+    assert (await acme.get(f"{R}/nope/diff")).status_code == 404
+    sim = (await acme.post(R, json={**body, "items": [2, 3, 4], "mode": "simulate"})).json()
+    early = await acme.get(f"{R}/{sim['id']}/diff")
+    assert early.status_code == 409 and "ended" in early.json()["detail"]
+    await finish(api, lambda i: i * 10 if i == 3 else i)
+    r = await acme.get(f"{R}/{sim['id']}/diff")
+    assert r.status_code == 200, r.text
+    diff = r.json()
+    assert (diff["base_run_id"], diff["counts"]) == (full["id"], {"same": 1, "changed": 1, "new": 1, "gone": 1})
+    assert [(e["item"], e["change"], e["before"], e["after"]) for e in diff["entries"]] == [
+        (1, "gone", 1, None), (3, "changed", 3, 30), (4, "new", None, 4)
+    ]  # fmt: skip
+    assert len((await acme.get(f"{R}/{sim['id']}/diff", params={"same": "true"})).json()["entries"]) == 4
+
+    replay = await acme.post(f"{R}/{full['id']}/replay", json={"reason": "again"})
+    assert replay.status_code == 201, replay.text
+    again = replay.json()
+    assert (again["parent_id"], again["state"], again["items"], again["reason"]) == (full["id"], "queued", 3, "again")
+    assert (await acme.post(f"{R}/{again['id']}/replay")).status_code == 409  # not ended yet
+    assert (await acme.post(f"{R}/nope/replay")).status_code == 404

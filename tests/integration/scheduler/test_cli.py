@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from jobengine.cli.main import main
-from jobengine.core.ids import short_id
+from jobengine.core.ids import WorkerId, short_id
+from jobengine.core.models import Completion
 from jobengine.core.runs import RunFilter
 from jobengine.engine import Engine
 from jobengine.settings import Settings
@@ -169,3 +170,32 @@ def test_runs_start_a_request_preview_it_and_name_bad_fields(cli: InProcessCli, 
     assert cli("runs", "start", "score", "--mode", "sometimes", expect=2).stderr.startswith("error: mode: ")
     assert cli("runs", "start", "score", "--env", "region", expect=2).stderr.startswith("error: env: ")
     assert cli("runs", "start", "score", "--items", "{}", expect=2).stderr.startswith("error: items: ")
+
+
+@pytest.mark.timeout(300)
+def test_runs_diff_and_replay(cli: InProcessCli, tmp_path: Path) -> None:
+    cli("migrate")
+
+    async def finish(result: int) -> None:
+        """Complete every queued job as a worker would, each item's result ``item + result``."""
+        async with Engine.from_settings(Settings(database=str(tmp_path / ".jobengine" / "jobengine.db"))) as engine:
+            jobs = await engine.transitions.fetch_jobs(["default"], 100, WorkerId("w"), 300)
+            await engine.transitions.complete_jobs([
+                Completion(j.id, j.lease_token or "", [i + (result if i == 2 else 0) for i in j.payload["items"]])
+                for j in jobs
+            ])  # fmt: skip
+
+    full = cli.json("runs", "start", "score", "--items", "[1, 2, 3]")
+    asyncio.run(finish(0))
+    assert "not a simulate run" in cli("runs", "diff", full["id"], expect=1).stderr
+    sim = cli.json("runs", "start", "score", "--items", "[1, 2, 3]", "--mode", "simulate")
+    asyncio.run(finish(5))
+    diff = cli.json("runs", "diff", sim["id"])
+    assert (diff["base_run_id"], diff["counts"]["changed"], diff["entries"]) == (
+        full["id"], 1, [{"item": 2, "change": "changed", "before": 2, "after": 7}]
+    )  # fmt: skip
+    text = cli("runs", "diff", sim["id"], "--same").stdout
+    assert "2 same, 1 changed, 0 new, 0 gone" in text and "changed" in text
+    replay = cli.json("runs", "replay", full["id"], "--reason", "again")
+    assert (replay["parent_id"], replay["items"], replay["state"]) == (full["id"], 3, "queued")
+    assert "replays" in cli("runs", "replay", full["id"]).stdout

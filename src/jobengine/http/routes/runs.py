@@ -1,4 +1,5 @@
-"""``/api/v1/runs`` (list, get, trigger or request, preview, cancel, retry, a run's jobs) and
+"""``/api/v1/runs`` (list, get, trigger or request, preview, cancel, retry, replay, a run's jobs, a simulate
+run's diff) and
 ``/api/v1/signatures`` (failure signatures: list, get, change status). Scoped to the key's tenant; reads
 (and a preview) take ``schedules:read``, actions ``schedules:write``."""
 
@@ -15,11 +16,12 @@ from jobengine.core.runs import RunFilter, RunState, RunTrigger
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
-from jobengine.http.responses import READ, READ_ONE, WRITE_ONE, json_response
+from jobengine.http.responses import READ, READ_ONE, READ_ONE_IF, WRITE_ONE, json_response
 from jobengine.http.routes.jobs import Cursor, NameQuery
 from jobengine.http.routes.schedules import actor
 from jobengine.http.scheduler_schemas import (
     RunActionIn,
+    RunDiffOut,
     RunJobsOut,
     RunOut,
     RunPage,
@@ -131,6 +133,33 @@ async def retry_run(
     run = await context(request).engine.runs.retry(run_id, reason=reason, tenant=principal.tenant,
                                                   actor=actor(principal))  # fmt: skip
     return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+@router.post("/{run_id}/replay", status_code=201, response_model=RunOut, responses=WRITE_ONE)
+async def replay_run(
+    run_id: RunIdPath, request: Request, principal: Writer, body: RunActionIn | None = None
+) -> Response:
+    """A new run of this ended run request's run over the same items, task version, mode and environment
+    (``parent_id`` names this run; it is ``queued`` until a worker starts it and moves no cursor). 409 if the
+    run has not ended, no run request made it, or retention deleted its jobs."""
+    reason = body.reason if body is not None else None
+    run = await context(request).engine.runs.replay(run_id, reason=reason, tenant=principal.tenant,
+                                                   actor=actor(principal))  # fmt: skip
+    return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+@router.get("/{run_id}/diff", response_model=RunDiffOut, responses=READ_ONE_IF)
+async def run_diff(
+    run_id: RunIdPath,
+    request: Request,
+    principal: Reader,
+    same: Annotated[bool, Query(description="Include the entries of unchanged items.")] = False,
+) -> Response:
+    """A finished simulate run, item by item, against the newest completed full run of the same task and
+    source: same / changed / new / gone with both results. 409 if the run is not a simulate run or has not
+    ended."""
+    diff = await context(request).engine.runs.diff(run_id, principal.tenant)
+    return json_response(diff.to_json(same=same))
 
 
 # -- failure signatures ------------------------------------------------------------------------------
