@@ -10,9 +10,10 @@ EXTRAS   ?= dev,postgres,redis,nats
 RUN_STAMP := $(VENV)/.installed-run
 STAMP    := $(VENV)/.installed
 PIP      := $(BIN)/python -m pip --disable-pip-version-check --no-input
-# Four workers on two cores: most tests wait on subprocesses, sockets and timers, not the CPU (serial:
-# 7m20s, 0.5 load average). `make test PYTEST_ARGS=` runs them one at a time.
-PYTEST_ARGS ?= -n 4 --durations=15
+# Four workers on two cores: most tests wait on subprocesses, sockets and timers, not the CPU. Work
+# stealing: an idle worker takes tests queued on a busy one, so long acceptance tests do not pile up at the
+# end on one worker. `make test PYTEST_ARGS=` runs them one at a time.
+PYTEST_ARGS ?= -n 4 --dist worksteal --durations=15
 # Some tests only: `make test TESTS="tests/unit tests/contract/test_x.py"` (both passes run just those).
 TESTS    ?=
 

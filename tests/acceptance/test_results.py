@@ -22,7 +22,8 @@ from jobengine.settings import Settings
 
 from .conftest import Procs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# Each wait is bounded in time (within a second of its job's end): the serial tier runs these alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(600)]
 
 JOBS = 1000
 QUIET = {"JOBENGINE_POLL_INTERVAL": "60", "JOBENGINE_WORKER_CONCURRENCY": "20"}
