@@ -21,7 +21,7 @@ from jobengine.engine import Engine
 from jobengine.errors import NotFound
 from jobengine.integrations.django import connection_of, enqueue, shares_database
 from jobengine.settings import Settings
-from support.services import postgres_database, unique_name
+from support.services import postgres_database, unavailable, unique_name
 
 pytestmark = pytest.mark.service("postgres")
 
@@ -34,7 +34,7 @@ def django_dsn() -> Iterator[str]:
     from django.conf import settings
 
     if settings.configured:
-        pytest.skip("Django was configured by another module of this process")
+        unavailable("Django was configured by another module of this process")
     with postgres_database() as dsn:
         rest, name = dsn.rsplit("/", 1)
         host_port = rest.rsplit("@", 1)[1]
