@@ -187,24 +187,25 @@ async def list_stream(request: Request, name: str) -> Response:
 
 @router.get("/ui/stream/run/{run_id}")
 async def run_stream(request: Request, run_id: str) -> Response:
-    session = await sess.require(request, "schedules:read")
-
-    async def values(request: Request, session: sess.Session) -> Mapping[str, Any]:
-        return await run_values(request, session, run_id)
-
-    await values(request, session)  # an unknown or another tenant's run: 404 before streaming
-    return _respond(_periodic(request, session, "_run_live.html", "run", values), request)
+    return await _one_stream(request, "schedules:read", "run", lambda r, s: run_values(r, s, run_id))
 
 
 @router.get("/ui/stream/graph/{graph_id}")
 async def graph_stream(request: Request, graph_id: str) -> Response:
-    session = await sess.require(request, "graph:read")
+    return await _one_stream(request, "graph:read", "graph", lambda r, s: graph_values(r, s, graph_id))
 
-    async def values(request: Request, session: sess.Session) -> Mapping[str, Any]:
-        return await graph_values(request, session, graph_id)
 
-    await values(request, session)  # an unknown or another tenant's graph: 404 before streaming
-    return _respond(_periodic(request, session, "_graph_live.html", "graph", values), request)
+async def _one_stream(
+    request: Request,
+    scope: str,
+    name: str,
+    values: Callable[[Request, sess.Session], Awaitable[Mapping[str, Any]]],
+) -> Response:
+    """The live frames of one thing's page (``_<name>_live.html``): an unknown id or another tenant's is a
+    404 before streaming."""
+    session = await sess.require(request, scope)
+    await values(request, session)
+    return _respond(_periodic(request, session, f"_{name}_live.html", name, values), request)
 
 
 @router.get("/ui/stream/overview")
