@@ -264,7 +264,9 @@ def replay_run(
 ) -> None:
     """Run an ended run request's run again, as a new run over the same items, version and mode."""
     new = with_engine(config, db, lambda engine: engine.runs.replay(run_id, reason=reason, actor=actor_of(actor)))
-    output.emit(as_json, run_to_json(new), f"run {new.id} replays {run_id}: {new.items} item(s)")
+    output.emit(
+        as_json, run_to_json(new), f"run {short_id(new.id)} replays {short_id(new.parent_id)}: {new.items} item(s)"
+    )
 
 
 @runs_app.command("diff")
