@@ -153,6 +153,7 @@ class Engine:
         self._portal: _Portal | None = None
         self._results: Results | None = None
         self._workers: list[Worker] = []
+        self._closed = False
         self._webhook_store: WebhookStore | None = None
         self._planners: PlannerRegistry | None = None
         # Every backend implements these ports; the store is handed to each service typed as the ones it uses.
@@ -198,6 +199,7 @@ class Engine:
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         """Apply pending migrations; with a broker transport, start the outbox relay. Idempotent."""
+        self._closed = False
         await self.store.migrate()
         if self.settings.queue.broker:
             await self.transports.start()
@@ -211,6 +213,7 @@ class Engine:
             portal.close()
 
     async def _close_parts(self) -> None:
+        self._closed = True
         for worker in self._workers:
             worker.stop()
         if "transports" in self.__dict__:  # built (cached_property): close what it opened
@@ -789,6 +792,8 @@ class Engine:
         source = self.transports.source() if self.settings.queue.broker else self.transitions
         worker = Worker(source, replace(options, **overrides), self.middleware)
         self._workers.append(worker)
+        if self._closed:  # close() came while run_worker() was syncing schedules: it must not outlive the engine
+            worker.stop()
         return worker
 
     async def run_worker(self, **overrides: Any) -> None:

@@ -149,3 +149,21 @@ async def test_a_scheduler_and_a_worker_sync_as_they_start(engine: Engine, clock
             await app.close()  # stops the worker
             async with asyncio.timeout(60):
                 await running
+
+
+async def test_a_close_that_lands_while_the_worker_syncs_its_schedules_stops_it(
+    engine: Engine, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = Engine.from_settings(engine.settings, clock)
+    declaring("0 8 * * *")(app)
+    sync = app.periodic.sync
+
+    async def sync_then_close() -> object:
+        synced = await sync()
+        await app.close()  # a shutdown between the sync and the worker's start
+        return synced
+
+    monkeypatch.setattr(app.periodic, "sync", sync_then_close)
+    async with app:
+        async with asyncio.timeout(60):
+            await app.run_worker(poll_interval=0.05)
