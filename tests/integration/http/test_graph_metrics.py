@@ -78,8 +78,11 @@ async def test_graph_metrics_appear_and_change(engine: Engine) -> None:
         for state in GraphState:  # every state is a series from the start
             assert f'jobengine_graphs{{state="{state.value}"}} 0.0' in before, before
 
-        ok = {"nodes": [{"name": "a", "task": "number", "payload": {"n": 1}}, {"name": "b", "task": "number", "payload": {"n": 2}}],
-              "edges": [["a", "b"]]}  # fmt: skip
+        nodes = [
+            {"name": "a", "task": "number", "payload": {"n": 1}},
+            {"name": "b", "task": "number", "payload": {"n": 2}},
+        ]
+        ok = {"nodes": nodes, "edges": [["a", "b"]]}
 
         async def submit(http: httpx.AsyncClient, body: dict[str, object]) -> dict[str, str]:
             r = await http.post("/api/v1/graphs", json=body)
