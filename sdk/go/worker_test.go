@@ -17,8 +17,8 @@ import (
 )
 
 // These tests run workers against a real `jobengine serve`: JOBENGINE_TEST_URL is its address and
-// JOBENGINE_TEST_KEY a key with the scopes worker, jobs:read and jobs:write (the Python test
-// tests/integration/test_go_sdk.py starts one on SQLite and sets both). Without them the tests skip. The
+// JOBENGINE_TEST_KEY a key with the scopes worker, jobs:read, jobs:write, graph:read and graph:write (the
+// Python test tests/integration/test_go_sdk.py starts one on SQLite and sets both). Without them the tests skip. The
 // server's rescuer should run often (JOBENGINE_RESCUE_INTERVAL=0.25) for the lease-loss test. Every test
 // uses a queue of its own.
 

@@ -1,8 +1,9 @@
 """The Go worker SDK (``sdk/go``) against a real ``jobengine serve`` on SQLite.
 
 - ``gofmt``, ``go vet ./...`` and ``go test ./...``: the Go tests get the server's URL and a key with the
-  ``worker`` scope through ``JOBENGINE_TEST_URL`` / ``JOBENGINE_TEST_KEY`` (they skip without them; here
-  they must run, not skip);
+  ``worker``, ``jobs:*`` and ``graph:*`` scopes through ``JOBENGINE_TEST_URL`` / ``JOBENGINE_TEST_KEY`` (they
+  skip without them; here they must run, not skip): among them graphs submitted from Go, run by a Go worker,
+  with failure policies, retry and cancel;
 - the cross-language test: 500 jobs enqueued from Python, processed by two Go example worker processes
   (``sdk/go/examples/worker``), one SIGKILLed mid-way: every job succeeds, none runs to completion twice
   (a ledger the handlers append to), the killed worker's jobs run again once their lease expired; a job
@@ -55,6 +56,13 @@ GO_TESTS = [
     "TestWaitReturnsTheJobOnceItEnds",
     "TestWaitRunsOutWithTheJobAsItIs",
     "TestWaitForAnUnknownJobIsNotFound",
+    "TestSubmitGraphSendsTheAPIsJSONWithAfterAsEdges",
+    "TestWaitGraphReadsUntilTheGraphEnds",
+    "TestWaitGraphRunsOutWithTheGraphAsItIs",
+    "TestAGraphSubmittedFromGoRunsOnAGoWorker",
+    "TestGraphFailurePoliciesThenRetry",
+    "TestCancelAGraphStopsItsRunningNode",
+    "TestABadGraphIsRefusedNamingTheField",
 ]
 
 pytestmark = pytest.mark.slow
@@ -98,7 +106,8 @@ class Server(Processes):
     def start(self) -> None:
         out = subprocess.run(
             [sys.executable, "-m", "jobengine", "keys", "create", "--tenant", "gotest", "--scope", "worker",
-             "--scope", "jobs:read", "--scope", "jobs:write", "--json"],
+             "--scope", "jobs:read", "--scope", "jobs:write", "--scope", "graph:read", "--scope", "graph:write",
+             "--json"],
             env=self.env, cwd=ROOT, capture_output=True, timeout=60, check=True,
         )  # fmt: skip
         self.key = json.loads(out.stdout)["key"]

@@ -35,7 +35,7 @@ GRAPH_COMPLETED: Final = "graph.completed"
 GRAPH_FAILED: Final = "graph.failed"
 GRAPH_CANCELLED: Final = "graph.cancelled"
 #: The events a graph appends to the event log when it ends (its ``data`` holds ``graph_id``, ``name``,
-#: ``state``, ``done``, ``total``).
+#: ``state``, ``done``, ``total`` and ``duration``: seconds from its submission).
 GRAPH_EVENTS: Final = (GRAPH_COMPLETED, GRAPH_FAILED, GRAPH_CANCELLED)
 
 

@@ -196,6 +196,10 @@ class Graphs:
         """Graphs newest first (``before``: the id after which the next page starts)."""
         return [_status(r) for r in await self.repo.list_graphs(tenant, limit, before)]
 
+    async def counts(self) -> dict[GraphState, int]:
+        """Graphs of every tenant by state, every state present (for ``/metrics``)."""
+        return await self.repo.count_graphs()
+
     async def wait(self, graph_id: str, timeout: float = 30.0, tenant: str | None = None) -> GraphStatus:
         """The graph once it ended; TimeoutError after ``timeout`` seconds (the graph goes on)."""
         async with asyncio.timeout(timeout):
@@ -292,8 +296,10 @@ class Graphs:
         state, done = derive(record, counts, progress_sum)
         if state not in ENDED:
             return
+        now = self.clock.now()
         data: dict[str, Any] = {
             "graph_id": record.id, "name": record.name, "state": state.value, "done": done, "total": record.total,
+            "duration": max(0.0, now - record.created_at),
         }  # fmt: skip
         event = NewEvent(_OUTCOME_EVENTS[state], record.tenant, None, None, None, data)
-        self._published(await self.repo.finish(graph_id, state, self.clock.now(), event))
+        self._published(await self.repo.finish(graph_id, state, now, event))

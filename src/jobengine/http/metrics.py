@@ -1,8 +1,9 @@
 """Prometheus metrics of one app, in a registry of its own (never the process-global default one).
 
 Counters and histograms follow the event bus (throughput, outcomes, job durations, expired leases,
-scheduler events) and the requests this app serves; gauges that describe the store (jobs by queue and
-state, leases held, dead-letters) are read from the engine when ``/metrics`` is scraped. ``/metrics`` also
+scheduler events, graph outcomes and durations) and the requests this app serves; gauges that describe the
+store (jobs by queue and state, leases held, dead-letters, graphs by state) are read from the engine when
+``/metrics`` is scraped. ``/metrics`` also
 serves the queue transports' own registry (``jobengine.delivery.metrics``: depth and counters per
 transport). :class:`MetricsServer` serves a registry on a port of its own, without a key: a worker's
 (``jobengine worker --metrics-port``, :class:`jobengine.worker.metrics.WorkerMetrics`).
@@ -20,12 +21,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobengine.core import events as ev
+from jobengine.core.graphs import GRAPH_CANCELLED, GRAPH_COMPLETED, GRAPH_FAILED, GraphState
 from jobengine.core.models import Event
 from jobengine.core.states import JobState
 from jobengine.errors import ConfigError
 from jobengine.worker.metrics import DURATION_BUCKETS
 
 _OUTCOMES = {ev.SUCCEEDED: "succeeded", ev.FAILED: "failed", ev.DEAD: "dead", ev.CANCELLED: "cancelled"}
+_GRAPH_OUTCOMES = {GRAPH_COMPLETED: "succeeded", GRAPH_FAILED: "failed", GRAPH_CANCELLED: "cancelled"}
+#: A graph runs from seconds (a chain of quick jobs) to a day (a nightly pipeline).
+GRAPH_DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 24 * 3600)
 
 
 class Metrics:
@@ -58,6 +63,15 @@ class Metrics:
         )  # fmt: skip
         self.sse_clients = Gauge("jobengine_sse_clients", "Open SSE streams", registry=r)
         self.sse_dropped = Counter("jobengine_sse_dropped", "SSE clients dropped for not reading", registry=r)
+        self.graphs = Gauge("jobengine_graphs", "Graphs by state (all tenants)", ["state"], registry=r)
+        self.graph_outcomes = Counter(
+            "jobengine_graph_outcomes", "Graphs that ended, by outcome (succeeded, failed, cancelled)", ["outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.graph_duration = Histogram(
+            "jobengine_graph_duration_seconds", "Seconds from a graph's submission to its outcome", ["outcome"],
+            registry=r, buckets=GRAPH_DURATION_BUCKETS,
+        )  # fmt: skip
         self.idempotent_replays = Counter(
             "jobengine_idempotent_replays", "POSTs answered from an Idempotency-Key record", registry=r
         )
@@ -67,6 +81,9 @@ class Metrics:
         self.events.labels(event.type).inc()
         if event.type.startswith(("run.", "schedule.", "signature.")):
             self.scheduler.labels(event.type).inc()
+        if event.type in _GRAPH_OUTCOMES:
+            self._graph_ended(event)
+            return
         outcome = _OUTCOMES.get(event.type)
         if outcome is None:
             return
@@ -77,6 +94,17 @@ class Metrics:
             self.duration.labels(queue).observe(max(0.0, float(data["duration"])))
         if data.get("error_type") == "LeaseExpired":
             self.expired.inc()
+
+    def _graph_ended(self, event: Event) -> None:
+        outcome = _GRAPH_OUTCOMES[event.type]
+        self.graph_outcomes.labels(outcome).inc()
+        duration = event.data.get("duration")
+        if isinstance(duration, int | float):
+            self.graph_duration.labels(outcome).observe(max(0.0, float(duration)))
+
+    def set_graph_gauges(self, counts: Mapping[GraphState, int]) -> None:
+        for state in GraphState:
+            self.graphs.labels(state.value).set(counts.get(state, 0))
 
     def set_store_gauges(self, counts: Mapping[tuple[str, JobState], int], paused: Mapping[str, bool]) -> None:
         self.depth.clear()

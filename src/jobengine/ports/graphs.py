@@ -35,6 +35,10 @@ class GraphStore(Protocol):
         """Newest first; ``before``: only graphs whose id sorts before it (the next page)."""
         ...
 
+    async def count_graphs(self) -> dict[GraphState, int]:
+        """Graphs of every tenant by state (an open graph is pending until one of its nodes started)."""
+        ...
+
     async def nodes(self, graph_id: GraphId) -> list[Node]:
         """The graph's nodes with their jobs as they are now."""
         ...

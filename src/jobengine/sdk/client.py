@@ -8,6 +8,9 @@ Failure policy: a call that could not reach the server (connection refused or re
     async with ApiClient("http://127.0.0.1:8080", key="je_...") as api:
         job = await api.enqueue("greet", {"name": "Ada"}, priority=5)
         same = await api.get(f"/api/v1/jobs/{job['id']}")
+        graph = await api.graphs.submit([GraphNode("a", "fetch"), GraphNode("b", "parse", after=["a"])])
+
+Graphs of jobs are :attr:`ApiClient.graphs` (:mod:`jobengine.sdk.graphs`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from urllib.parse import quote
 import httpx
 
 from jobengine.errors import JobEngineError
+from jobengine.sdk.graphs import Graphs
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: The states of a job that has ended (``GET /api/v1/jobs/{id}?wait=`` answers at once in them).
@@ -76,6 +80,8 @@ class ApiClient:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.retries = 0  # calls retried so far (for tests and logs)
+        #: Graphs of jobs: submit, get, list, cancel, retry, wait.
+        self.graphs = Graphs(self)
 
     async def __aenter__(self) -> ApiClient:
         return self

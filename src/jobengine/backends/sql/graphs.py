@@ -95,6 +95,24 @@ class SqlGraphs:
         counts = await _counts(tx, [r.id for r in records])
         return [(r, *counts[r.id]) for r in records]
 
+    async def count_graphs(self) -> dict[GraphState, int]:
+        """By outcome once written; an open graph is running once a node left the waiting states or
+        reported progress (what :func:`jobengine.core.graphs.derive` calls started), else pending."""
+        rows = await self.db.read(
+            lambda tx: tx.rows(
+                "SELECT g.state, CASE WHEN g.state IS NULL AND EXISTS (SELECT 1 FROM {s}jobs j WHERE "
+                "j.graph_id = g.id AND (j.state NOT IN ('blocked', 'queued', 'scheduled') OR j.progress > 0)) "
+                "THEN 1 ELSE 0 END AS started, count(*) FROM {s}graphs g GROUP BY 1, 2"
+            )
+        )
+        out = dict.fromkeys(GraphState, 0)
+        for state, started, n in rows:
+            if state is not None:
+                out[GraphState(state)] += int(n)
+            else:
+                out[GraphState.RUNNING if started else GraphState.PENDING] += int(n)
+        return out
+
     async def nodes(self, graph_id: GraphId) -> list[Node]:
         """The nodes of a graph with their jobs, in the order they were submitted (parents first)."""
 

@@ -47,6 +47,7 @@ async def metrics(request: Request, principal: Annotated[Principal, Depends(requ
     counts = await engine.count_jobs()
     settings = await engine.queues.settings()
     ctx.metrics.set_store_gauges(counts, {q: s.paused for q, s in settings.items()})
+    ctx.metrics.set_graph_gauges(await engine.graphs.counts())
     body = ctx.metrics.render() + await render_flow_metrics(engine)
     # The queue transports (planner, runner) keep their own registry: depth and counters per transport.
     await engine.transports.refresh_metrics()
