@@ -63,5 +63,5 @@ def test_the_parsers_name_what_is_wrong(tmp_path: Path) -> None:
         read_env_file(bad)
     (tmp_path / "systemd").mkdir()
     (tmp_path / "systemd" / "jobengine-api.service").write_text("[Service]\nUser=jobengine\n")
-    with pytest.raises(AssertionError, match="jobengine-api.service: no ExecStart"):
+    with pytest.raises(AssertionError, match=r"jobengine-api\.service: no ExecStart"):
         DeployFiles.read(tmp_path)
