@@ -55,9 +55,15 @@ def _ip(*args: str) -> None:
 
 
 def _subnet() -> str:
-    """A /24 of 10.0.0.0/8 chosen by pid, so that two beds of concurrent runs do not share routes."""
-    pid = os.getpid()
-    return f"10.{200 + (pid >> 8) % 50}.{pid % 256}"
+    """A /24 of 10.200.0.0/13 that no interface of the machine is on, the first looked at chosen by pid, so
+    that two beds of concurrent runs do not share routes."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, timeout=30).stdout
+    start = os.getpid() % 2048
+    for n in range(start, start + 2048):
+        subnet = f"10.{200 + n % 2048 // 256}.{n % 256}"
+        if f" {subnet}." not in used:
+            return subnet
+    raise RuntimeError("no free /24 in 10.200.0.0/13")
 
 
 @dataclass
