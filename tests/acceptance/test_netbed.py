@@ -254,6 +254,10 @@ async def test_partitions_heal_without_a_lost_or_repeated_job_or_tick(fleet: Fle
         if e.host == victim and e.at > healed and e.attempt == attempt
     ]
     assert after and {e.pid for e in after} == {fleet.pids[victim]}
+    # ... and keeps them: once it has registered again (within a lease of the heal), no job it starts is
+    # taken from it as from a dead worker.
+    starts = [e for e in lines if e.host == victim and e.kind == "start" and e.at > healed + LEASE]
+    assert starts and [e.job for e in starts if jobs[e.job][1] != e.attempt] == []
 
     # Every tick fired once, none missed, none later than the misfire grace; while the leader was cut off,
     # the other scheduler fired.
