@@ -145,6 +145,23 @@ async def test_one_look_by_a_process_that_just_started_finds_a_dead_worker(store
         assert {w.id for w in await newcomer.workers().dead(T0)} == {"w1"}
 
 
+@pytest.mark.capability("shared")
+async def test_a_worker_declared_dead_that_registers_again_lives(store: Store) -> None:
+    """A worker cut off from the database for a while is declared dead while its process lives. Back, it
+    registers again with a fresh liveness key, which it must hold: else it is declared dead again and
+    again, and every job it claims is taken from it."""
+    async with _other_process(store) as other:
+        await other.workers().register(_worker("w1"))
+        await store.workers().remove([WorkerId("w1")])  # declared dead by another process: its row is gone
+        assert not await other.workers().beat(WorkerId("w1"), T0, T0 + LEASE)
+        await other.workers().register(_worker("w1"))  # what the worker runtime does then: a fresh key
+        await asyncio.sleep(1.5)  # past the PostgreSQL registry's grace: a held lock stays held
+        assert await store.workers().dead(T0 + 10 * LEASE) == []
+        assert await store.workers().dead(T0 + 10 * LEASE) == []
+        await other.workers().close()  # and its liveness still ends with the process
+        assert await _dead_ids(store, T0) == {"w1"}
+
+
 async def test_liveness_keys_differ() -> None:
     assert len({new_lock_key() for _ in range(1000)}) == 1000
     assert all(0 < k < 2**63 for k in (new_lock_key() for _ in range(100)))

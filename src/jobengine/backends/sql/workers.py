@@ -95,6 +95,7 @@ class SqlWorkers(ABC, Generic[H]):
     def __init__(self, db: Db) -> None:
         self._db = db
         self._held: dict[WorkerId, H] = {}  # our own workers' liveness
+        self._held_keys: dict[WorkerId, int] = {}  # the key each of those holds
 
     @abstractmethod
     async def _hold(self, key: int) -> H: ...
@@ -106,8 +107,16 @@ class SqlWorkers(ABC, Generic[H]):
         """After the rows of ``workers`` (with lock ``keys``) are deleted."""
 
     async def register(self, info: WorkerInfo) -> None:
-        if info.lock_key is not None and info.id not in self._held:
-            self._held[info.id] = await self._hold(info.lock_key)
+        """Write the worker's row; hold its liveness key first. A worker registering again (declared dead
+        while its process lived, or after a failed register) may bring another key: the new one is held
+        before the old one is let go, so its row never names a key nobody holds."""
+        key = info.lock_key
+        if key is not None and self._held_keys.get(info.id) != key:
+            old = self._held.get(info.id)
+            self._held[info.id] = await self._hold(key)
+            self._held_keys[info.id] = key
+            if old is not None:
+                await self._let_go(old, leaving=True)
         await register(self._db, info)
 
     async def beat(self, worker: WorkerId, now: float, expires_at: float) -> bool:
@@ -118,6 +127,7 @@ class SqlWorkers(ABC, Generic[H]):
             await remove(self._db, [worker])
         finally:
             held = self._held.pop(worker, None)
+            self._held_keys.pop(worker, None)
             if held is not None:
                 await self._let_go(held, leaving=True)
 
@@ -136,5 +146,6 @@ class SqlWorkers(ABC, Generic[H]):
 
     async def close(self) -> None:
         held, self._held = self._held, {}
+        self._held_keys.clear()
         for h in held.values():
             await self._let_go(h, leaving=False)
