@@ -15,6 +15,7 @@ from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
 from jobengine.core.runs import RunFilter, RunState, RunTrigger
 from jobengine.engine import Engine
 from jobengine.errors import IllegalState, InvalidJob
+from tests.support.tables import table_counts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -143,36 +144,16 @@ async def test_bad_requests_name_the_field() -> None:
     assert (mode.value.field, run_id.value.field, env.value.field) == ("mode", "run_id", "environment")
 
 
-async def table_counts(engine: Engine) -> dict[str, int]:
-    """Every table's row count, read straight from the database."""
-    if engine.settings.database.startswith("postgres"):
-        import psycopg
-
-        schema = engine.settings.postgres_schema
-        async with await psycopg.AsyncConnection.connect(engine.settings.database) as conn:
-            sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-            names = await (await conn.execute(sql, (schema,))).fetchall()
-            return {
-                n: (await (await conn.execute(f'SELECT count(*) FROM "{schema}"."{n}"')).fetchone())[0]  # type: ignore[index]
-                for (n,) in names
-            }
-    import sqlite3
-
-    with sqlite3.connect(engine.settings.database) as conn:
-        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        return {n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for (n,) in names}
-
-
 async def test_preview_writes_nothing(engine: Engine, clock: ManualClock) -> None:
     await engine.runs.start(RunRequest(task="score", items=tuple(range(10)), segment_size=5))
     jobs = await claim(engine)
     await complete(engine, jobs[:1])
-    before = await table_counts(engine)
+    before = await table_counts(engine.settings)
     assert before["runs"] == 1 and before["run_cursor_moves"] == 1
     preview = await engine.runs.preview(RunRequest(task="score", items=tuple(range(30)), mode=RunMode.INCREMENTAL))
     assert (len(preview.plan.todo), preview.plan.done, preview.cursor) == (25, 5, None)
     assert preview.sample[:3] == (5, 6, 7)
-    assert await table_counts(engine) == before
+    assert await table_counts(engine.settings) == before
 
 
 async def test_a_second_incremental_run_of_a_stream_is_refused_while_the_first_is_unfinished(engine: Engine) -> None:
