@@ -127,4 +127,7 @@ async def test_the_dashboards_run_forms_refuse_bad_input_and_write_only_when_con
         assert (await ui.post("/runs/new", data={**fields, "confirm": "start"})).status_code == 403  # no CSRF token
         assert (await ui.get("/schedules/nope/trigger")).status_code == 404
         r = await ui.get(f"/runs/{run['id']}", params={"change": "same"})
-        assert r.status_code == 200 and 'id="diff"' not in r.text  # only a simulate run has a diff
+        assert r.status_code == 200 and 'id="diff-title"' not in r.text  # only a simulate run has a diff
+        sim = (await acme.post(R, json={"task": "score", "items": [1], "mode": "simulate"})).json()
+        r = await ui.get(f"/runs/{sim['id']}")
+        assert r.status_code == 200 and "The diff is ready once this simulate run ended" in r.text
