@@ -90,3 +90,6 @@ async def test_an_overlapping_incremental_run_is_a_409(pair: tuple[Engine, httpx
     assert [(r["id"], r["mode"]) for r in listed] == [(first["id"], "incremental")]
     assert (await acme.get(R, params={"mode": "simulate"})).json()["items"] == []
     assert (await acme.get(R, params={"mode": "sometimes"})).status_code == 422
+    stream = (await acme.get(R, params={"schedule_id": "score accounts"})).json()["items"]
+    assert [r["id"] for r in stream] == [first["id"]]  # a stream's runs, by its schedule_id
+    assert (await acme.get(R, params={"schedule_id": "a b c"})).status_code == 422
