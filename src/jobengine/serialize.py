@@ -171,6 +171,7 @@ def run_to_json(run: Run, *, with_trigger_data: bool = False) -> JsonObject:
         "updated_at": iso(run.updated_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
+        "mode": run.mode,
     }
     if with_trigger_data:
         out["trigger_data"] = run.trigger_data

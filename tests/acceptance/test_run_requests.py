@@ -1,5 +1,5 @@
-"""An incremental run whose worker is SIGKILLed halfway, for real: the cursor stays where it was, and the
-next incremental run redoes only the items no segment finished."""
+"""An incremental run whose worker is SIGKILLed halfway, for real, on SQLite and PostgreSQL: the cursor stays
+where it was, and the next incremental run redoes only the items no segment finished."""
 
 from __future__ import annotations
 
@@ -43,8 +43,13 @@ async def items_of(engine: Engine, run_id: str, outcome: JobState | None = JobSt
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-async def test_a_killed_run_leaves_the_cursor_and_the_next_redoes_only_the_rest(procs: Procs) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_killed_run_leaves_the_cursor_and_the_next_redoes_only_the_rest(
+    procs: Procs, backend: str, request: pytest.FixtureRequest
+) -> None:
     procs.env.update(FAST)
+    if backend == "postgres":
+        procs.env["JOBENGINE_DATABASE"] = request.getfixturevalue("postgres_dsn")
     async with Engine.from_settings(Settings(database=procs.env["JOBENGINE_DATABASE"])) as engine:
         first = RunRequest(task="work", items=tuple(range(1000)), segment_size=100)
         full = await engine.runs.start(first)

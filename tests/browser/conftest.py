@@ -7,7 +7,8 @@ Without chromium (or the playwright package) the tests skip locally with the rea
 
 The server's tasks are driven by the tests through :class:`Controls`: ``steps`` is a three-phase task
 whose progress moves only when the test says so; ``flaky`` fails while ``controls.flaky_fails`` is set;
-``gate`` (payload ``{"gate": name}``) runs until the test opens its gate (``controls.open(name)``).
+``gate`` (payload ``{"gate": name}``) runs until the test opens its gate (``controls.open(name)``);
+``score`` is a run request's task (results per item; a simulate run's differ on every tenth item).
 Every test saves a screenshot in its output folder: ``test-results/<test name>/`` under the repository.
 """
 
@@ -108,6 +109,13 @@ def _gate(controls: Controls) -> Any:
     return run
 
 
+def _score(ctx: Any) -> list[int]:
+    """A run request's task: twice each item, one per item in order; a simulate run scores every tenth
+    item one higher, so its diff against a full run has changed items."""
+    bump = ctx.mode == "simulate"
+    return [2 * i + (1 if bump and i % 10 == 0 else 0) for i in ctx.payload["items"]]
+
+
 def _flaky(controls: Controls) -> Any:
     def run(ctx: Any) -> str:
         if controls.flaky_fails.is_set():
@@ -137,6 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         engine.add_task("steps", phases=phases, max_attempts=1, queue="work")
         engine.add_task("flaky", _flaky(controls), max_attempts=1, queue="work")
         engine.add_task("gate", _gate(controls), max_attempts=1, queue="work")
+        engine.add_task("score", _score, max_attempts=1, queue="work")
         async with engine:
             _, key = await engine.keys.create("default", ["admin"], "browser tests")
             _, other = await engine.keys.create("globex", ["admin"], "another tenant")

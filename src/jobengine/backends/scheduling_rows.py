@@ -81,6 +81,12 @@ def with_trigger_data(run: Run, raw: str | None) -> Run:
     return run if raw is None else replace(run, trigger_data=codec.loads(raw))
 
 
+def with_mode(run: Run, mode: str | None) -> Run:
+    """``run`` with the mode its row's ``mode`` column holds (kept apart from RUN_COLUMNS, which the job
+    paths rewrite: the mode is written once, with the run)."""
+    return run if mode is None else replace(run, mode=mode)
+
+
 def segment_from_row(r: Sequence[Any]) -> Segment:
     outcome = JobState(r[4]) if r[4] is not None else None
     return Segment(run_id=RunId(r[0]), job_id=JobId(r[1]), index=r[2], items=r[3], outcome=outcome, duration=r[5])

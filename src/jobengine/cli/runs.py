@@ -28,7 +28,7 @@ from jobengine.core.clock import iso, to_datetime
 from jobengine.core.ids import short_id
 from jobengine.core.models import Job
 from jobengine.core.run_diff import ItemChange
-from jobengine.core.run_requests import RunRequest
+from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunFilter, RunState, RunTrigger, Segment
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
 from jobengine.engine import Engine
@@ -108,6 +108,9 @@ def list_runs(
     schedule: Annotated[str | None, typer.Option(help="Only runs of this schedule (name or id).")] = None,
     state: Annotated[str | None, typer.Option(help="Only these states (comma-separated).")] = None,
     trigger: Annotated[str | None, typer.Option(help="Only this trigger: schedule, manual, retry or request.")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Only run requests in this mode: full, incremental or simulate.")
+    ] = None,
     since: Annotated[str | None, typer.Option(help="Created at or after this ISO 8601 time.")] = None,
     until: Annotated[str | None, typer.Option(help="Created before this ISO 8601 time.")] = None,
     tenant: TenantFilter = None,
@@ -120,9 +123,13 @@ def list_runs(
     triggers = _enum_list(RunTrigger, trigger, "trigger")
     if len(triggers) > 1:
         raise InvalidSchedule("trigger", "give one trigger")
+    modes = _enum_list(RunMode, mode, "mode")
+    if len(modes) > 1:
+        raise InvalidSchedule("mode", "give one mode")
     base = RunFilter(
         tenant=tenant, states=_enum_list(RunState, state, "state"), trigger=triggers[0] if triggers else None,
         created_after=_time(since, "since"), created_before=_time(until, "until"), limit=limit,
+        mode=modes[0].value if modes else None,
     )  # fmt: skip
 
     async def go(engine: Engine) -> list[Run]:

@@ -106,6 +106,9 @@ class Run:
     #: JSON that came with the trigger (an inbound hook's event), None otherwise. Stored apart from the
     #: columns the job paths read and rewrite, so only reads of one run (``get_runs``) return it.
     trigger_data: Json = None
+    #: The mode of the run request that made it (``core.run_modes``: full, incremental, simulate); None
+    #: for a run no request made.
+    mode: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -144,6 +147,7 @@ class RunFilter:
     created_before: float | None = None
     limit: int = 100
     before_id: RunId | None = None  # newest first; page with the last id seen
+    mode: str | None = None  # runs of requests in this mode only (full, incremental, simulate)
 
 
 def run_event(type_: str, run: Run, **extra: Json) -> NewEvent:

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 
-from jobengine.dashboard import stream, views_graphs, views_jobs, views_ops, views_packs
+from jobengine.dashboard import stream, views_graphs, views_jobs, views_ops, views_packs, views_runs
 from jobengine.dashboard.base import DashboardState, html_errors
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.stats import CountCache, Recorder
@@ -33,7 +33,9 @@ def install(app: FastAPI, ctx: ApiContext) -> None:
     refresh = ctx.settings.dashboard_refresh_seconds
     app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), CountCache(ctx.engine, refresh), refresh)
     app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
-    for router in (views_jobs.router, views_ops.router, views_graphs.router, views_packs.router, stream.router):
+    # views_runs first: its /runs/new pages would otherwise match views_ops' /runs/{run_id} routes.
+    routers = (views_runs.router, views_jobs.router, views_ops.router, views_graphs.router, views_packs.router)
+    for router in (*routers, stream.router):
         app.include_router(router)
     # An unknown page or a wrong method outside the API answers a page with the layout; the API (and its
     # OpenAPI document and docs) keep the problem+json handler installed before.

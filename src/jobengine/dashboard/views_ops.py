@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 
 from jobengine.core.ids import JobId, RunId, ScheduleId
 from jobengine.core.models import Job, JobFilter
+from jobengine.core.run_modes import RunMode
 from jobengine.core.runs import RunFilter
 from jobengine.core.schedules import ScheduleFilter
 from jobengine.core.selection import MAX_BULK
@@ -23,6 +24,7 @@ from jobengine.dashboard import session as sess
 from jobengine.dashboard.base import HtmlRoute, engine, render, see_other
 from jobengine.dashboard.overview import visible_workers
 from jobengine.dashboard.session import DashboardError, Session
+from jobengine.dashboard.views_runs import diff_values
 from jobengine.errors import NotFound
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
@@ -151,18 +153,28 @@ async def schedule_action(request: Request, ref: str, verb: str) -> Response:
 
 # -- runs -------------------------------------------------------------------------------------------
 async def runs_values(request: Request, session: Session) -> dict[str, Any]:
-    """The runs page (``?schedule=`` one schedule's, ``?cursor=`` older ones) and its live stream."""
+    """The runs page (``?schedule=`` one schedule's, ``?mode=`` a run request mode's, ``?cursor=`` older
+    ones) and its live stream."""
     cursor = _cursor(request)
     schedule = request.query_params.get("schedule", "").strip() or None
+    if schedule and " " in schedule:  # a run request's stream ("<task> <source>"): two names
+        for name in schedule.split(" ", 1):
+            _ref(name, "schedule")
+    elif schedule:
+        _ref(schedule, "schedule")
+    mode = request.query_params.get("mode", "").strip()
+    modes = [m.value for m in RunMode]
+    if mode and mode not in modes:
+        raise DashboardError(422, f"one of {', '.join(modes)}", "mode")
     filt = RunFilter(
-        tenant=session.tenant, schedule_id=ScheduleId(_ref(schedule, "schedule")) if schedule else None,
-        limit=PAGE, before_id=RunId(cursor) if cursor else None,
+        tenant=session.tenant, schedule_id=ScheduleId(schedule) if schedule else None, limit=PAGE,
+        before_id=RunId(cursor) if cursor else None, mode=mode or None,
     )  # fmt: skip
     runs = await engine(request).runs.list(filt)
     names = await schedule_names(request, session)
     return {
         "runs": runs, "schedule": schedule or "", "names": names, "query": request.url.query,
-        "next_cursor": runs[-1].id if len(runs) >= PAGE else None,
+        "next_cursor": runs[-1].id if len(runs) >= PAGE else None, "mode": mode, "modes": modes,
     }  # fmt: skip
 
 
@@ -197,6 +209,8 @@ async def run_page(request: Request, run_id: str) -> Response:
     values = await run_values(request, session, run_id)
     if values["run"].id != run_id:
         return RedirectResponse(f"/runs/{values['run'].id}", status_code=302)
+    # The diff of a simulate run is read once, with the page: an ended run no longer changes.
+    values.update(await diff_values(request, session, values["run"]))
     return render(request, "run.html", session, values)
 
 

@@ -205,6 +205,8 @@ class RunOut(BaseModel):
     updated_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    #: The mode of the run request that made the run (None: a schedule's run, a retry).
+    mode: RunMode | None = None
     #: The JSON that came with the trigger (an inbound hook's event); in the answer about one run only.
     trigger_data: Any = None
 

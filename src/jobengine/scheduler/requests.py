@@ -106,7 +106,10 @@ async def preview(
         "skipped": {"before_cursor": plan.before_cursor, "done": plan.done},
     }
     planned = replace(
-        planned, run=replace(planned.run, trigger_data=data), stream=request.stream, cursor_to=plan.move_to
+        planned,
+        run=replace(planned.run, trigger_data=data, mode=request.mode.value),
+        stream=request.stream,
+        cursor_to=plan.move_to,
     )
     return RunPreview(request, cursor, plan, len(planned.jobs)), planned
 

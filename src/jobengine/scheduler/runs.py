@@ -183,7 +183,7 @@ class Runs:
                       parent_id=run.id)  # fmt: skip
         planned = requests.fan_out_request(self._tasks, request, new, request.items)
         data: dict[str, Json] = {"request": {**stored, "reason": reason}, "replay_of": run.id}
-        planned = replace(planned, run=replace(planned.run, trigger_data=data))
+        planned = replace(planned, run=replace(planned.run, trigger_data=data, mode=request.mode.value))
         fired = await self._store.insert_run(planned, now)
         self._published(fired.events)
         await self._jobs_created(fired.jobs)
@@ -192,7 +192,9 @@ class Runs:
     async def start(self, request: RunRequest, *, tenant: str = "default", actor: str = "system") -> Run:
         """A run of ``request.task`` over the request's items (``core.run_requests``: full, incremental or
         simulate), one job per segment at the priority of its class. With ``request.run_id``, the same
-        request again returns the run it made; a different request with that id raises IllegalState.
+        request again returns the run it made; a different request with that id raises IllegalState. An
+        incremental run raises IllegalState (409) while another incremental run of its stream (task and
+        source) is unfinished: both would take the items after the same cursor (docs/scheduler.md).
 
         Usage::
 

@@ -10,7 +10,7 @@ import httpx
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Completion
 
-from .conftest import Api, browser
+from .conftest import Api, browser, form
 
 R = "/api/v1/runs"
 
@@ -97,3 +97,37 @@ async def test_a_simulate_runs_diff_and_a_replay(api: Api, acme: httpx.AsyncClie
     assert (again["parent_id"], again["state"], again["items"], again["reason"]) == (full["id"], "queued", 3, "again")
     assert (await acme.post(f"{R}/{again['id']}/replay")).status_code == 409  # not ended yet
     assert (await acme.post(f"{R}/nope/replay")).status_code == 404
+
+
+async def test_the_dashboards_run_forms_refuse_bad_input_and_write_only_when_confirmed(
+    api: Api, acme: httpx.AsyncClient
+) -> None:
+    async with browser(api, api.keys["acme"]) as ui:
+        assert (await ui.get("/runs", params={"mode": "sometimes"})).status_code == 422
+        assert (await ui.get("/runs/new")).status_code == 200
+        fields = {"task": "score", "mode": "incremental", "items": "a\nb\n3", "segment_size": "2"}
+        r = await ui.post("/runs/new/preview", data=form(ui, **fields))
+        assert r.status_code == 200 and 'data-count="todo">3<' in r.text, r.text[-800:]
+        assert (await acme.get(R)).json()["items"] == []  # the preview wrote nothing
+        for bad, field in (({"segment_size": "x"}, "segment_size"), ({"mode": "often"}, "mode"),
+                           ({"items": "[1,"}, "items"), ({"task": ""}, "task")):  # fmt: skip
+            r = await ui.post("/runs/new/preview", data=form(ui, **{**fields, **bad}))
+            assert r.status_code == 422 and f"{field}: " in r.text, (bad, r.text[-800:])
+        assert (await ui.post("/runs/new", data=form(ui, **fields))).status_code == 422  # not confirmed
+        r = await ui.post("/runs/new", data=form(ui, **fields, confirm="start"))
+        assert r.status_code == 303, r.text
+        run = (await acme.get(R)).json()["items"][0]
+        assert (run["mode"], run["items"], r.headers["location"]) == (
+            "incremental",
+            3,
+            f"/runs/{run['id']}?done=run+started",
+        )
+        again = await ui.post("/runs/new", data=form(ui, **fields, confirm="start"))
+        assert again.status_code == 409 and run["id"] in again.text  # one incremental run of a stream at a time
+        assert (await ui.post("/runs/new", data={**fields, "confirm": "start"})).status_code == 403  # no CSRF token
+        assert (await ui.get("/schedules/nope/trigger")).status_code == 404
+        r = await ui.get(f"/runs/{run['id']}", params={"change": "same"})
+        assert r.status_code == 200 and 'id="diff-title"' not in r.text  # only a simulate run has a diff
+        sim = (await acme.post(R, json={"task": "score", "items": [1], "mode": "simulate"})).json()
+        r = await ui.get(f"/runs/{sim['id']}")
+        assert r.status_code == 200 and "The diff is ready once this simulate run ended" in r.text

@@ -170,6 +170,12 @@ def test_runs_start_a_request_preview_it_and_name_bad_fields(cli: InProcessCli, 
     assert cli("runs", "start", "score", "--mode", "sometimes", expect=2).stderr.startswith("error: mode: ")
     assert cli("runs", "start", "score", "--env", "region", expect=2).stderr.startswith("error: env: ")
     assert cli("runs", "start", "score", "--items", "{}", expect=2).stderr.startswith("error: items: ")
+    overlap = cli("runs", "start", "score", "--items", '["e"]', "--mode", "incremental", expect=1).stderr
+    assert "already has incremental run night-1" in overlap  # night-1 is still queued
+    cli("runs", "start", "score", "--items", '["e"]', "--mode", "simulate")
+    assert [r["id"] for r in cli.json("runs", "list", "--mode", "incremental")] == ["night-1"]
+    assert [r["mode"] for r in cli.json("runs", "list", "--mode", "simulate")] == ["simulate"]
+    assert cli("runs", "list", "--mode", "often", expect=2).stderr.startswith("error: mode: ")
 
 
 @pytest.mark.timeout(300)

@@ -3,6 +3,7 @@ only when every segment succeeded), idempotent run ids, and a preview that write
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,9 +12,10 @@ from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, Job
 from jobengine.core.run_requests import PriorityClass, RunMode, RunRequest
-from jobengine.core.runs import RunState, RunTrigger
+from jobengine.core.runs import RunFilter, RunState, RunTrigger
 from jobengine.engine import Engine
 from jobengine.errors import IllegalState, InvalidJob
+from tests.support.tables import table_counts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -142,33 +144,70 @@ async def test_bad_requests_name_the_field() -> None:
     assert (mode.value.field, run_id.value.field, env.value.field) == ("mode", "run_id", "environment")
 
 
-async def table_counts(engine: Engine) -> dict[str, int]:
-    """Every table's row count, read straight from the database."""
-    if engine.settings.database.startswith("postgres"):
-        import psycopg
-
-        schema = engine.settings.postgres_schema
-        async with await psycopg.AsyncConnection.connect(engine.settings.database) as conn:
-            sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-            names = await (await conn.execute(sql, (schema,))).fetchall()
-            return {
-                n: (await (await conn.execute(f'SELECT count(*) FROM "{schema}"."{n}"')).fetchone())[0]  # type: ignore[index]
-                for (n,) in names
-            }
-    import sqlite3
-
-    with sqlite3.connect(engine.settings.database) as conn:
-        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        return {n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for (n,) in names}
-
-
 async def test_preview_writes_nothing(engine: Engine, clock: ManualClock) -> None:
     await engine.runs.start(RunRequest(task="score", items=tuple(range(10)), segment_size=5))
     jobs = await claim(engine)
     await complete(engine, jobs[:1])
-    before = await table_counts(engine)
+    before = await table_counts(engine.settings)
     assert before["runs"] == 1 and before["run_cursor_moves"] == 1
     preview = await engine.runs.preview(RunRequest(task="score", items=tuple(range(30)), mode=RunMode.INCREMENTAL))
     assert (len(preview.plan.todo), preview.plan.done, preview.cursor) == (25, 5, None)
     assert preview.sample[:3] == (5, 6, 7)
-    assert await table_counts(engine) == before
+    assert await table_counts(engine.settings) == before
+
+
+async def test_a_second_incremental_run_of_a_stream_is_refused_while_the_first_is_unfinished(engine: Engine) -> None:
+    first = RunRequest(task="score", items=tuple(range(10)), segment_size=5, mode=RunMode.INCREMENTAL)
+    run = await engine.runs.start(first)
+    grown = RunRequest(task="score", items=tuple(range(15)), segment_size=5, mode=RunMode.INCREMENTAL)
+    with pytest.raises(IllegalState, match=f"incremental run {run.id} queued"):
+        await engine.runs.start(grown)
+    jobs = await claim(engine)
+    await complete(engine, jobs[:1])
+    with pytest.raises(IllegalState, match=f"incremental run {run.id} running"):
+        await engine.runs.start(grown)
+    # Other streams, and runs that move no cursor or take every item anyway, are not held up.
+    other = await engine.runs.start(RunRequest(task="score", items=(1,), source="b", mode=RunMode.INCREMENTAL))
+    simulate = await engine.runs.start(RunRequest(task="score", items=(1,), mode=RunMode.SIMULATE))
+    full = await engine.runs.start(RunRequest(task="other", items=(1,)))
+    assert len({other.id, simulate.id, full.id, run.id}) == 4
+    assert (await engine.runs.get(other.id)).mode == "incremental"
+    await complete(engine, [j for j in await claim(engine)] + jobs[1:])
+    assert (await engine.runs.get(run.id)).state is RunState.COMPLETED
+    assert await cursor(engine, first) == 9
+    second = await engine.runs.start(grown)  # the first ended: the second takes only what it left
+    assert second.items == 5
+    assert sorted(await complete(engine, await claim(engine))) == [10, 11, 12, 13, 14]
+    assert await cursor(engine, grown) == 14
+
+
+async def test_an_ended_incremental_run_frees_its_stream_and_a_replay_never_holds_it(engine: Engine) -> None:
+    request = RunRequest(task="score", items=(1, 2, 3), segment_size=1, mode=RunMode.INCREMENTAL)
+    run = await engine.runs.start(request)
+    await engine.runs.cancel(run.id)
+    again = await engine.runs.start(request)
+    assert again.items == 3
+    replay = await engine.runs.replay(run.id)  # moves no cursor: runs beside the incremental one
+    assert (replay.parent_id, replay.mode) == (run.id, "incremental")
+    await complete(engine, await claim(engine))
+    assert await cursor(engine, request) == 3
+
+
+async def test_incremental_runs_started_at_once_make_one_run(engine: Engine) -> None:
+    requests = [
+        RunRequest(task="score", items=tuple(range(n + 5)), segment_size=5, mode=RunMode.INCREMENTAL) for n in range(6)
+    ]
+    outcomes = await asyncio.gather(*(engine.runs.start(r) for r in requests), return_exceptions=True)
+    started = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(started) == 1, outcomes
+    assert all(isinstance(o, IllegalState) and "already has" in str(o) for o in refused), refused
+    runs = await engine.runs.list(RunFilter(tenant="default", mode="incremental"))
+    assert [r.id for r in runs] == [started[0].id]  # type: ignore[union-attr]
+
+
+async def test_runs_filter_by_mode(engine: Engine) -> None:
+    made = {m: (await engine.runs.start(RunRequest(task="score", items=(1,), mode=m))).id for m in RunMode}
+    assert len(await engine.runs.list(RunFilter(tenant="default"))) == 3
+    for mode, run_id in made.items():
+        assert [(r.id, r.mode) for r in await engine.runs.list(RunFilter(mode=mode.value))] == [(run_id, mode.value)]

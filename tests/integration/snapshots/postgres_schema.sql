@@ -172,6 +172,7 @@ COLUMN runs.finished_at double precision NULL
 COLUMN runs.fired_by text NULL
 COLUMN runs.id text NOT NULL COLLATE C
 COLUMN runs.items integer NOT NULL DEFAULT 0
+COLUMN runs.mode text NULL
 COLUMN runs.no_work boolean NOT NULL DEFAULT false
 COLUMN runs.parent_id text NULL COLLATE C
 COLUMN runs.reason text NULL
@@ -327,6 +328,7 @@ INDEX CREATE INDEX pack_versions_sha256 ON pack_versions USING btree (sha256)
 INDEX CREATE INDEX run_jobs_run ON run_jobs USING btree (run_id, segment)
 INDEX CREATE INDEX runs_active ON runs USING btree (schedule_id, state) WHERE (state = ANY (ARRAY['planning'::text, 'queued'::text, 'running'::text]))
 INDEX CREATE INDEX runs_finished ON runs USING btree (finished_at) WHERE (finished_at IS NOT NULL)
+INDEX CREATE INDEX runs_mode ON runs USING btree (tenant, mode, id) WHERE (mode IS NOT NULL)
 INDEX CREATE INDEX runs_schedule ON runs USING btree (schedule_id, id)
 INDEX CREATE INDEX runs_tenant ON runs USING btree (tenant, id)
 INDEX CREATE INDEX schedule_ticks_fired ON schedule_ticks USING btree (fired_at)
@@ -359,6 +361,7 @@ INDEX CREATE UNIQUE INDEX queue_settings_pkey ON queue_settings USING btree (que
 INDEX CREATE UNIQUE INDEX run_cursor_moves_pkey ON run_cursor_moves USING btree (run_id)
 INDEX CREATE UNIQUE INDEX run_cursors_pkey ON run_cursors USING btree (tenant, stream)
 INDEX CREATE UNIQUE INDEX run_jobs_pkey ON run_jobs USING btree (job_id)
+INDEX CREATE UNIQUE INDEX runs_one_incremental ON runs USING btree (tenant, schedule_id) WHERE ((mode = 'incremental'::text) AND (parent_id IS NULL) AND (state = ANY (ARRAY['planning'::text, 'queued'::text, 'running'::text])))
 INDEX CREATE UNIQUE INDEX runs_pkey ON runs USING btree (id)
 INDEX CREATE UNIQUE INDEX schedule_ticks_pkey ON schedule_ticks USING btree (schedule_id, tick_ms)
 INDEX CREATE UNIQUE INDEX schedules_name ON schedules USING btree (tenant, name)

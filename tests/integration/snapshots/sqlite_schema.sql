@@ -21,6 +21,7 @@ CREATE INDEX pack_versions_sha256 ON pack_versions (sha256);
 CREATE INDEX run_jobs_run ON run_jobs (run_id, segment);
 CREATE INDEX runs_active ON runs (schedule_id, state) WHERE state = 'planning' OR state = 'queued' OR state = 'running';
 CREATE INDEX runs_finished ON runs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX runs_mode ON runs (tenant, mode, id) WHERE mode IS NOT NULL;
 CREATE INDEX runs_schedule ON runs (schedule_id, id);
 CREATE INDEX runs_tenant ON runs (tenant, id);
 CREATE INDEX schedule_ticks_fired ON schedule_ticks (fired_at);
@@ -51,7 +52,7 @@ CREATE TABLE queue_settings ( queue TEXT PRIMARY KEY, paused INTEGER NOT NULL DE
 CREATE TABLE run_cursor_moves ( run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, stream TEXT NOT NULL, value TEXT NOT NULL ) WITHOUT ROWID;
 CREATE TABLE run_cursors ( tenant TEXT NOT NULL, stream TEXT NOT NULL, value TEXT NOT NULL, run_id TEXT NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (tenant, stream) ) WITHOUT ROWID;
 CREATE TABLE run_jobs ( job_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, segment INTEGER NOT NULL, items INTEGER NOT NULL, outcome TEXT, duration REAL ) WITHOUT ROWID;
-CREATE TABLE runs ( id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, tenant TEXT NOT NULL, state TEXT NOT NULL CHECK (state = 'planning' OR state = 'queued' OR state = 'running' OR state = 'completed' OR state = 'cancelled' OR state = 'error'), trigger TEXT NOT NULL, tick REAL, reason TEXT, actor TEXT, parent_id TEXT, no_work INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, succeeded INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0, duration_total REAL NOT NULL DEFAULT 0, duration_max REAL NOT NULL DEFAULT 0, fired_by TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, finished_at REAL , trigger_data TEXT);
+CREATE TABLE runs ( id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, tenant TEXT NOT NULL, state TEXT NOT NULL CHECK (state = 'planning' OR state = 'queued' OR state = 'running' OR state = 'completed' OR state = 'cancelled' OR state = 'error'), trigger TEXT NOT NULL, tick REAL, reason TEXT, actor TEXT, parent_id TEXT, no_work INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, succeeded INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0, duration_total REAL NOT NULL DEFAULT 0, duration_max REAL NOT NULL DEFAULT 0, fired_by TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, finished_at REAL , trigger_data TEXT, mode TEXT);
 CREATE TABLE schedule_ticks ( schedule_id TEXT NOT NULL, tick_ms INTEGER NOT NULL, run_id TEXT, fired_at REAL NOT NULL, fired_by TEXT, PRIMARY KEY (schedule_id, tick_ms) ) WITHOUT ROWID;
 CREATE TABLE schedules ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL, cursor REAL NOT NULL, next_fire_at REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, created_by TEXT, updated_by TEXT );
 CREATE TABLE sqlite_sequence(name,seq);
@@ -62,4 +63,5 @@ CREATE TABLE webhook_endpoints ( id TEXT PRIMARY KEY, tenant TEXT NOT NULL, url 
 CREATE TABLE workers ( id TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind = 'local' OR kind = 'remote'), tenant TEXT, host TEXT NOT NULL, pid INTEGER NOT NULL, version TEXT NOT NULL, queues TEXT NOT NULL, tasks TEXT NOT NULL, packs TEXT NOT NULL, concurrency INTEGER NOT NULL, lock_key INTEGER, started_at REAL NOT NULL, last_seen REAL NOT NULL, expires_at REAL NOT NULL );
 CREATE UNIQUE INDEX graph_nodes_name ON graph_nodes (graph_id, node);
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE UNIQUE INDEX runs_one_incremental ON runs (tenant, schedule_id) WHERE mode = 'incremental' AND parent_id IS NULL AND state IN ('planning', 'queued', 'running');
 CREATE UNIQUE INDEX schedules_name ON schedules (tenant, name);

@@ -30,12 +30,14 @@ from jobengine.backends.scheduling_rows import (
     schedule_values,
     segment_from_row,
     trigger_data_value,
+    with_mode,
     with_trigger_data,
 )
 from jobengine.core import codec, firing
 from jobengine.core import runs as rn
 from jobengine.core.ids import RunId, ScheduleId
 from jobengine.core.models import Event, Json, NewEvent
+from jobengine.core.run_modes import RunMode
 from jobengine.core.run_requests import later
 from jobengine.core.runs import JobOutcome, Run, RunFilter, RunState, Segment
 from jobengine.core.schedules import Schedule, ScheduleFilter
@@ -65,7 +67,8 @@ async def _schedules(tx: Tx, where: str, params: Sequence[Any]) -> list[Schedule
 
 async def _runs(tx: Tx, where: str, params: Sequence[Any]) -> list[Run]:
     columns = ", ".join(f"r.{c}" for c in RUN_COLUMNS.split(", "))
-    return [run_from_row(row) for row in await tx.rows(f"SELECT {columns} FROM {{s}}runs r WHERE {where}", params)]
+    rows = await tx.rows(f"SELECT {columns}, r.mode FROM {{s}}runs r WHERE {where}", params)
+    return [with_mode(run_from_row(row), row[RUN_WIDTH]) for row in rows]
 
 
 async def _locked_runs(tx: Tx, ids: Sequence[str]) -> dict[str, Run]:
@@ -89,6 +92,8 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
     else:
         sql = f"INSERT INTO {{s}}runs ({RUN_COLUMNS}, {TRIGGER_DATA}) VALUES ({marks(RUN_WIDTH + 1)})"
         await tx.run(sql, (*run_values(run), trigger_data_value(run)), duplicate=AlreadyExists("run", run.id))
+        if run.mode is not None:
+            await _set_mode(tx, run, planned.stream)
     if planned.jobs:
         inserted = await tx.insert_jobs(planned.jobs, now, list(planned.phases) or [()] * len(planned.jobs))
         out.jobs.extend(inserted.jobs)
@@ -106,6 +111,27 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
             )
     out.runs.append(run)
     out.events.extend(await tx.events([rn.run_event(rn.RUN_PLANNED if update else rn.RUN_CREATED, run)], now))
+
+
+async def _set_mode(tx: Tx, run: Run, stream: str | None) -> None:
+    """Record the run's mode. An incremental run that moves its stream's cursor takes the stream (index
+    ``runs_one_incremental``): IllegalState while another one is unfinished. The read names that run; the
+    index settles two that start at the same moment (PostgreSQL: the second waits for the first's commit,
+    then its write fails)."""
+    exclusive = run.mode == RunMode.INCREMENTAL.value and stream is not None and run.parent_id is None
+    busy = IllegalState(f"stream {stream!r} already has an unfinished incremental run; wait for it or cancel it")
+    if exclusive:
+        found = await tx.rows(
+            f"SELECT id, state FROM {{s}}runs WHERE tenant = ? AND schedule_id = ? AND mode = 'incremental' "
+            f"AND parent_id IS NULL AND {_ACTIVE} AND id <> ? LIMIT 1",
+            (run.tenant, run.schedule_id, run.id),
+        )
+        if found:
+            raise IllegalState(
+                f"stream {stream!r} already has incremental run {found[0][0]} {found[0][1]}; the next one "
+                "starts once it ended (wait for it or cancel it)"
+            )
+    await tx.run("UPDATE {s}runs SET mode = ? WHERE id = ?", (run.mode, run.id), duplicate=busy if exclusive else None)
 
 
 async def _advance(tx: Tx, tenant: str, stream: str, value: Json, run_id: str, now: float) -> None:
@@ -363,9 +389,10 @@ class SqlScheduling(SqlSignatures):
     async def get_runs(self, ids: Sequence[RunId], tenant: str | None = None) -> list[Run]:
         if not ids:
             return []
-        sql = f"SELECT {RUN_COLUMNS}, {TRIGGER_DATA} FROM {{s}}runs WHERE id IN ({marks(len(ids))})"
+        sql = f"SELECT {RUN_COLUMNS}, {TRIGGER_DATA}, mode FROM {{s}}runs WHERE id IN ({marks(len(ids))})"
         rows = await self.db.read(lambda tx: tx.rows(sql, ids))
-        by_id = {r.id: r for r in (with_trigger_data(run_from_row(row), row[RUN_WIDTH]) for row in rows)}
+        found = (with_mode(with_trigger_data(run_from_row(r), r[RUN_WIDTH]), r[RUN_WIDTH + 1]) for r in rows)
+        by_id = {r.id: r for r in found}
         return [r for i in ids if (r := by_id.get(i)) is not None and (tenant is None or r.tenant == tenant)]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
@@ -373,7 +400,7 @@ class SqlScheduling(SqlSignatures):
         clause, params = conditions(
             ("tenant = ?", f.tenant), ("schedule_id = ?", f.schedule_id),
             ("trigger = ?", f.trigger.value if f.trigger else None), ("created_at >= ?", f.created_after),
-            ("created_at < ?", f.created_before), ("id < ?", f.before_id),
+            ("created_at < ?", f.created_before), ("id < ?", f.before_id), ("mode = ?", f.mode),
         )  # fmt: skip
         if f.states:
             clause += f" AND state IN ({marks(len(f.states))})"

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
 from jobengine.core.ids import RunId, ScheduleId
-from jobengine.core.run_requests import RunRequest
+from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import RunFilter, RunState, RunTrigger
 from jobengine.core.signatures import SignatureFilter, SignatureStatus
 from jobengine.http.auth import Principal, require
@@ -43,23 +43,29 @@ RunIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z
 KeyPath = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
 Reader = Annotated[Principal, Depends(require("schedules:read"))]
 Writer = Annotated[Principal, Depends(require("schedules:write"))]
-IdQuery = Annotated[str | None, Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+#: A schedule's id, or a run request's stream ("<task> <source>", which is its runs' schedule_id).
+ScheduleQuery = Annotated[
+    str | None, Query(min_length=1, max_length=401, pattern=r"^[A-Za-z0-9_.:\-@/]+( [A-Za-z0-9_.:\-@/]+)?$")
+]
 
 
 @router.get("", response_model=RunPage, responses=READ)
 async def list_runs(
     request: Request,
     principal: Reader,
-    schedule_id: IdQuery = None,
+    schedule_id: ScheduleQuery = None,
     state: Annotated[list[RunState] | None, Query(max_length=6)] = None,
     trigger: Annotated[RunTrigger | None, Query()] = None,
+    mode: Annotated[RunMode | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Cursor = None,
 ) -> Response:
-    """The tenant's runs, newest first."""
+    """The tenant's runs, newest first; ``schedule_id``: a schedule's, or a run request stream's
+    (``"<task> <source>"``); ``mode``: only the runs of run requests in that mode."""
     filt = RunFilter(
         tenant=principal.tenant, schedule_id=ScheduleId(schedule_id) if schedule_id else None,
         states=tuple(state or ()), trigger=trigger, limit=limit, before_id=RunId(cursor) if cursor else None,
+        mode=mode.value if mode else None,
     )  # fmt: skip
     runs = await context(request).engine.runs.list(filt)
     page = {"items": [run_to_json(r) for r in runs], "next_cursor": runs[-1].id if len(runs) >= limit else None}
