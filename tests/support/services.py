@@ -10,8 +10,10 @@ down). Every helper here follows one failure policy, so that a missing service n
 
 Isolation, one space per test:
 
-* PostgreSQL: a fresh database, created through the ``postgres`` maintenance database and dropped
-  (``WITH (FORCE)``) afterwards.
+* PostgreSQL: a fresh database, created through the ``postgres`` maintenance database. When the test
+  ends its connections are ended and new ones refused at once; the ``DROP DATABASE`` itself, which waits
+  for a checkpoint, runs in a background thread so no test waits for it (drained at exit; a database left
+  by a process that is gone is dropped by the next run).
 * Redis: a database number of its own (1-15), claimed with a lock key in db 0 so that concurrent
   test runs on the same server never share one; flushed when the test ends (only that db).
 * NATS: there is no per-test namespace in the server; tests use :func:`unique_name` for their
@@ -27,10 +29,14 @@ Usage from a conftest or a test::
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import getpass
 import os
+import queue
+import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -171,7 +177,91 @@ def postgres_database(info: ServiceInfo | None = None) -> Iterator[str]:
         yield admin.rsplit("/", 1)[0] + "/" + name
     finally:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        _Dropper.get(admin).drop(name)
+
+
+class _Dropper:
+    """Drops the test databases of this process in a background thread, one after another.
+
+    ``DROP DATABASE`` waits for a checkpoint, which takes seconds while other tests write; a test that
+    waited for it would spend more time in its teardown than in its body. The databases it drops no longer
+    take connections (``postgres_database`` refused them), so dropping them later changes nothing a test sees.
+    Several threads drop at once: drops that wait together are served by one checkpoint.
+    """
+
+    THREADS = 4
+
+    _instances: dict[str, _Dropper] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, admin: str) -> None:
+        self._admin = admin
+        self._names: queue.Queue[str | None] = queue.Queue()
+        for orphan in self._orphans():
+            self._names.put(orphan)
+        self._threads = [
+            threading.Thread(target=self._run, name="drop-test-databases", daemon=True) for _ in range(self.THREADS)
+        ]
+        for thread in self._threads:
+            thread.start()
+        atexit.register(self._drain)
+
+    @classmethod
+    def get(cls, admin: str) -> _Dropper:
+        with cls._lock:
+            if admin not in cls._instances:
+                cls._instances[admin] = cls(admin)
+            return cls._instances[admin]
+
+    def drop(self, name: str) -> None:
+        self._names.put(name)
+
+    def _run(self) -> None:
+        psycopg = _import_psycopg()
+        from psycopg import sql
+
+        while (name := self._names.get()) is not None:
+            with (
+                contextlib.suppress(psycopg.Error),
+                psycopg.connect(self._admin, autocommit=True, connect_timeout=10) as conn,
+            ):
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def _orphans(self) -> list[str]:
+        """Test databases whose creating process is gone (killed before its drops ran)."""
+        psycopg = _import_psycopg()
+        try:
+            with psycopg.connect(self._admin, autocommit=True, connect_timeout=10) as conn:
+                names = [
+                    r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'jobengine_test_%'")
+                ]
+        except psycopg.Error:
+            return []
+        orphans = []
+        for name in names:
+            match = re.fullmatch(r"jobengine_test_(\d+)_[0-9a-f]+", name)
+            if match and not _alive(int(match.group(1))):
+                orphans.append(name)
+        return orphans
+
+    def _drain(self) -> None:
+        for _ in self._threads:
+            self._names.put(None)
+        deadline = time.monotonic() + 300
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _import_psycopg() -> ModuleType:
