@@ -406,7 +406,7 @@ class Worker:
                     raise TaskTimeout(f"timed out after {timeout:g}s") from exc
                 raise
             if run.stop_reason != "lease_lost":
-                self._completions.append(Completion(job.id, run.lease.token, result))
+                self._completions.append(Completion(job.id, run.lease.token, result, tuple(run.shared.added)))
                 run.result = result
                 self._ended(run, "succeeded")
             else:
