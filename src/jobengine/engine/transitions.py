@@ -13,7 +13,7 @@ is the engine's; it is what :meth:`Engine.worker` hands the worker as its source
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import (
@@ -170,12 +170,16 @@ class Transitions:
         await self._after(changed)
         return changed
 
-    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
+    async def complete_jobs(
+        self, completions: Sequence[Completion], *, refused: Literal["fail", "raise"] = "fail"
+    ) -> Changed:
         """Completions that add nodes to their graph (:attr:`Completion.nodes`) are stored one transaction
-        each with their nodes; one whose nodes the graph refuses ends its node dead with that error."""
+        each with their nodes. One whose nodes the graph refuses ends its node dead with that error
+        (``refused="fail"``), or raises it and leaves the node running (``"raise"``, for one completion:
+        the HTTP worker protocol answers 422 and its worker reports again)."""
         plain = [c for c in completions if not c.nodes]
         changed = await self.store.complete_jobs(plain, self.clock.now()) if plain else Changed()
-        refused: list[Failure] = []
+        refusals: list[Failure] = []
         for c in completions:
             if c.nodes:
                 try:
@@ -183,14 +187,16 @@ class Transitions:
                 except StoreError:
                     raise  # the store's trouble, not the nodes': the worker reports the completion again
                 except JobEngineError as exc:
-                    refused.append(_refused(c, exc, self.clock.now()))
+                    if refused == "raise":
+                        raise
+                    refusals.append(_refused(c, exc, self.clock.now()))
                     continue
                 changed = Changed([*changed.jobs, *more.jobs], [*changed.events, *more.events])
         # More jobs than completions, or a queued one: dependents became runnable.
         woke = len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs)
         await self._after(changed, finished=True, wake=woke)
-        if refused:
-            failed = await self.fail_jobs(refused)
+        if refusals:
+            failed = await self.fail_jobs(refusals)
             changed = Changed([*changed.jobs, *failed.jobs], [*changed.events, *failed.events])
         return changed
 
