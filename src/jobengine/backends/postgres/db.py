@@ -85,13 +85,18 @@ class PgTx:
     async def add_edges(self, edges: Sequence[tuple[JobId, JobId]]) -> None:
         if not edges:
             return
-        await self.many(
-            "INSERT INTO {s}job_dependencies (dep_id, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(parent, child) for child, parent in edges],
+        await self.run(
+            "INSERT INTO {s}job_dependencies (dep_id, job_id) SELECT * FROM unnest(?::text[], ?::text[]) "
+            "ON CONFLICT DO NOTHING",
+            ([p for _, p in edges], [c for c, _ in edges]),
         )
+        by_child: dict[str, list[str]] = {}
+        for child, parent in edges:
+            by_child.setdefault(child, []).append(parent)
+        # One update per child: a fan-in gains all its new parents in one row version.
         await self.many(
-            "UPDATE {s}jobs SET depends_on = array_append(depends_on, ?::text) WHERE id = ?",
-            [(parent, child) for child, parent in edges],
+            "UPDATE {s}jobs SET depends_on = depends_on || ?::text[] WHERE id = ?",
+            [(parents, child) for child, parents in by_child.items()],
         )
         await self.run("UPDATE {s}jobs SET has_dependents = TRUE WHERE id {in_array}", (list({p for _, p in edges}),))
 

@@ -69,11 +69,16 @@ class SqliteTx:
         return writes.retry_jobs(self.conn, ids, now, None)
 
     async def add_edges(self, edges: Sequence[tuple[JobId, JobId]]) -> None:
-        self.conn.executemany(
-            "INSERT INTO job_deps (job_id, position, depends_on) "
-            "VALUES (?, (SELECT coalesce(max(position), -1) + 1 FROM job_deps WHERE job_id = ?), ?)",
-            [(child, child, parent) for child, parent in edges],
-        )
+        by_child: dict[str, list[str]] = {}
+        for child, parent in edges:
+            by_child.setdefault(child, []).append(parent)
+        rows: list[tuple[str, int, str]] = []
+        for node, parents in by_child.items():
+            (last,) = self.conn.execute(
+                "SELECT coalesce(max(position), -1) FROM job_deps WHERE job_id = ?", (node,)
+            ).fetchone()
+            rows += [(node, last + 1 + i, parent) for i, parent in enumerate(parents)]
+        self.conn.executemany("INSERT INTO job_deps (job_id, position, depends_on) VALUES (?, ?, ?)", rows)
 
 
 # -- transitions that settle graphs in their transaction (jobengine.backends.sql.graphs.settle_in) -------------
