@@ -6,10 +6,12 @@ bookkeeping as their nodes end. Usage::
     print(status.state, status.done, status.total)
 
 How a graph moves (:mod:`jobengine.core.graphs`): its edges are its nodes' ``depends_on``, so the store
-starts a node when its parents succeeded and cancels it when one ended dead or cancelled, in the same
-transaction. After that, as nodes end (:meth:`Graphs.ended`, called by the engine's transitions), the
-service runs again the nodes a failure policy lets run (``continue``, ``always``) or a retry of the
-graph waits to run, and writes the graph's outcome with its ``graph.*`` event once every node ended.
+starts a node when its parents succeeded and cancels it when one ended dead or cancelled, and queues again
+the nodes a failure policy lets run (``continue``, ``always``), all in the transaction that ended the
+parent. A node adds nodes to its graph with its completion (:meth:`Graphs.expand`). As nodes end
+(:meth:`Graphs.ended`, called by the engine's transitions), the service runs what a retry of the graph
+waits to run (and anything the store left), and writes the graph's outcome with its ``graph.*`` event
+once every node ended.
 """
 
 from __future__ import annotations
