@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobengine.core.graphs import (
+    MAX_ADDED,
     MAX_NODES,
     GraphRecord,
     GraphSpec,
@@ -13,11 +14,13 @@ from jobengine.core.graphs import (
     Node,
     NodeSpec,
     Policy,
+    check_added,
+    check_in_graph,
     derive,
     settle,
 )
 from jobengine.core.ids import GraphId, JobId
-from jobengine.core.models import Job, NewJob
+from jobengine.core.models import AddedNode, Job, NewJob
 from jobengine.core.states import JobState
 from jobengine.engine.canvas import Graph, TaskCall, chain, chord, group
 from jobengine.errors import InvalidJob
@@ -126,3 +129,49 @@ def test_settle_after_a_retry_waits_for_parents_and_drops_what_cannot_run() -> N
     assert revive == [] and [n.name for n in drop] == ["s"]
     nodes[1] = node("f", JobState.SUCCEEDED, ("a",))
     assert [n.name for n in settle(nodes, cancelled=False)[0]] == ["s"]
+
+
+# -- dynamic fan-out: what a node may add (core.graphs.check_added / check_in_graph) -------------------
+
+
+def test_added_nodes_run_after_the_adding_node_by_default_and_keep_their_order() -> None:
+    added = check_added("split", [AddedNode("w1", "t"), AddedNode("w2", "t"), AddedNode("z", "t", after=("w2", "w1"))])
+    assert [(n.name, n.after) for n in added] == [("w1", ("split",)), ("w2", ("split",)), ("z", ("w2", "w1"))]
+    # Given children first, they are put parents first.
+    added = check_added("split", [AddedNode("z", "t", after=("w",)), AddedNode("w", "t")])
+    assert [n.name for n in added] == ["w", "z"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "field", "text"),
+    [
+        ([AddedNode("x", "t", after=("elsewhere",))], "nodes.after", "not 'elsewhere'"),
+        ([AddedNode("x", "t", after=("x",))], "nodes.after", "depends on itself"),
+        ([AddedNode("x", "t", after=("y",)), AddedNode("y", "t", after=("x",))], "edges", "cycle"),
+        ([AddedNode("x", "t"), AddedNode("x", "t")], "nodes", "named twice"),
+        ([AddedNode("split", "t")], "nodes", "named twice"),
+        ([AddedNode("x y", "t")], "nodes.name", ""),
+        ([AddedNode("x", "t", policy="sometimes")], "policy", "must be one of"),
+        ([AddedNode("x", "t", before=("y",)), AddedNode("y", "t")], "nodes.before", "one added with it"),
+        ([AddedNode(f"n{i}", "t") for i in range(MAX_ADDED + 1)], "nodes", "at most 1000"),
+    ],
+)
+def test_what_a_node_adds_is_checked_naming_the_field(nodes: list[AddedNode], field: str, text: str) -> None:
+    with pytest.raises(InvalidJob) as caught:
+        check_added("split", nodes)
+    assert caught.value.field == field and text in str(caught.value)
+
+
+def test_the_stored_graph_must_have_room_free_names_and_before_nodes_waiting_on_the_adder() -> None:
+    added = check_added("split", [AddedNode("w", "t", before=("join",))])
+    join = node("join", JobState.BLOCKED, ("split",))
+    check_in_graph("split", added, 2, set(), {"join": join})  # fine
+    with pytest.raises(InvalidJob, match="already in the graph"):
+        check_in_graph("split", added, 2, {"w"}, {"join": join})
+    with pytest.raises(InvalidJob, match="at most"):
+        check_in_graph("split", added, MAX_NODES, set(), {"join": join})
+    with pytest.raises(InvalidJob, match="has no node 'join'"):
+        check_in_graph("split", added, 2, set(), {})
+    for other in (node("join", JobState.BLOCKED, ("other",)), node("join", JobState.QUEUED, ("split",))):
+        with pytest.raises(InvalidJob, match="must wait on 'split'"):
+            check_in_graph("split", added, 2, set(), {"join": other})

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Final, Protocol, TypeVar
 
 from jobengine.core.ids import GraphId, JobId, new_job_id
-from jobengine.core.models import Job, NewJob, check_name
+from jobengine.core.models import AddedNode, Job, NewJob, check_name
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
 
@@ -30,6 +30,8 @@ MAX_NODES: Final = 10_000
 #: The most bytes (as JSON) of parents' results a node receives; past it the node fails at once with
 #: :class:`~jobengine.errors.ResultsTooLarge`.
 MAX_PARENT_RESULTS: Final = 4 * 1024 * 1024
+#: The most nodes one completion may add to its graph (dynamic fan-out); the graph keeps its own limit.
+MAX_ADDED: Final = 1_000
 
 GRAPH_COMPLETED: Final = "graph.completed"
 GRAPH_FAILED: Final = "graph.failed"
@@ -286,3 +288,75 @@ def _edge(parent_state: JobState | None, parent: Node, child: Node) -> bool | No
     if parent_state is JobState.SUCCEEDED:
         return True
     return parent.policy is Policy.CONTINUE or child.policy is Policy.ALWAYS
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    name: str
+    parents: tuple[str, ...]
+
+
+def check_added(adding: str, nodes: Sequence[AddedNode]) -> list[AddedNode]:
+    """The nodes that node ``adding`` adds, parents first, each ``after`` filled in (the adding node when
+    empty). InvalidJob naming the field for too many nodes, a bad or repeated name, a policy that does not
+    exist, an ``after`` outside the adding node and the nodes added with it, a cycle, or a ``before`` that
+    names a node added with it. What the stored graph must allow is checked by :func:`check_in_graph`."""
+    if len(nodes) > MAX_ADDED:
+        raise InvalidJob("nodes", f"a node adds at most {MAX_ADDED} nodes at once (got {len(nodes)})")
+    names: set[str] = set()
+    for node in nodes:
+        check_name("nodes.name", node.name)
+        if node.name in names or node.name == adding:
+            raise InvalidJob("nodes", f"node {node.name!r} is named twice")
+        names.add(node.name)
+        policy_of(node.policy)
+    filled: list[AddedNode] = []
+    for node in nodes:
+        after = tuple(dict.fromkeys(node.after)) or (adding,)
+        for parent in after:
+            if parent != adding and parent not in names:
+                raise InvalidJob(
+                    "nodes.after",
+                    f"node {node.name!r} may run after {adding!r} or a node added with it, not {parent!r}",
+                )
+            if parent == node.name:
+                raise InvalidJob("nodes.after", f"node {node.name!r} depends on itself")
+        for child in node.before:
+            if child in names or child == adding:
+                raise InvalidJob(
+                    "nodes.before",
+                    f"node {node.name!r}: before names a node already in the graph, not {child!r}, one added with it",
+                )
+        filled.append(replace(node, after=after, before=tuple(dict.fromkeys(node.before))))
+    seen = {adding}
+    for node in filled:
+        if not seen.issuperset(node.after):
+            break
+        seen.add(node.name)
+    else:
+        return filled  # parents first already: kept in the order they were added
+    by_name = {n.name: n for n in filled}
+    links = [_Link(n.name, tuple(p for p in n.after if p != adding)) for n in filled]
+    return [by_name[link.name] for link in order(links)]
+
+
+def check_in_graph(
+    adding: str, nodes: Sequence[AddedNode], total: int, taken: set[str], before: Mapping[str, Node]
+) -> None:
+    """What the stored graph must allow for ``nodes`` (from :func:`check_added`): names not taken (``taken``:
+    the names among theirs that the graph has), room under :data:`MAX_NODES` (``total``: its nodes now),
+    and each ``before`` node (``before``: those the graph has, by name) waiting on the adding node, so it
+    has not started. InvalidJob naming the field."""
+    if taken:
+        raise InvalidJob("nodes", f"node {sorted(taken)[0]!r} is already in the graph")
+    if total + len(nodes) > MAX_NODES:
+        raise InvalidJob("nodes", f"a graph has at most {MAX_NODES} nodes ({total} + {len(nodes)} added)")
+    for node in nodes:
+        for child in node.before:
+            found = before.get(child)
+            if found is None:
+                raise InvalidJob("nodes.before", f"node {node.name!r}: the graph has no node {child!r}")
+            if adding not in found.parents or found.job.state is not JobState.BLOCKED:
+                raise InvalidJob(
+                    "nodes.before", f"node {child!r} must wait on {adding!r} to wait on node {node.name!r} too"
+                )

@@ -276,10 +276,33 @@ class Lease:
 
 
 @value
+class AddedNode:
+    """A node a running graph node adds to its own graph when it completes (dynamic fan-out): stored in
+    the transaction that completes the adding node, or not at all. ``after``: the nodes it runs after,
+    the adding node or nodes added with it (empty: the adding node); ``before``: nodes of the graph that
+    run after the adding node and must wait for this one too (a fan-in declared in advance). Checked
+    against the graph by :func:`jobengine.core.graphs.check_added`."""
+
+    name: str
+    task: str
+    payload: Json = None
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    policy: str = "cancel"
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+
+
+@value
 class Completion:
+    """A succeeded attempt: its result, and the nodes it adds to its graph (empty for most)."""
+
     job_id: JobId
     token: LeaseToken
     result: Json = None
+    nodes: tuple[AddedNode, ...] = ()
 
 
 class FailOutcome(StrEnum):

@@ -6,16 +6,19 @@ bookkeeping as their nodes end. Usage::
     print(status.state, status.done, status.total)
 
 How a graph moves (:mod:`jobengine.core.graphs`): its edges are its nodes' ``depends_on``, so the store
-starts a node when its parents succeeded and cancels it when one ended dead or cancelled, in the same
-transaction. After that, as nodes end (:meth:`Graphs.ended`, called by the engine's transitions), the
-service runs again the nodes a failure policy lets run (``continue``, ``always``) or a retry of the
-graph waits to run, and writes the graph's outcome with its ``graph.*`` event once every node ended.
+starts a node when its parents succeeded and cancels it when one ended dead or cancelled, and queues again
+the nodes a failure policy lets run (``continue``, ``always``), all in the transaction that ended the
+parent. A node adds nodes to its graph with its completion (:meth:`Graphs.expand`). As nodes end
+(:meth:`Graphs.ended`, called by the engine's transitions), the service runs what a retry of the graph
+waits to run (and anything the store left), and writes the graph's outcome with its ``graph.*`` event
+once every node ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jobengine.core import codec
@@ -28,13 +31,14 @@ from jobengine.core.graphs import (
     GraphSpec,
     GraphState,
     GraphStatus,
+    check_added,
     derive,
     settle,
 )
 from jobengine.core.ids import GraphId, IdKind, JobId
-from jobengine.core.models import Event, Job, Json, NewEvent, NewJob
+from jobengine.core.models import Changed, Completion, Event, Job, Json, NewEvent, NewJob
 from jobengine.core.states import JobState
-from jobengine.errors import IllegalState, NotFound, ResultsTooLarge
+from jobengine.errors import IllegalState, InvalidJob, NotFound, ResultsTooLarge
 from jobengine.ports.ids import resolve_id
 
 if TYPE_CHECKING:
@@ -183,8 +187,6 @@ class Graphs:
             rows = await self.repo.get_graphs([record.id], tenant) or rows
         status = _status(rows[0])
         if nodes:
-            from dataclasses import replace
-
             status = replace(status, nodes=tuple(await self.repo.nodes(status.id)))
         return status
 
@@ -219,6 +221,32 @@ class Graphs:
         if size > MAX_PARENT_RESULTS:
             raise ResultsTooLarge(size, MAX_PARENT_RESULTS)
         return results
+
+    async def expand(self, completion: Completion) -> Changed:
+        """Complete the node of ``completion`` and store the nodes it adds (:attr:`Completion.nodes`) in
+        one transaction (:meth:`GraphStore.expand`); their jobs pass every enqueue's checks first. Empty
+        when the lease is no longer held. InvalidJob naming the field when they cannot be added (a node
+        that is not in a graph, a name taken, ``after`` / ``before`` that do not fit, a limit), or what an
+        enqueue raises for a node's job; nothing is stored then."""
+        found = await self.repo.node_of(completion.job_id)
+        if found is None:
+            raise InvalidJob("nodes", "only a node of a graph can add nodes to it")
+        _, adding = found
+        nodes = check_added(adding, completion.nodes)
+        owner = await self.store.get_jobs([completion.job_id])
+        if not owner:
+            return Changed()
+        ids: dict[str, str] = {adding: completion.job_id}
+        built: list[NewJob] = []
+        for n in nodes:
+            job = self._new_job(
+                n.task, n.payload, queue=n.queue, priority=n.priority, max_attempts=n.max_attempts,
+                timeout=n.timeout, tenant=owner[0].tenant,
+            )  # fmt: skip
+            ids[n.name] = job.id
+            built.append(replace(job, depends_on=tuple(JobId(ids[p]) for p in n.after)))
+        jobs, phases = await self._prepare(built)
+        return await self.repo.expand(completion, adding, nodes, jobs, phases, self.clock.now())
 
     # -- actions ------------------------------------------------------------------------------------
     async def cancel(self, graph_id: str, tenant: str | None = None) -> GraphStatus:

@@ -13,12 +13,25 @@ is the engine's; it is what :meth:`Engine.worker` hands the worker as its source
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from jobengine.core.ids import JobId, WorkerId
-from jobengine.core.models import Changed, Completion, Event, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
+from jobengine.core.models import (
+    AttemptError,
+    Changed,
+    Completion,
+    Event,
+    FailOutcome,
+    Failure,
+    Heartbeat,
+    Job,
+    Json,
+    Lease,
+    PhaseUpdate,
+)
 from jobengine.core.states import JobState
 from jobengine.core.transitions import expired_failure
+from jobengine.errors import JobEngineError, StoreError
 
 if TYPE_CHECKING:
     from jobengine.bus import EventBus
@@ -52,6 +65,11 @@ class GraphHooks(Protocol):
 
     async def parent_results(self, job: Job) -> dict[str, Json]: ...
 
+    async def expand(self, completion: Completion) -> Changed:
+        """Complete a node and store the nodes it adds, in one transaction; InvalidJob (or what an enqueue
+        raises for a node's job) when they cannot be added, and then nothing is stored."""
+        ...
+
 
 class SignatureHooks(Protocol):
     """Failure signatures: fingerprinted before the store records a failure, counted after."""
@@ -62,6 +80,13 @@ class SignatureHooks(Protocol):
         ...
 
     async def record(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None: ...
+
+
+def _refused(completion: Completion, exc: JobEngineError, now: float) -> Failure:
+    """The failure of a node whose completion added nodes its graph refused: dead, with that error (a retry
+    would add the same nodes)."""
+    error = AttemptError(0, now, type(exc).__name__, str(exc), None, None)
+    return Failure(completion.job_id, completion.token, error, FailOutcome.DEAD)
 
 
 class Transitions:
@@ -145,11 +170,34 @@ class Transitions:
         await self._after(changed)
         return changed
 
-    async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
-        changed = await self.store.complete_jobs(completions, self.clock.now())
+    async def complete_jobs(
+        self, completions: Sequence[Completion], *, refused: Literal["fail", "raise"] = "fail"
+    ) -> Changed:
+        """Completions that add nodes to their graph (:attr:`Completion.nodes`) are stored one transaction
+        each with their nodes. One whose nodes the graph refuses ends its node dead with that error
+        (``refused="fail"``), or raises it and leaves the node running (``"raise"``, for one completion:
+        the HTTP worker protocol answers 422 and its worker reports again)."""
+        plain = [c for c in completions if not c.nodes]
+        changed = await self.store.complete_jobs(plain, self.clock.now()) if plain else Changed()
+        refusals: list[Failure] = []
+        for c in completions:
+            if c.nodes:
+                try:
+                    more = await self._graphs().expand(c)
+                except StoreError:
+                    raise  # the store's trouble, not the nodes': the worker reports the completion again
+                except JobEngineError as exc:
+                    if refused == "raise":
+                        raise
+                    refusals.append(_refused(c, exc, self.clock.now()))
+                    continue
+                changed = Changed([*changed.jobs, *more.jobs], [*changed.events, *more.events])
         # More jobs than completions, or a queued one: dependents became runnable.
         woke = len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs)
         await self._after(changed, finished=True, wake=woke)
+        if refusals:
+            failed = await self.fail_jobs(refusals)
+            changed = Changed([*changed.jobs, *failed.jobs], [*changed.events, *failed.events])
         return changed
 
     async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
@@ -158,7 +206,10 @@ class Transitions:
         failures their signatures and the summaries of their runs are updated (best effort)."""
         failures, prints = await self._signatures().prepare(failures)
         changed = await self.store.fail_jobs(failures, self.clock.now())
-        await self._after(changed, finished=True, prints=prints)
+        # A queued job beyond the failed ones: a graph node a failure policy lets run.
+        failed = {f.job_id for f in failures}
+        woke = any(j.state is JobState.QUEUED and j.id not in failed for j in changed.jobs)
+        await self._after(changed, finished=True, prints=prints, wake=woke)
         return changed
 
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed:

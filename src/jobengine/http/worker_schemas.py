@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from jobengine.core.graphs import MAX_ADDED
+from jobengine.http.graph_schemas import GraphNodeIn
 from jobengine.http.schemas import INTEGRAL, JobIdStr, JobOut, Moment, Name, Payload, Strict
 
 WorkerIdStr = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
@@ -116,9 +118,26 @@ class ErrorIn(Strict):
     traceback: Annotated[StrictStr, Field(max_length=20_000)] | None = None
 
 
+class AddedNodeIn(GraphNodeIn):
+    """A node the completing graph node adds to its graph (dynamic fan-out), stored with the completion."""
+
+    after: list[Name] = Field(
+        default_factory=list, max_length=MAX_ADDED,
+        description="Nodes it runs after: the completing node or nodes added with it (empty: the completing node)",
+    )  # fmt: skip
+    before: list[Name] = Field(
+        default_factory=list, max_length=1000,
+        description="Nodes of the graph waiting on the completing node that wait on this one too (a fan-in)",
+    )  # fmt: skip
+
+
 class CompleteIn(Strict):
     token: Token
     result: Payload = None
+    nodes: list[AddedNodeIn] = Field(
+        default_factory=list, max_length=MAX_ADDED,
+        description="Graph nodes this node adds to its graph, stored in the completion's transaction",
+    )  # fmt: skip
 
 
 class FailIn(Strict):

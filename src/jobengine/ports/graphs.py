@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from jobengine.core.graphs import GraphRecord, GraphSpec, GraphState, Node
 from jobengine.core.ids import GraphId, JobId
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import AddedNode, Changed, Completion, Event, Inserted, NewEvent, NewJob
 
 #: A graph's row, its node counts by job state, the summed progress of its unfinished nodes, and when
 #: its first node started.
@@ -41,6 +41,25 @@ class GraphStore(Protocol):
 
     async def nodes(self, graph_id: GraphId) -> list[Node]:
         """The graph's nodes with their jobs as they are now."""
+        ...
+
+    async def node_of(self, job_id: JobId) -> tuple[GraphId, str] | None:
+        """The graph and node name of job ``job_id`` (None: it is no node)."""
+        ...
+
+    async def expand(
+        self,
+        completion: Completion,
+        adding: str,
+        nodes: Sequence[AddedNode],
+        jobs: Sequence[NewJob],
+        phases: Sequence[tuple[str, ...]],
+        now: float,
+    ) -> Changed:
+        """Complete node ``adding`` and store the nodes it adds (``jobs[i]`` runs ``nodes[i]``, parents
+        first; a node named in a ``before`` waits for it too) in one transaction, nodes settled as in the
+        store's completion. Empty when the lease is no longer held; InvalidJob when the graph refuses them
+        (:func:`jobengine.core.graphs.check_in_graph`): nothing is stored then."""
         ...
 
     async def parent_results(self, job_id: JobId) -> dict[str, Any]:

@@ -156,12 +156,16 @@ class Store(OutboxStore, PackStore, IdIndex, Protocol):
         ...
 
     async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
-        """running -> succeeded (fenced); dependents whose dependencies all succeeded become runnable."""
+        """running -> succeeded (fenced); dependents whose dependencies all succeeded become runnable. A
+        graph's store also queues, in the same transaction, the nodes a failure policy now lets run
+        (:func:`jobengine.core.graphs.settle`). ``Completion.nodes`` are not read here: the engine stores
+        them with their completion through :meth:`jobengine.ports.graphs.GraphStore.expand`."""
         ...
 
     async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
         """running -> failed (retry at ``retry_at``) / dead / cancelled, keeping the error (fenced).
-        Dependents of a job that ended dead or cancelled are cancelled, transitively."""
+        Dependents of a job that ended dead or cancelled are cancelled, transitively; a graph's store then
+        queues again, in the same transaction, the nodes a failure policy lets run."""
         ...
 
     async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:

@@ -113,7 +113,7 @@ class HttpWorkerSource:
         return Changed([self._held[JobId(i)] for i in out["held"] if JobId(i) in self._held])
 
     async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
-        body = {"completions": [{"job_id": c.job_id, "token": c.token, "result": c.result} for c in completions]}
+        body = {"completions": [_completion(c) for c in completions]}
         return await self._report(body, "completed")
 
     async def fail_jobs(self, failures: Sequence[Failure]) -> Changed:
@@ -126,8 +126,9 @@ class HttpWorkerSource:
     async def _report(self, body: dict[str, Any], key: str) -> Changed:
         out = await self.client.post(f"{_PREFIX}/report", body)
         done = [self._held.pop(JobId(i)) for i in out[key] if JobId(i) in self._held]
-        for refused in out["refused"]:
-            self._held.pop(JobId(refused), None)
+        # Refused, or (a completion whose added nodes the graph refused) ended dead instead: no longer held.
+        for other in (*out["refused"], *out.get("failed", ())):
+            self._held.pop(JobId(other), None)
         return Changed(done)
 
     async def rescue_jobs(self) -> Changed:
@@ -180,3 +181,16 @@ def _failure(f: Failure, now: float) -> dict[str, Any]:
     else:
         out["retry_delay"] = max(0.0, (f.retry_at or now) - now)
     return out
+
+
+def _completion(c: Completion) -> dict[str, Any]:
+    """A completion as the report carries it, with the graph nodes it adds (the worker protocol's shape)."""
+    body: dict[str, Any] = {"job_id": c.job_id, "token": c.token, "result": c.result}
+    if c.nodes:
+        body["nodes"] = [
+            {"name": n.name, "task": n.task, "payload": n.payload, "after": list(n.after), "before": list(n.before),
+             "policy": n.policy, "queue": n.queue, "priority": n.priority, "max_attempts": n.max_attempts,
+             "timeout": n.timeout}
+            for n in c.nodes
+        ]  # fmt: skip
+    return body

@@ -7,14 +7,15 @@ whose ``save_checkpoint`` blocks until the checkpoint is stored.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from jobengine.core.bounds import check_json, check_text
-from jobengine.core.models import Job, Json, Phase, PhaseState
+from jobengine.core.graphs import MAX_ADDED, policy_of
+from jobengine.core.models import AddedNode, Job, Json, Phase, PhaseState, check_name
 from jobengine.core.run_modes import mode_of
-from jobengine.errors import Cancelled
+from jobengine.errors import Cancelled, InvalidJob
 
 
 class _Flag:
@@ -50,6 +51,87 @@ class SharedState:
         self.dirty = False
         self.cancel = _Flag()
         self.persist = persist
+        #: The nodes this attempt adds to its graph, sent with its completion (:class:`GraphAdder`).
+        self.added: list[AddedNode] = []
+
+
+class _Call(Protocol):
+    """A task call (``task.s(...)``, :class:`jobengine.engine.canvas.TaskCall`) as a node is built from it."""
+
+    @property
+    def task(self) -> str: ...
+
+    @property
+    def payload(self) -> Json: ...
+
+    @property
+    def queue(self) -> str | None: ...
+
+    @property
+    def priority(self) -> int | None: ...
+
+    @property
+    def max_attempts(self) -> int | None: ...
+
+    @property
+    def timeout(self) -> float | None: ...
+
+
+class GraphAdder:
+    """``ctx.graph`` of a graph node: the nodes it adds to its own graph (dynamic fan-out). They are stored
+    in the transaction that completes this node, so a node that fails or whose worker dies adds nothing,
+    and a retry adds them again when it succeeds. Usage::
+
+        @engine.task
+        async def split(ctx: JobContext, path: str) -> int:
+            parts = list_parts(path)
+            for i, part in enumerate(parts):
+                ctx.graph.add(work.s(part), name=f"work-{i}", before=["join"])
+            return len(parts)
+
+    ``join``, declared with ``after=["split"]`` when the graph was built, then waits for every ``work-*`` node
+    too and receives their results by name in ``ctx.parent_results()``.
+    """
+
+    __slots__ = ("_s",)
+
+    def __init__(self, shared: SharedState) -> None:
+        self._s = shared
+
+    def add(
+        self,
+        sig: _Call,
+        *,
+        name: str | None = None,
+        after: Iterable[str] = (),
+        before: Iterable[str] = (),
+        policy: str = "cancel",
+    ) -> str:
+        """Add a node running ``sig`` when this node completes; return its name (``name``, else the task's
+        name and a number). ``after``: the nodes it runs after, this one or nodes added before it (default:
+        this one); ``before``: nodes of the graph waiting on this one that must also wait on it. InvalidJob
+        naming the field at once for what can be checked here (a name, a policy, the payload, the
+        :data:`~jobengine.core.graphs.MAX_ADDED` limit); the rest (``after``, a name already in the graph, a
+        ``before`` node, an unknown task) fails the completion instead: the node goes dead with that error."""
+        if self._s.job.graph_id is None:
+            raise InvalidJob("nodes", "only a node of a graph can add nodes to it")
+        if len(self._s.added) >= MAX_ADDED:
+            raise InvalidJob("nodes", f"a node adds at most {MAX_ADDED} nodes at once")
+        taken = {n.name for n in self._s.added}
+        if name is None:
+            name = f"{sig.task}-{len(self._s.added) + 1}"
+        check_name("nodes.name", name)
+        if name in taken:
+            raise InvalidJob("nodes", f"node {name!r} is named twice")
+        after = tuple(after)
+        check_json("payload", sig.payload)
+        self._s.added.append(
+            AddedNode(
+                name, sig.task, sig.payload, after, tuple(before), policy_of(policy).value, sig.queue, sig.priority,
+                sig.max_attempts, sig.timeout,
+            )
+        )  # fmt: skip
+        return name
 
 
 class JobContext:
@@ -123,6 +205,11 @@ class JobContext:
         if self._s.job.graph_id is None or self._s.parents is None:
             return {}
         return await self._s.parents(self._s.job)
+
+    @property
+    def graph(self) -> GraphAdder:
+        """Nodes this graph node adds to its graph when it completes (:class:`GraphAdder`)."""
+        return GraphAdder(self._s)
 
     @property
     def checkpoint(self) -> Json:

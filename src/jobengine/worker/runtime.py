@@ -181,7 +181,8 @@ class Worker:
         self._slot_free: asyncio.Event | None = None
         self._flush_wanted: asyncio.Event | None = None
         self._closing = False  # run() is ending: the flusher finishes its batch and returns
-        self._dependents_wait = False  # a job with dependents finished: flush without waiting out the spacing
+        # A job with dependents (or that added graph nodes) finished: flush without waiting out the spacing.
+        self._dependents_wait = False
         self._tasks: tuple[str, ...] = ()  # what this worker runs, and so claims (read at run())
         self._registered = False
         self._hooks = MiddlewareChain([joblog.JobLog()])  # with the app's middleware from run() on
@@ -406,7 +407,7 @@ class Worker:
                     raise TaskTimeout(f"timed out after {timeout:g}s") from exc
                 raise
             if run.stop_reason != "lease_lost":
-                self._completions.append(Completion(job.id, run.lease.token, result))
+                self._completions.append(Completion(job.id, run.lease.token, result, tuple(run.shared.added)))
                 run.result = result
                 self._ended(run, "succeeded")
             else:
@@ -438,7 +439,7 @@ class Worker:
         """Record the attempt's outcome, and have it reported without waiting for the attempt's hooks."""
         run.outcome, run.error = outcome, error
         run.seconds = asyncio.get_running_loop().time() - run.began
-        if run.shared.job.has_dependents:
+        if run.shared.job.has_dependents or run.shared.added:
             self._dependents_wait = True
         assert self._flush_wanted is not None
         self._flush_wanted.set()

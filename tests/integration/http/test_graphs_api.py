@@ -173,3 +173,54 @@ async def test_bad_graphs_are_problems_naming_the_field(make_api: MakeApi) -> No
         assert r.status_code == 422 and r.json()["field"] == "nodes.0.policy"
         assert (await acme.get("/api/v1/graphs")).json()["items"] == []
         assert (await acme.get("/api/v1/graphs/nope")).status_code == 404
+
+
+# -- dynamic fan-out through the worker protocol ---------------------------------------------------------
+
+
+async def test_a_remote_worker_completes_a_node_with_the_nodes_it_adds(api: Api, acme: httpx.AsyncClient) -> None:
+    w = "/api/v1/worker"
+    graph = {
+        "name": "remote-fan",
+        "nodes": [{"name": "split", "task": "split"}, {"name": "join", "task": "join"}, {"name": "x", "task": "x"}],
+        "edges": [["split", "join"]],
+    }
+    created = (await acme.post("/api/v1/graphs", json=graph)).json()
+    claimed = (await acme.post(f"{w}/claim", json={"worker_id": "r1", "tasks": ["split"]})).json()["jobs"]
+    [entry] = claimed
+    jid, token = entry["job"]["id"], entry["lease"]["token"]
+
+    # A name the graph has, and a before node that does not wait on split: 422 naming the field; still running.
+    for nodes, field in [
+        ([{"name": "x", "task": "work"}], "nodes"),
+        ([{"name": "w", "task": "work", "before": ["x"]}], "nodes.before"),
+    ]:
+        refused = await acme.post(f"{w}/jobs/{jid}/complete", json={"token": token, "nodes": nodes})
+        assert refused.status_code == 422, refused.text
+        assert refused.headers["content-type"] == "application/problem+json" and field in refused.text
+        assert (await acme.get(f"/api/v1/jobs/{jid}")).json()["state"] == "running"
+    bad = await acme.post(f"{w}/jobs/{jid}/complete", json={"token": token, "nodes": [{"name": "w"}]})
+    assert bad.status_code == 422  # the schema: a node needs its task
+
+    nodes = [
+        {"name": "work-0", "task": "work", "payload": {"n": 0}, "before": ["join"]},
+        {"name": "work-1", "task": "work", "payload": {"n": 1}, "before": ["join"]},
+        {"name": "after-1", "task": "work", "payload": {"n": 2}, "after": ["work-1"], "before": ["join"]},
+    ]
+    done = await acme.post(f"{w}/jobs/{jid}/complete", json={"token": token, "result": 3, "nodes": nodes})
+    assert done.status_code == 200 and done.json()["completed"] == [jid], done.text
+    body = (await acme.get(f"/api/v1/graphs/{created['id']}")).json()
+    assert body["total"] == 6
+    by_name = {n["name"]: n for n in body["nodes"]}
+    assert by_name["join"]["parents"] == ["split", "work-0", "work-1", "after-1"]
+    assert by_name["after-1"]["parents"] == ["work-1"] and by_name["after-1"]["job"]["state"] == "blocked"
+    assert by_name["work-0"]["job"]["state"] == "queued" and by_name["join"]["job"]["state"] == "blocked"
+
+    # A report whose completion adds a node the graph refuses: that node ends dead, listed as failed.
+    [work] = (await acme.post(f"{w}/claim", json={"worker_id": "r1", "tasks": ["work"]})).json()["jobs"]
+    report = {"completions": [{"job_id": work["job"]["id"], "token": work["lease"]["token"],
+                               "nodes": [{"name": "join", "task": "work"}]}]}  # fmt: skip
+    out = (await acme.post(f"{w}/report", json=report)).json()
+    assert out["failed"] == [work["job"]["id"]] and out["completed"] == []
+    dead = (await acme.get(f"/api/v1/jobs/{work['job']['id']}")).json()
+    assert dead["state"] == "dead" and "already in the graph" in dead["errors"][-1]["message"]

@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from jobengine.core.graphs import GraphState
 from jobengine.core.states import JobState
+from jobengine.engine.canvas import Graph, TaskCall
 from jobengine.errors import NonRetryable
 from jobengine.http.server import ApiService
 from jobengine.sdk import ApiClient, ApiError, RemoteWorker, TaskApp
@@ -234,3 +236,39 @@ async def test_a_remote_worker_runs_tasks_that_take_named_arguments(make_api: Ma
         await asyncio.wait_for(run, 60)
         assert greeted.result == "hello Ada! (attempt 1)"
         assert counted.result == {"count": 3, "double": 6}
+
+
+async def test_a_remote_worker_sends_the_graph_nodes_a_task_adds(make_api: MakeApi) -> None:
+    async with make_api() as api, served(api) as url:
+        key = await api.key("acme", "worker")
+        app = TaskApp()
+
+        @app.task()
+        async def split(ctx: JobContext) -> int:
+            for i in range(3):
+                ctx.graph.add(TaskCall("work", {"n": i}), name=f"work-{i}", before=["join"])
+            return 3
+
+        @app.task()
+        async def work(ctx: JobContext) -> int:
+            return int(ctx.payload["n"])
+
+        @app.task()
+        async def join(ctx: JobContext) -> str:
+            return "joined"
+
+        g = Graph("remote")
+        g.add("split", TaskCall("split"))
+        g.add("join", TaskCall("join"), after=["split"])
+        handle = await api.engine.graphs.submit(g, tenant="acme")
+        worker = RemoteWorker(url, key=key, tasks=app, concurrency=2, long_poll=1.0)
+        run = asyncio.create_task(worker.run())
+        try:
+            status = await handle.wait(60)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(run, 60)
+        assert (status.state, status.total, status.done) == (GraphState.SUCCEEDED, 5, 5)
+        nodes = {n.name: n for n in (await handle.status(nodes=True)).nodes}
+        assert nodes["join"].parents == ("split", "work-0", "work-1", "work-2")
+        assert [nodes[f"work-{i}"].job.result for i in range(3)] == [0, 1, 2]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from jobengine.backends.postgres.rows import HAS_DEPENDENTS, job_from_row, loads
+from jobengine.backends.postgres.rows import HAS_DEPENDENTS, JOB_COLUMNS, job_from_row, loads
 from jobengine.core.models import Changed, Event, Job
 
 T = TypeVar("T")
@@ -18,6 +18,7 @@ Row = tuple[Any, ...]
 J = 3
 STATE = J + 7
 DEPENDENTS = J + HAS_DEPENDENTS
+GRAPH = J + [name for _, name in JOB_COLUMNS].index("graph_id")
 
 
 def job_rows(rows: Sequence[Row]) -> list[Row]:
@@ -55,6 +56,11 @@ class Collect:
         for r in events:
             job = self._by_id[r[3]]
             self.events.append(Event(r[0], self.now, r[1], job.tenant, job.id, job.queue, job.task, loads(r[2])))
+
+    def merge(self, changed: Changed) -> None:
+        """Jobs and events built already (by a step written once for both SQL backends)."""
+        self.jobs.extend(changed.jobs)
+        self.events.extend(changed.events)
 
     def changed(self) -> Changed:
         self.events.sort(key=lambda e: e.id)

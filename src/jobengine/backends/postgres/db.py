@@ -14,7 +14,8 @@ from jobengine.backends.postgres.rows import job_columns, job_from_row
 from jobengine.backends.postgres.sql import prefix
 from jobengine.backends.sql.base import Dialect, Row, Tx
 from jobengine.core import codec
-from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
+from jobengine.core.ids import JobId
+from jobengine.core.models import Changed, Completion, Event, Inserted, Job, NewEvent, NewJob
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -74,6 +75,30 @@ class PgTx:
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         plan = InsertPlan.of(jobs, now, phases, None)
         return await insert_general(self.conn, self._store._q, self._store.channel, plan)
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        return await self._store._complete_in(self.conn, completions, now)
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float) -> Changed:
+        return await self._store._retry_in(self.conn, ids, now)
+
+    async def add_edges(self, edges: Sequence[tuple[JobId, JobId]]) -> None:
+        if not edges:
+            return
+        await self.run(
+            "INSERT INTO {s}job_dependencies (dep_id, job_id) SELECT * FROM unnest(?::text[], ?::text[]) "
+            "ON CONFLICT DO NOTHING",
+            ([p for _, p in edges], [c for c, _ in edges]),
+        )
+        by_child: dict[str, list[str]] = {}
+        for child, parent in edges:
+            by_child.setdefault(child, []).append(parent)
+        # One update per child: a fan-in gains all its new parents in one row version.
+        await self.many(
+            "UPDATE {s}jobs SET depends_on = depends_on || ?::text[] WHERE id = ?",
+            [(parents, child) for child, parents in by_child.items()],
+        )
+        await self.run("UPDATE {s}jobs SET has_dependents = TRUE WHERE id {in_array}", (list({p for _, p in edges}),))
 
 
 class PgDb:

@@ -50,7 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.caller import caller_connection
-from jobengine.backends.postgres.changes import DEPENDENTS, STATE, Collect, J, Row, cut_after, job_rows
+from jobengine.backends.postgres.changes import DEPENDENTS, GRAPH, STATE, Collect, J, Row, cut_after, job_rows
 from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
@@ -695,6 +695,8 @@ class PostgresStore(
             rows = codec.dumps([[c.job_id, c.token, c.result] for c in batch], "result")
             return {"rows": rows, "now": now, "all": all_}
 
+        settled: list[Changed] = []
+
         async def step(conn: Conn, chunk: Sequence[Completion]) -> list[list[Row]]:
             rows = await self._fetch(conn, self._q.complete, params(chunk, True))
             out = [rows]
@@ -703,11 +705,53 @@ class PostgresStore(
                 if locked:
                     unblock = {"ids": [r[0] for r in locked], "now": now, "channel": self.channel}
                     out.append(await self._fetch(conn, self._q.unblock, unblock))
+            await self._settle(conn, [r for r in job_rows(rows) if r[DEPENDENTS]], now, settled)
             return out
 
         return await self._fast_then_in_order(
-            self._q.complete, params(items, False), items, lambda c: c.job_id, lambda c: True, step, now
+            self._q.complete, params(items, False), items, lambda c: c.job_id, lambda c: True, step, now, settled
         )
+
+    async def _complete_in(self, conn: Conn, completions: Sequence[Completion], now: float) -> Changed:
+        """:meth:`complete_jobs` inside the caller's transaction on ``conn`` (the slow path, in order)."""
+        out = Collect(now)
+        settled: list[Changed] = []
+        for c in unique(completions, lambda c: (c.job_id, c.token)):
+            rows = await self._fetch(
+                conn,
+                self._q.complete,
+                {"rows": codec.dumps([[c.job_id, c.token, c.result]], "result"), "now": now, "all": True},
+            )
+            out.add(rows)
+            for parent in [r[J] for r in job_rows(rows) if r[DEPENDENTS]]:
+                locked = await self._fetch(conn, self._q.lock_dependents, {"ids": [parent]})
+                if locked:
+                    unblock = {"ids": [r[0] for r in locked], "now": now, "channel": self.channel}
+                    out.add(await self._fetch(conn, self._q.unblock, unblock))
+            await self._settle(conn, [r for r in job_rows(rows) if r[DEPENDENTS]], now, settled)
+        for changed in settled:
+            out.merge(changed)
+        return out.changed()
+
+    async def _retry_in(self, conn: Conn, ids: Sequence[JobId], now: float) -> Changed:
+        """:meth:`retry_jobs` inside the caller's transaction on ``conn``."""
+        out = Collect(now)
+        params = {"ids": list(unique(ids, lambda x: x)), "now": now, "tenant": None, "channel": self.channel}
+        out.add(await self._fetch(conn, self._q.retry, params))
+        return out.changed()
+
+    async def _settle(self, conn: Conn, rows: Sequence[Row], now: float, into: list[Changed]) -> None:
+        """In the transaction, after a transition: the graphs of ``rows`` (nodes with dependents that ended)
+        queue again what a failure policy lets run (:func:`jobengine.backends.sql.graphs.settle_in`)."""
+        graphs = list(dict.fromkeys(r[GRAPH] for r in rows if r[GRAPH] is not None))
+        if not graphs:
+            return
+        from jobengine.backends.postgres.db import PgTx
+        from jobengine.backends.sql.graphs import settle_in  # only a graph's nodes need it
+
+        settled = await settle_in(PgTx(conn, self.db), graphs, now)
+        if settled.jobs:
+            into.append(settled)
 
     async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
         """Like :meth:`complete_jobs`: a job with dependents that ends dead or cancelled sends the batch down
@@ -723,12 +767,15 @@ class PostgresStore(
             ]
             return {"rows": codec.dumps(rows, "error"), "now": now, "all": all_, "channel": self.channel}
 
+        settled: list[Changed] = []
+
         async def step(conn: Conn, chunk: Sequence[Failure]) -> list[list[Row]]:
             rows = await self._fetch(conn, self._q.fail, params(chunk, True))
             out = [rows]
-            for r in job_rows(rows):
-                if r[DEPENDENTS] and r[STATE] in ("dead", "cancelled"):
-                    out += await self._cascade(conn, r[J], now)
+            broken = [r for r in job_rows(rows) if r[DEPENDENTS] and r[STATE] in ("dead", "cancelled")]
+            for r in broken:
+                out += await self._cascade(conn, r[J], now)
+            await self._settle(conn, broken, now, settled)
             return out
 
         return await self._fast_then_in_order(
@@ -739,6 +786,7 @@ class PostgresStore(
             lambda f: f.outcome is not FailOutcome.RETRY,
             step,
             now,
+            settled,
         )
 
     async def _fast_then_in_order(
@@ -750,10 +798,12 @@ class PostgresStore(
         may_cascade: Callable[[T], bool],
         step: Callable[[Conn, Sequence[T]], Awaitable[list[list[Row]]]],
         now: float,
+        settled: list[Changed],
     ) -> Changed:
         """Try the one-statement path; send what it left (jobs with dependents, stale tokens) through
         ``step`` in a transaction, in batch order, cutting the batch after every job with dependents so
-        that its dependents' events follow its own, as in the parity oracle."""
+        that its dependents' events follow its own, as in the parity oracle. ``settled``: what the steps
+        built already (graph nodes queued again), merged last."""
         out = Collect(now)
         out.add(await self._rows(fast, fast_params))
         done = {j.id for j in out.jobs}
@@ -762,6 +812,7 @@ class PostgresStore(
             return out.changed()
 
         async def slow(conn: Conn) -> list[list[Row]]:
+            settled.clear()  # a try whose connection was lost committed nothing
             async with conn.transaction():
                 ids = [job_of(x) for x in rest]
                 parents = {r[0] for r in await self._fetch(conn, self._q.with_dependents, {"ids": ids})}
@@ -772,6 +823,8 @@ class PostgresStore(
 
         for rows in await self._run(slow):
             out.add(rows)
+        for changed in settled:
+            out.merge(changed)
         return out.changed()
 
     async def _cascade(self, conn: Conn, root: str, now: float) -> list[list[Row]]:
@@ -800,7 +853,10 @@ class PostgresStore(
             return Changed()
         out = Collect(now)
 
+        settled: list[Changed] = []
+
         async def op(conn: Conn) -> list[list[Row]]:
+            settled.clear()
             async with conn.transaction():
                 # The ids are cancelled in order, each cascading before the next (so a dependent named after
                 # its parent ends "dependency ... ended cancelled", as in the parity oracle): the batch is
@@ -816,13 +872,16 @@ class PostgresStore(
                         # (see sql.CLAIM_ONE): this statement's snapshot shows it, a new one finds it.
                         rows += await self._fetch(conn, self._q.cancel, {**params, "ids": missing})
                     out.append(rows)
-                    for r in job_rows(rows):
-                        if r[DEPENDENTS] and r[STATE] == "cancelled":
-                            out += await self._cascade(conn, r[J], now)
+                    broken = [r for r in job_rows(rows) if r[DEPENDENTS] and r[STATE] == "cancelled"]
+                    for r in broken:
+                        out += await self._cascade(conn, r[J], now)
+                    await self._settle(conn, broken, now, settled)
                 return out
 
         for rows in await self._run(op):
             out.add(rows)
+        for changed in settled:
+            out.merge(changed)
         return out.changed()
 
     async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:

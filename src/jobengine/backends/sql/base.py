@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from jobengine.core import codec
-from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
+from jobengine.core.ids import JobId
+from jobengine.core.models import Changed, Completion, Event, Inserted, Job, NewEvent, NewJob
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -91,6 +92,18 @@ class Tx(Protocol):
 
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         """The store's own insert, inside this transaction."""
+        ...
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        """The store's own completion (fenced, dependents released, graphs settled), inside this transaction."""
+        ...
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float) -> Changed:
+        """The store's own retry (dead, cancelled and failed jobs queued again now), inside this transaction."""
+        ...
+
+    async def add_edges(self, edges: Sequence[tuple[JobId, JobId]]) -> None:
+        """Each (child, parent): ``child``, not started yet, also waits for ``parent``."""
         ...
 
 

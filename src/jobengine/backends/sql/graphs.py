@@ -1,14 +1,18 @@
 """The GraphStore port (:mod:`jobengine.ports.graphs`), written once for SQLite and PostgreSQL (tables:
-migration ``0013_graphs``). A graph, its node rows and its node jobs are written in one transaction."""
+migration ``0013_graphs``). A graph, its node rows and its node jobs are written in one transaction.
+
+Two steps run inside the store's own transitions: :func:`settle_in` (in the transaction that ends nodes,
+so a node a failure policy lets run is queued with the failure that lets it) and :meth:`SqlGraphs.expand`
+(a node's completion and the nodes it adds, in one transaction)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from jobengine.core.graphs import GraphRecord, GraphSpec, GraphState, Node, Policy
+from jobengine.core.graphs import GraphRecord, GraphSpec, GraphState, Node, Policy, check_in_graph, settle
 from jobengine.core.ids import GraphId, JobId
-from jobengine.core.models import Event, Inserted, NewEvent, NewJob
+from jobengine.core.models import AddedNode, Changed, Completion, Event, Inserted, Job, NewEvent, NewJob
 
 from .base import Db, Tx, conditions
 
@@ -37,6 +41,45 @@ async def _counts(tx: Tx, ids: Sequence[str]) -> dict[str, tuple[dict[str, int],
         if started is not None and (first is None or started < first):
             first = started
         out[gid] = (counts, total + float(progress or 0.0), first)
+    return out
+
+
+async def _nodes(tx: Tx, graph_id: str) -> list[Node]:
+    jobs = {j.id: j for j in await tx.jobs("jobs.graph_id = ?", (graph_id,))}
+    rows = await tx.rows(
+        "SELECT job_id, node, policy, parents, pending FROM {s}graph_nodes WHERE graph_id = ?", (graph_id,)
+    )
+    nodes = [Node(r[1], Policy(r[2]), tx.d.strings(r[3]), jobs[r[0]], bool(r[4])) for r in rows if r[0] in jobs]
+    return sorted(nodes, key=lambda n: n.job.id)
+
+
+def ended_graphs(jobs: Iterable[Job]) -> list[str]:
+    """The graphs of the nodes among ``jobs`` that ended: those :func:`settle_in` looks at."""
+    return list(dict.fromkeys(j.graph_id for j in jobs if j.graph_id is not None and j.terminal))
+
+
+async def settle_in(tx: Tx, graph_ids: Iterable[str], now: float) -> Changed:
+    """In the transaction of a transition that ended nodes of these graphs: queue again the nodes that a
+    failure policy (``continue``, ``always``) or a retry of the graph lets run now, and stop waiting for
+    those that can no longer run (:func:`jobengine.core.graphs.settle`). A graph none of whose nodes ended
+    dead or cancelled is passed over after one index probe; a cancelled graph is left to the engine."""
+    out = Changed()
+    for graph_id in dict.fromkeys(graph_ids):
+        broken = await tx.rows(
+            "SELECT 1 FROM {s}jobs WHERE graph_id = ? AND state IN ('dead', 'cancelled') LIMIT 1", (graph_id,)
+        )
+        if not broken:
+            continue
+        row = await tx.rows("SELECT cancelled FROM {s}graphs WHERE id = ?", (graph_id,))
+        if not row or row[0][0]:
+            continue
+        revive, drop = settle(await _nodes(tx, graph_id), False)
+        if revive:
+            changed = await tx.retry_jobs([JobId(n.job.id) for n in revive], now)
+            out.jobs.extend(changed.jobs)
+            out.events.extend(changed.events)
+        if done := [n.job.id for n in (*revive, *drop) if n.pending]:
+            await tx.run("UPDATE {s}graph_nodes SET pending = NOT {true} WHERE job_id {in_array}", (tx.d.array(done),))
     return out
 
 
@@ -116,15 +159,79 @@ class SqlGraphs:
     async def nodes(self, graph_id: GraphId) -> list[Node]:
         """The nodes of a graph with their jobs, in the order they were submitted (parents first)."""
 
-        async def op(tx: Tx) -> list[Node]:
-            jobs = {j.id: j for j in await tx.jobs("jobs.graph_id = ?", (graph_id,))}
-            rows = await tx.rows(
-                "SELECT job_id, node, policy, parents, pending FROM {s}graph_nodes WHERE graph_id = ?", (graph_id,)
-            )
-            nodes = [Node(r[1], Policy(r[2]), tx.d.strings(r[3]), jobs[r[0]], bool(r[4])) for r in rows if r[0] in jobs]
-            return sorted(nodes, key=lambda n: n.job.id)
+        return await self.db.read(lambda tx: _nodes(tx, graph_id))
 
-        return await self.db.read(op)
+    async def node_of(self, job_id: JobId) -> tuple[GraphId, str] | None:
+        """The graph and node name of job ``job_id`` (None: it is no node)."""
+        rows = await self.db.read(
+            lambda tx: tx.rows("SELECT graph_id, node FROM {s}graph_nodes WHERE job_id = ?", (job_id,))
+        )
+        return (GraphId(rows[0][0]), rows[0][1]) if rows else None
+
+    async def expand(
+        self,
+        completion: Completion,
+        adding: str,
+        nodes: Sequence[AddedNode],
+        jobs: Sequence[NewJob],
+        phases: Sequence[tuple[str, ...]],
+        now: float,
+    ) -> Changed:
+        """Complete node ``adding`` (``completion``) and store the nodes it adds (``nodes`` with their
+        ``jobs``, parents first) in one transaction: all of it, or nothing when the lease is no longer held
+        (an empty result) or the graph does not allow them (InvalidJob naming the field, from
+        :func:`jobengine.core.graphs.check_in_graph`)."""
+
+        async def op(tx: Tx) -> Changed:
+            held = await tx.rows(
+                "SELECT graph_id FROM {s}jobs WHERE id = ? AND lease_token = ? AND state = 'running'{lock}",
+                (completion.job_id, completion.token),
+            )
+            if not held or held[0][0] is None:
+                return Changed()
+            graph_id = held[0][0]
+            # The graph's row is locked first: two nodes adding to one graph at once take turns.
+            total = (await tx.rows("SELECT total FROM {s}graphs WHERE id = ?{lock}", (graph_id,)))[0][0]
+            names = [n.name for n in nodes]
+            wanted = list(dict.fromkeys([*names, *(c for n in nodes for c in n.before)]))
+            found = await tx.rows(
+                "SELECT job_id, node, policy, parents FROM {s}graph_nodes WHERE graph_id = ? AND node {in_array}",
+                (graph_id, tx.d.array(wanted)),
+            )
+            befores = {r[1]: r for r in found if r[1] not in names}
+            before_jobs = {
+                j.id: j for j in await tx.jobs("jobs.id {in_array}", (tx.d.array(r[0] for r in befores.values()),))
+            }
+            before = {
+                name: Node(name, Policy(r[2]), tx.d.strings(r[3]), before_jobs[r[0]])
+                for name, r in befores.items() if r[0] in before_jobs
+            }  # fmt: skip
+            check_in_graph(adding, nodes, total, {r[1] for r in found if r[1] in names}, before)
+            inserted = await tx.insert_jobs(jobs, now, phases)
+            await tx.many(
+                "INSERT INTO {s}graph_nodes (job_id, graph_id, node, policy, parents) VALUES (?, ?, ?, ?, ?)",
+                [(j.id, graph_id, n.name, n.policy, tx.d.array(n.after)) for n, j in zip(nodes, jobs, strict=True)],
+            )
+            await tx.run(
+                "UPDATE {s}jobs SET graph_id = ? WHERE id {in_array}", (graph_id, tx.d.array(j.id for j in jobs))
+            )
+            await tx.run(
+                "UPDATE {s}graphs SET total = total + ?, updated_at = ? WHERE id = ?", (len(nodes), now, graph_id)
+            )
+            ids = {n.name: j.id for n, j in zip(nodes, jobs, strict=True)}
+            edges: list[tuple[JobId, JobId]] = []
+            for name, node in before.items():
+                more = [n.name for n in nodes if name in n.before]
+                await tx.run(
+                    "UPDATE {s}graph_nodes SET parents = ? WHERE job_id = ?",
+                    (tx.d.array([*node.parents, *more]), node.job.id),
+                )
+                edges += [(JobId(node.job.id), JobId(ids[m])) for m in more]
+            await tx.add_edges(edges)
+            done = await tx.complete_jobs([Completion(completion.job_id, completion.token, completion.result)], now)
+            return Changed(done.jobs, [*inserted.events, *done.events])
+
+        return await self.db.write(op, retry=False)
 
     async def parent_results(self, job_id: JobId) -> dict[str, Any]:
         """The results of the parents of node ``job_id`` that succeeded, by node name."""

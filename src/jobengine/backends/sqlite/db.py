@@ -4,12 +4,15 @@ writes in ``BEGIN IMMEDIATE`` at ``synchronous`` like every operator action."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from jobengine.backends.sql.base import Dialect, Row, Tx, drive
-from jobengine.core.models import Event, Inserted, Job, NewEvent, NewJob
+from jobengine.backends.sql.graphs import ended_graphs, settle_in
+from jobengine.core.ids import JobId
+from jobengine.core.models import Changed, Completion, Event, Failure, Inserted, Job, NewEvent, NewJob
 
+from . import fenced, writes
 from .inserts import insert_jobs
 from .rows import append_events, select_jobs
 
@@ -58,6 +61,62 @@ class SqliteTx:
 
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
         return insert_jobs(self.conn, jobs, now, phases)
+
+    async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
+        return fenced.succeeded(succeed(self.conn, completions, now), now)
+
+    async def retry_jobs(self, ids: Sequence[JobId], now: float) -> Changed:
+        return writes.retry_jobs(self.conn, ids, now, None)
+
+    async def add_edges(self, edges: Sequence[tuple[JobId, JobId]]) -> None:
+        by_child: dict[str, list[str]] = {}
+        for child, parent in edges:
+            by_child.setdefault(child, []).append(parent)
+        rows: list[tuple[str, int, str]] = []
+        for node, parents in by_child.items():
+            (last,) = self.conn.execute(
+                "SELECT coalesce(max(position), -1) FROM job_deps WHERE job_id = ?", (node,)
+            ).fetchone()
+            rows += [(node, last + 1 + i, parent) for i, parent in enumerate(parents)]
+        self.conn.executemany("INSERT INTO job_deps (job_id, position, depends_on) VALUES (?, ?, ?)", rows)
+
+
+# -- transitions that settle graphs in their transaction (jobengine.backends.sql.graphs.settle_in) -------------
+
+
+def settle_graphs(conn: sqlite3.Connection, applied: fenced.Applied, rows: Iterable[Row], now: float) -> None:
+    """In the transaction, after a transition: the graphs of ``rows`` (nodes with dependents that ended)
+    queue again what a failure policy lets run; kept on ``applied`` for the part after COMMIT."""
+    graphs = list(dict.fromkeys(r[fenced.GRAPH] for r in rows if r[fenced.GRAPH] is not None))
+    if graphs:
+        settled = drive(settle_in(SqliteTx(conn), graphs, now))
+        if settled.jobs:
+            applied.settled = settled
+
+
+def succeed(conn: sqlite3.Connection, completions: Sequence[Completion], now: float) -> fenced.Applied:
+    """:func:`fenced.succeed`, then the graphs of the nodes with dependents that succeeded settled."""
+    applied = fenced.succeed(conn, completions, now)
+    settle_graphs(conn, applied, (r for r in applied.rows if r[fenced.DEPENDENTS]), now)
+    return applied
+
+
+def fail(conn: sqlite3.Connection, failures: Sequence[Failure], now: float) -> fenced.Applied:
+    """:func:`fenced.fail`, then the graphs of the nodes that cancelled their dependents settled."""
+    applied = fenced.fail(conn, failures, now)
+    if applied.cascades:
+        settle_graphs(conn, applied, (r for r in applied.rows if r[0] in applied.cascades), now)
+    return applied
+
+
+def cancel_jobs(conn: sqlite3.Connection, ids: Sequence[JobId], reason: str, now: float, tenant: str | None) -> Changed:
+    """:func:`writes.cancel_jobs`, then the graphs of the nodes with dependents it cancelled settled."""
+    changed = writes.cancel_jobs(conn, ids, reason, now, tenant)
+    graphs = ended_graphs(j for j in changed.jobs if j.has_dependents)
+    if not graphs:
+        return changed
+    settled = drive(settle_in(SqliteTx(conn), graphs, now))
+    return Changed([*changed.jobs, *settled.jobs], [*changed.events, *settled.events])
 
 
 class SqliteDb:

@@ -64,7 +64,10 @@ _FENCE: Final = "jobs.id = b.id AND jobs.lease_token = b.token AND jobs.state = 
 # case) skips the dependents' queries altogether.
 _ID, _TENANT, _QUEUE, _TASK, _PRIORITY, _RUN_AT, _STATE, _ATTEMPT = 0, 1, 2, 3, 5, 6, 7, 8
 _REASON, _STARTED_AT = 18, 24
-_DEPENDENTS: Final = 29
+DEPENDENTS: Final = 29
+_DEPENDENTS: Final = DEPENDENTS
+#: Where a row holds its job's graph (``db.settle_graphs`` reads it).
+GRAPH: Final = 30
 
 _START: Final = f"""
 UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_worker = ?, lease_token = {LEASE_TOKEN_FN}(),
@@ -231,12 +234,14 @@ class Applied:
     first_event: int = 0
     #: Per row (by job id): the dependents' jobs and events that follow that row's own job and event.
     cascades: dict[JobId, tuple[list[Job], list[NewEvent]]] = field(default_factory=dict)
+    #: Graph nodes queued again after the rest (``db.settle_graphs``), already built and numbered.
+    settled: Changed | None = None
 
 
 def _events_after(applied: Applied, own: list[Event], jobs: list[Job]) -> Changed:
     """Merge each row's own job and event with its cascade, numbering the cascade's events in between."""
     if not applied.cascades:
-        return Changed(jobs, own)
+        return _with_settled(applied, Changed(jobs, own))
     out_jobs: list[Job] = []
     out_events: list[Event] = []
     next_id = applied.first_event
@@ -250,7 +255,13 @@ def _events_after(applied: Applied, own: list[Event], jobs: list[Job]) -> Change
             for e in more[1]:
                 out_events.append(Event(next_id, event.at, e.type, e.tenant, e.job_id, e.queue, e.task, e.data))
                 next_id += 1
-    return Changed(out_jobs, out_events)
+    return _with_settled(applied, Changed(out_jobs, out_events))
+
+
+def _with_settled(applied: Applied, changed: Changed) -> Changed:
+    if applied.settled is None:
+        return changed
+    return Changed([*changed.jobs, *applied.settled.jobs], [*changed.events, *applied.settled.events])
 
 
 def _cascade_rows(applied: Applied, own: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -58,6 +58,7 @@ from jobengine.core.models import (
 from jobengine.errors import ConfigError, StoreUnavailable
 from jobengine.ports.store import Capabilities
 
+from . import db as graph_steps
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
 from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
@@ -318,12 +319,12 @@ class SqliteStore(
     async def complete_jobs(self, completions: Sequence[Completion], now: float) -> Changed:
         if not completions:
             return Changed()
-        return await self._work(lambda c: fenced.succeed(c, completions, now), lambda a: fenced.succeeded(a, now))
+        return await self._work(lambda c: graph_steps.succeed(c, completions, now), lambda a: fenced.succeeded(a, now))
 
     async def fail_jobs(self, failures: Sequence[Failure], now: float) -> Changed:
         if not failures:
             return Changed()
-        return await self._work(lambda c: fenced.fail(c, failures, now), lambda a: fenced.failed(a, failures, now))
+        return await self._work(lambda c: graph_steps.fail(c, failures, now), lambda a: fenced.failed(a, failures, now))
 
     async def release_jobs(self, leases: Sequence[Lease], now: float) -> Changed:
         if not leases:
@@ -333,7 +334,7 @@ class SqliteStore(
     async def cancel_jobs(self, ids: Sequence[JobId], reason: str, now: float, tenant: str | None = None) -> Changed:
         if not ids:
             return Changed()
-        return await self._write(lambda c: writes.cancel_jobs(c, ids, reason, now, tenant))
+        return await self._write(lambda c: graph_steps.cancel_jobs(c, ids, reason, now, tenant))
 
     async def retry_jobs(self, ids: Sequence[JobId], now: float, tenant: str | None = None) -> Changed:
         if not ids:

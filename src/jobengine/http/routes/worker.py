@@ -24,6 +24,7 @@ from starlette.responses import Response
 from jobengine.core.clock import iso
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import (
+    AddedNode,
     AttemptError,
     Completion,
     FailOutcome,
@@ -167,21 +168,33 @@ async def report(body: ReportIn, request: Request, principal: Worker) -> Respons
         *(r.job_id for r in body.releases),
     ]
     owned = await _owned(engine, principal.tenant, ids)
-    completions = [Completion(JobId(c.job_id), LeaseToken(c.token), c.result) for c in body.completions
+    completions = [Completion(JobId(c.job_id), LeaseToken(c.token), c.result, _added(c)) for c in body.completions
                    if c.job_id in owned]  # fmt: skip
     failures = [_failure(engine, owned[f.job_id], f) for f in body.failures if f.job_id in owned]
     releases = [Lease(JobId(r.job_id), LeaseToken(r.token)) for r in body.releases if r.job_id in owned]
     done = await engine.transitions.complete_jobs(completions) if completions else None
     failed = await engine.transitions.fail_jobs(failures) if failures else None
     released = await engine.transitions.release_jobs(releases) if releases else None
+    # A completion whose added nodes its graph refused ended its node dead: listed as failed.
+    refused = _applied([c.job_id for c in completions], done.jobs if done else [], JobState.DEAD)
     out = {
         "completed": _applied([c.job_id for c in completions], done.jobs if done else [], JobState.SUCCEEDED),
-        "failed": _applied([f.job_id for f in failures], failed.jobs if failed else [], None),
+        "failed": [*refused, *_applied([f.job_id for f in failures], failed.jobs if failed else [], None)],
         "released": _applied([r.job_id for r in releases], released.jobs if released else [], JobState.QUEUED),
     }
     applied = {i for v in out.values() for i in v}
     out["refused"] = [i for i in dict.fromkeys(ids) if i not in applied]
     return json_response(out)
+
+
+def _added(body: CompleteIn) -> tuple[AddedNode, ...]:
+    return tuple(
+        AddedNode(
+            n.name, n.task, n.payload, tuple(n.after), tuple(n.before), n.policy.value, n.queue, n.priority,
+            n.max_attempts, n.timeout,
+        )
+        for n in body.nodes
+    )  # fmt: skip
 
 
 def _applied(ids: Sequence[str], jobs: Sequence[Job], state: JobState | None) -> list[str]:
@@ -217,7 +230,9 @@ async def job_complete(job_id: JobIdPath, body: CompleteIn, request: Request, pr
     """The attempt succeeded with ``result``; 409 if the lease is lost (the report is refused)."""
     engine = context(request).engine
     job = await engine.get_job(job_id, principal.tenant)
-    changed = await engine.transitions.complete_jobs([Completion(job.id, LeaseToken(body.token), body.result)])
+    completion = Completion(job.id, LeaseToken(body.token), body.result, _added(body))
+    # Nodes the graph refuses are a 422 naming the field; the job stays running for the worker to report.
+    changed = await engine.transitions.complete_jobs([completion], refused="raise")
     if not _applied([job_id], changed.jobs, JobState.SUCCEEDED):
         raise _lost(job_id)
     return json_response({"completed": [job_id], "failed": [], "released": [], "refused": []})
