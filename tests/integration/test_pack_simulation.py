@@ -5,15 +5,18 @@ no webhook is delivered for the simulation and the stream's cursor does not move
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from jobengine.cli.main import main
 from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunState
 from jobengine.engine import Engine
 from jobengine.errors import IllegalState, InvalidJob, NotFound
+from jobengine.http.server import ApiService
 from jobengine.packs.archive import build
 from jobengine.packs.errors import PackConflict
 from jobengine.packs.loader import RegistryFetcher, load_packs
@@ -160,3 +163,44 @@ async def test_what_cannot_be_simulated_is_refused_naming_why(engine: Engine, tm
         await engine.enqueue("scores@1.1.0:score", {"items": [1]})
     sim = await engine.runs.start(RunRequest(task="scores@1.1.0:score", items=(1, 2), mode=RunMode.SIMULATE))
     assert sim.schedule_id == "scores@*:score default"
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+async def test_pack_approve_shows_the_simulation_before_approving(
+    engine: Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await publish(engine, tmp_path, "1.0.0", APPROVED, approve=True)
+    full = RunRequest(task="scores@1.0.0:score", items=tuple(range(200)), segment_size=50)
+    await run_to_end(engine, await engine.runs.start(full))
+    await publish(engine, tmp_path, "1.1.0", PENDING, approve=False)
+    _, key = await engine.keys.create("default", ["packs:approve", "packs:read"], "reviewer")
+    api = ApiService(engine, engine.settings, host="127.0.0.1", port=0)
+    await api.start()
+    try:
+        common = ("--url", api.url, "--key", key)
+        # The CLI is a blocking HTTP client of the server on this loop: it runs in a thread.
+        code, out, err = await asyncio.to_thread(cli, capsys, "pack", "approve", "scores@1.1.0", *common)
+        assert code == 2 and "error: yes: pass --yes to approve scores@1.1.0" in err
+        assert "no simulation" in out and "jobengine pack simulate scores@1.1.0" in out
+
+        code, out, err = await asyncio.to_thread(cli, capsys, "pack", "simulate", "scores@1.1.0", *common, "--json")
+        assert code == 0, err
+        sim = await run_to_end(engine, await engine.runs.get(json.loads(out)["id"]))
+        code, out, err = await asyncio.to_thread(cli, capsys, "pack", "approve", "scores@1.1.0", *common, "--yes")
+        assert code == 0, err
+        assert f"simulate run {sim.id} against run" in out and "198 same, 2 changed, 0 new, 0 gone" in out
+        rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["0", "changed"], ["100", "changed"])]
+        assert rows == [["0", "changed", "0", "1"], ["100", "changed", "200", "201"]]
+        assert out.rstrip().endswith("scores@1.1.0 is approved")
+        assert (await engine.packs.get("scores", "1.1.0")).status.value == "approved"
+
+        code, out, err = await asyncio.to_thread(cli, capsys, "pack", "simulate", "scores@1.1.0", *common)
+        assert code == 2 and "only a version awaiting approval" in err
+    finally:
+        await api.stop()

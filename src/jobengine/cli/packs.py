@@ -232,7 +232,8 @@ def print_review(review: dict[str, Any]) -> None:
     for column in ("ITEM", "CHANGE", "BEFORE (last run)", "AFTER (this version)"):
         table.add_column(column, overflow="fold")
     for e in entries:
-        table.add_row(*(escape(codec.dumps(e[k], "result")[:80]) for k in ("item", "change", "before", "after")))
+        cells = [escape(codec.dumps(e[k], "result")[:80]) for k in ("item", "before", "after")]
+        table.add_row(cells[0], e["change"], *cells[1:])
     console.print(table)
     counts = review["counts"]
     shown, total = len(entries), counts["changed"] + counts["new"] + counts["gone"]
