@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobengine.cli.main import main
+from jobengine.cli.packs import load_local
 from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunState
 from jobengine.engine import Engine
@@ -163,6 +164,15 @@ async def test_what_cannot_be_simulated_is_refused_naming_why(engine: Engine, tm
         await engine.enqueue("scores@1.1.0:score", {"items": [1]})
     sim = await engine.runs.start(RunRequest(task="scores@1.1.0:score", items=(1, 2), mode=RunMode.SIMULATE))
     assert sim.schedule_id == "scores@*:score default"
+    # A worker loads a pending version only when told to.
+    with pytest.raises(PackConflict, match="pending_approval"):
+        await load_local(engine, ("scores@1.1.0",))
+    await load_local(engine, ("scores@1.1.0",), pending=True)
+
+
+def test_a_remote_worker_refuses_pending_packs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "worker", "--packs", "scores@1.1.0", "--pending-packs", "--remote", "http://x")
+    assert code == 2 and "pending-packs: a remote worker loads approved versions only" in err
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -312,11 +312,13 @@ def cache_dir(settings: Settings) -> Path:
     return prepare_state_dir(settings) / "pack-cache"
 
 
-async def load_local(engine: Any, refs: tuple[str, ...]) -> None:
-    """Load approved packs from the worker's own database into ``engine.tasks`` (before its worker is built)."""
+async def load_local(engine: Any, refs: tuple[str, ...], *, pending: bool = False) -> None:
+    """Load approved packs from the worker's own database into ``engine.tasks`` (before its worker is built);
+    ``pending``: versions awaiting approval too, for their simulations."""
     from jobengine.packs.loader import RegistryFetcher, load_packs
 
-    loaded = await load_packs(engine.tasks, RegistryFetcher(engine.packs), refs, cache_dir(engine.settings))
+    fetcher = RegistryFetcher(engine.packs, pending=pending)
+    loaded = await load_packs(engine.tasks, fetcher, refs, cache_dir(engine.settings))
     _report(loaded)
 
 
