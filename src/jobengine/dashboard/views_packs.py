@@ -174,7 +174,10 @@ async def version_action(request: Request, name: str, version: str, verb: str) -
     elif verb == "deprecate":
         moved = await reg.deprecate(name, version, me, reason)
     elif verb == "simulate":
-        run = await engine(request).pack_runs.simulate(name, version, tenant=session.tenant, actor=me)
+        task = form.get("task", "").strip() or None
+        source = form.get("source", "").strip() or "default"
+        run = await engine(request).pack_runs.simulate(name, version, task=task, source=source,
+                                                        tenant=session.tenant, actor=me)  # fmt: skip
         return see_other(f"/packs/{name}/versions/{version}", f"simulate run {run.id} of {name}@{version} started")
     else:
         moved = await reg.archive(name, version, me, reason or None)
