@@ -77,6 +77,7 @@ def test_the_approval_page_shows_the_simulations_diff(page: Any, server: Server,
         cells = [[td.strip() for td in rows.nth(n).locator("td").all_inner_texts()] for n in range(3)]
         assert cells == [["0", "changed", "0", "1"], ["100", "changed", "200", "201"],
                          ["200", "changed", "400", "401"]]  # fmt: skip
+        assert "3 changed, 0 new, 0 gone of 300 items" in page.locator("#approve-simulation").inner_text()
         page.get_by_role("button", name="Approve 1.1.0").click()
         page.get_by_role("status").get_by_text("scores@1.1.0 is now approved").wait_for()
         assert page.locator("#simulation-counts [data-change=changed]").inner_text() == "3"  # kept with the approval
