@@ -95,13 +95,13 @@ def test_upload_approve_enqueue_and_run_on_a_fresh_worker(stack: Stack, capsys: 
     folder = write_pack(stack.tmp / "src")
     code, out, err = cli(capsys, "pack", "push", str(folder), *url, "--key", dev)
     assert code == 0 and "pending_approval" in out, err
-    code, _, err = cli(capsys, "pack", "approve", "hello@1.0.0", *url, "--key", dev)
+    code, _, err = cli(capsys, "pack", "approve", "hello@1.0.0", *url, "--key", dev, "--yes")
     assert code == 1 and "packs:approve" in err  # the uploader's key cannot approve
     with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {app}"}, timeout=60) as api:
         refused = api.post("/api/v1/jobs", json={"task": "hello@1.0.0:greet", "payload": {"who": "ann"}})
         assert refused.status_code == 422 and "pending_approval" in refused.json()["detail"]
 
-        code, out, err = cli(capsys, "pack", "approve", "hello@1.0.0", *url, "--key", reviewer)
+        code, out, err = cli(capsys, "pack", "approve", "hello@1.0.0", *url, "--key", reviewer, "--yes")
         assert code == 0 and "approved" in out, err
         code, out, _ = cli(capsys, "pack", "show", "hello@1.0.0", *url, "--key", dev, "--json")
         shown = json.loads(out)

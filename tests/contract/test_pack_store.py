@@ -93,3 +93,16 @@ async def test_listing_search_and_digest_lookup(store: Store) -> None:
     by_digest = await packs.pack_versions_by_digest(hashlib.sha256(b"b").hexdigest())
     assert [(v.name, v.version) for v in by_digest] == [("hello", "1.10.0")]
     assert await packs.pack_versions_by_digest("0" * 64) == []
+
+
+async def test_an_event_is_added_without_changing_the_status(store: Store) -> None:
+    packs = _packs(store)
+    await packs.insert_pack_version(_version(), _event())
+    await packs.add_pack_event("hello", "1.0.0", _event("pack.simulated", "key:bob", "run r1 against run r0"))
+    got = await packs.get_pack_version("hello", "1.0.0")
+    assert got is not None and got.status is PackStatus.PENDING and got.updated_at == T0
+    history = await packs.list_pack_events("hello", "1.0.0")
+    assert [(e.type, e.actor, e.reason) for e in history] == [
+        ("pack.uploaded", "key:alice", None),
+        ("pack.simulated", "key:bob", "run r1 against run r0"),
+    ]

@@ -48,3 +48,13 @@ def test_a_job_mode_comes_from_its_run_request() -> None:
     assert mode_of(segment([1], None, "simulate")) is RunMode.SIMULATE
     assert mode_of(segment([1], None, "simulate", run=None)) is RunMode.FULL  # not a run's job
     assert mode_of(segment([1], None, "sometimes")) is RunMode.FULL
+
+
+def test_a_packs_task_is_one_stream_whatever_its_version() -> None:
+    from jobengine.core.run_requests import RunRequest, stream_task
+
+    names = ("scores@1.0.0:score", "scores@stable:score", "scores@2.0.0-rc.1:score", "scores@" + "a" * 64 + ":score")
+    assert {stream_task(n) for n in names} == {"scores@*:score"}
+    assert RunRequest(task="scores@1.1.0:score", source="crm").stream == "scores@*:score crm"
+    assert RunRequest(task="score").stream == "score default"  # an ordinary task keeps its name
+    assert stream_task("a@b") == "a@b" and stream_task("Scores@1.0.0:x") == "Scores@1.0.0:x"

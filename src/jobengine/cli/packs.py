@@ -1,4 +1,5 @@
-"""``jobengine pack build | push | list | versions | show | pull | approve | reject | deprecate | archive``.
+"""``jobengine pack build | push | list | versions | show | pull | simulate | approve | reject | deprecate |
+archive``.
 
 ``build`` works on a local directory. The others talk to a server's registry over the HTTP API (``--url``,
 env ``JOBENGINE_URL``, default ``http://127.0.0.1:8080``; ``--key``, env ``JOBENGINE_API_KEY``), so the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from jobengine.cli import output
+from jobengine.core import codec
 from jobengine.errors import ConfigError, InvalidJob, JobEngineError
 from jobengine.packs.archive import build as build_pack
 from jobengine.settings import Settings, prepare_state_dir
@@ -212,10 +215,72 @@ def _action(ref: str, which: str, url: str, key: str | None, reason: str | None,
 ReasonOption = Annotated[str | None, typer.Option("--reason", help="Why (required to reject or deprecate).")]
 
 
+def print_review(review: dict[str, Any]) -> None:
+    """A version's newest simulation as the reviewer reads it: the counts, then the items that are not the
+    same with their results side by side (capped), or why there is nothing to show and what to run."""
+    console = output.stdout()
+    if review["run_id"] is None:
+        console.print(f"no simulation: {escape(review['name'])}@{escape(review['version'])} has not been "
+                      "simulated, so nothing shows what it changes")  # fmt: skip
+        console.print(f"  simulate it first: {escape(review['command'])}")
+        return
+    console.print(f"simulation: {escape(review['hint'])}")
+    entries = review["entries"]
+    if not entries:
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ITEM", "CHANGE", "BEFORE (last run)", "AFTER (this version)"):
+        table.add_column(column, overflow="fold")
+    for e in entries:
+        cells = [escape(codec.dumps(e[k], "result")[:80]) for k in ("item", "before", "after")]
+        table.add_row(cells[0], e["change"], *cells[1:])
+    console.print(table)
+    counts = review["counts"]
+    shown, total = len(entries), counts["changed"] + counts["new"] + counts["gone"]
+    if shown < total:
+        console.print(f"  ... {total - shown} more (jobengine runs diff {review['run_id']})")
+
+
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Approve after showing the diff without asking.")]
+
+
 @pack_app.command("approve")
-def approve(ref: RefArg, url: UrlOption = DEFAULT_URL, key: KeyOption = None, json_out: JsonFlag = False) -> None:
-    """Approve a pending version (scope packs:approve; with four-eyes, not the uploader's key)."""
-    _action(ref, "approve", url, key, None, json_out)
+def approve(
+    ref: RefArg, yes: YesOption = False, url: UrlOption = DEFAULT_URL, key: KeyOption = None, json_out: JsonFlag = False
+) -> None:
+    """Approve a pending version (scope packs:approve; with four-eyes, not the uploader's key). Shows the diff
+    of its newest simulation first (`jobengine pack simulate`), then asks (--yes: does not ask)."""
+    name, version = _split(ref)
+    review = _call(url, key, "GET", f"/api/v1/packs/{name}/versions/{version}/simulation").json()
+    if not json_out:
+        print_review(review)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidJob("yes", f"pass --yes to approve {name}@{version} after reading its simulation above")
+        if not typer.confirm(f"approve {name}@{version}?", err=True):
+            output.stdout().print("nothing done")
+            raise typer.Exit(1)
+    v = _call(url, key, "POST", f"/api/v1/packs/{name}/versions/{version}/approve").json()
+    output.emit(json_out, {**v, "simulation": review}, f"{escape(v['name'])}@{escape(v['version'])} is {v['status']}")
+
+
+@pack_app.command("simulate")
+def simulate(
+    ref: RefArg,
+    task: Annotated[str | None, typer.Option("--task", help="The task to simulate (when the pack has more).")] = None,
+    source: Annotated[str, typer.Option("--source", help="The input source of the runs.")] = "default",
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Simulate a pending version on the inputs of the last full run of its task (no effects, no webhooks, no
+    cursor moved); `jobengine pack approve` then shows the diff (scope packs:approve)."""
+    name, version = _split(ref)
+    body: dict[str, Any] = {"source": source} | ({"task": task} if task is not None else {})
+    run = _call(url, key, "POST", f"/api/v1/packs/{name}/versions/{version}/simulate", json=body).json()
+    label = f"{escape(name)}@{escape(version)}"
+    output.emit(json_out, run, f"simulate run {run['id']} of {label} over {run['items']} items is {run['state']}; "
+                f"once it ended: jobengine pack approve {label}")  # fmt: skip
 
 
 @pack_app.command("reject")
@@ -247,11 +312,13 @@ def cache_dir(settings: Settings) -> Path:
     return prepare_state_dir(settings) / "pack-cache"
 
 
-async def load_local(engine: Any, refs: tuple[str, ...]) -> None:
-    """Load approved packs from the worker's own database into ``engine.tasks`` (before its worker is built)."""
+async def load_local(engine: Any, refs: tuple[str, ...], *, pending: bool = False) -> None:
+    """Load approved packs from the worker's own database into ``engine.tasks`` (before its worker is built);
+    ``pending``: versions awaiting approval too, for their simulations."""
     from jobengine.packs.loader import RegistryFetcher, load_packs
 
-    loaded = await load_packs(engine.tasks, RegistryFetcher(engine.packs), refs, cache_dir(engine.settings))
+    fetcher = RegistryFetcher(engine.packs, pending=pending)
+    loaded = await load_packs(engine.tasks, fetcher, refs, cache_dir(engine.settings))
     _report(loaded)
 
 

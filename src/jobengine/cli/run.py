@@ -133,14 +133,14 @@ def worker_metrics(settings: Settings) -> tuple[dict[str, Any], list[Service]]:
 
 async def _worker(
     engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None,
-    before: Sequence[Service] = (),
+    before: Sequence[Service] = (), pending: bool = False,
 ) -> None:  # fmt: skip
     async with Supervisor(None, early) as supervisor, engine:
         await engine.periodic.sync()
         if packs:  # before the worker is built: its queues default to those of the registered tasks
             from jobengine.cli.packs import load_local
 
-            await load_local(engine, packs)
+            await load_local(engine, packs, pending=pending)
             if not overrides.get("queues"):
                 overrides = {**overrides, "queues": tuple(engine.tasks.queues())}
             overrides = {**overrides, "packs": packs}
@@ -166,6 +166,13 @@ def worker(
     packs: Annotated[
         str | None, typer.Option("--packs", help="Comma-separated name@version of approved task packs to run too.")
     ] = None,
+    pending_packs: Annotated[
+        bool,
+        typer.Option(
+            "--pending-packs",
+            help="Load --packs versions awaiting approval too, to run their simulations (`jobengine pack simulate`).",
+        ),
+    ] = False,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -179,10 +186,13 @@ def worker(
 ) -> None:
     """Run a worker (and the rescuer of expired leases) for the tasks of --app until SIGTERM / SIGINT.
     With --remote, the worker claims and reports over the HTTP API (--app may then be an SDK TaskApp).
-    With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`).
+    With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`);
+    with --pending-packs, versions among them that await approval too (only simulate runs name those).
     With --config, the settings come from that file (and ``JOBENGINE_*``), also for an --app engine."""
     from jobengine.packs.loader import parse_refs
 
+    if pending_packs and remote is not None:
+        raise ConfigError("pending-packs: a remote worker loads approved versions only; run it on the database")
     early = EarlySignals.install()
     refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs)) if packs else None
     if app is None and not refs and not load_settings(config).worker_packs:
@@ -217,7 +227,8 @@ def worker(
         "grace_period": settings.grace_period,
     }
     observe, metrics = worker_metrics(settings)
-    run(_worker(engine, {**overrides, **observe}, refs if refs is not None else settings.worker_packs, early, metrics))
+    refs = refs if refs is not None else settings.worker_packs
+    run(_worker(engine, {**overrides, **observe}, refs, early, metrics, pending=pending_packs))
 
 
 def _remote_worker(

@@ -32,6 +32,8 @@ from jobengine.errors import InvalidSchedule
 
 #: A run id a caller chooses, to make its request idempotent (the characters the HTTP paths take).
 RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+#: A task of a task pack, ``<pack>@<version, channel or sha256>:<task>`` (``jobengine.packs.jobs``).
+PACK_TASK_RE: Final = re.compile(r"^([a-z][a-z0-9_-]{0,63})@[0-9A-Za-z.+\-]{1,64}:([A-Za-z0-9][A-Za-z0-9_-]{0,63})$")
 MAX_ENVIRONMENT: Final = 100
 
 
@@ -123,8 +125,9 @@ class RunRequest:
 
     @property
     def stream(self) -> str:
-        """Task and source: whose cursor this run reads and moves (a space never occurs in a name)."""
-        return f"{self.task} {self.source}"
+        """Task and source: whose cursor this run reads and moves (a space never occurs in a name). A pack's
+        task is named without its version (:func:`stream_task`): every version of it continues one stream."""
+        return f"{stream_task(self.task)} {self.source}"
 
     @property
     def job_priority(self) -> int:
@@ -169,6 +172,13 @@ def plan_items(request: RunRequest, cursor: Json, done: Iterable[Json]) -> ItemP
     todo = tuple(i for i in after if codec.dumps(i, "items") not in did)
     move_to = after[-1] if after else None
     return ItemPlan(todo, len(items) - len(after), len(after) - len(todo), move_to)
+
+
+def stream_task(task: str) -> str:
+    """The task part of a stream: ``task``, or for a pack's task ``<pack>@*:<task>`` whatever version or
+    channel it names, so a new version is compared with, and continues from, the runs of the one before."""
+    m = PACK_TASK_RE.match(task)
+    return task if m is None else f"{m.group(1)}@*:{m.group(2)}"
 
 
 def later(value: Json, than: Json) -> bool:

@@ -1,5 +1,6 @@
 """Task packs (the registry, through ``engine.packs``): the packs, a pack's versions in semver order, a
-version (manifest, digest, size, uploader, approvals, history) with approve / reject / deprecate / archive,
+version (manifest, digest, size, uploader, approvals, history, and its newest simulation's diff against the
+last full run, so a reviewer approves what they saw) with simulate / approve / reject / deprecate / archive,
 and a line diff of two versions' manifests.
 
 Scopes as in ``http/routes/packs.py``: ``packs:read`` to see, ``packs:approve`` for every workflow step
@@ -40,7 +41,7 @@ STEPS: dict[PackStatus, tuple[str, ...]] = {
     PackStatus.INVALID: ("archive",),
     PackStatus.ARCHIVED: (),
 }
-VERBS = ("approve", "reject", "deprecate", "archive")
+VERBS = ("approve", "reject", "deprecate", "archive", "simulate")
 DIFF_CONTEXT = 3
 
 
@@ -139,12 +140,14 @@ async def version_page(request: Request, name: str, version: str) -> Response:
     reg = _registry(request)
     found = await reg.get(_name(name), _version(version))
     history = await reg.history(found.name, found.version)
+    review = await engine(request).pack_runs.review(found.name, found.version, session.tenant)
     me = actor(session)
     values = {
         "v": found, "history": history, "steps": STEPS[found.status],
         "manifest": "\n".join(manifest_lines(found.manifest)),
         "approvals": [e for e in history if e.type == "pack.approved"], "can_approve": session.allows("packs:approve"),
         "four_eyes_blocks": reg.four_eyes and found.uploaded_by == me,
+        "review": review, "entries": review.changed(), "pending": found.status is PackStatus.PENDING,
     }  # fmt: skip
     return render(request, "pack_version.html", session, values)
 
@@ -170,6 +173,12 @@ async def version_action(request: Request, name: str, version: str, verb: str) -
         moved = await reg.reject(name, version, me, reason)
     elif verb == "deprecate":
         moved = await reg.deprecate(name, version, me, reason)
+    elif verb == "simulate":
+        task = form.get("task", "").strip() or None
+        source = form.get("source", "").strip() or "default"
+        run = await engine(request).pack_runs.simulate(name, version, task=task, source=source,
+                                                        tenant=session.tenant, actor=me)  # fmt: skip
+        return see_other(f"/packs/{name}/versions/{version}", f"simulate run {run.id} of {name}@{version} started")
     else:
         moved = await reg.archive(name, version, me, reason or None)
     return see_other(f"/packs/{name}/versions/{version}", f"{name}@{version} is now {moved.status.value}")

@@ -67,6 +67,7 @@ from jobengine.worker.runtime import Worker, WorkerOptions
 # The scheduler's modules are imported where first used, not here: a worker process never loads them
 # (tests/unit/test_worker_process.py).
 if TYPE_CHECKING:
+    from jobengine.core.run_requests import RunRequest
     from jobengine.core.schedules import ScheduleSpec
     from jobengine.delivery.transports import Transports
     from jobengine.engine.graphs import Graphs
@@ -75,8 +76,10 @@ if TYPE_CHECKING:
     from jobengine.ports.transactional import TransactionalStore
     from jobengine.ports.watermarks import WatermarkStore
     from jobengine.ports.webhooks import WebhookStore
+    from jobengine.scheduler.pack_runs import PackRuns
     from jobengine.scheduler.passes import SchedulerPasses
     from jobengine.scheduler.planning import PlannerRegistry
+    from jobengine.scheduler.requests import RunTask
     from jobengine.scheduler.runs import Runs
     from jobengine.scheduler.schedules import Schedules
     from jobengine.scheduler.signatures import Signatures
@@ -310,7 +313,38 @@ class Engine:
         return Runs(
             self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
             published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
+            run_task=self._run_task,
         )  # fmt: skip
+
+    @cached_property
+    def pack_runs(self) -> PackRuns:
+        """Simulations of pending pack versions and what their approval shows
+        (:class:`jobengine.scheduler.pack_runs.PackRuns`). Usage::
+
+        run = await engine.pack_runs.simulate("scores", "1.1.0", actor="key:ann")
+        """
+        from jobengine.scheduler.pack_runs import PackRuns
+
+        return PackRuns(lambda: self.packs, self.runs)
+
+    async def _run_task(self, request: RunRequest) -> RunTask:
+        """What a run request's jobs run: a pack's task pinned to an approved version's digest (a pending
+        one's too in a simulate run); any other task as it is named."""
+        from jobengine.core.run_modes import RunMode
+        from jobengine.scheduler.requests import RunTask
+
+        if "@" not in request.task:
+            return RunTask(request.task)
+        from jobengine.packs.jobs import resolve_task
+
+        found = await resolve_task(self.packs, request.task, pending=request.mode is RunMode.SIMULATE)
+        if found is None:
+            return RunTask(request.task)
+        v = found.version
+        pack: dict[str, Json] = {"name": v.name, "version": v.version, "sha256": v.sha256,
+                                 "task": request.task.rpartition(":")[2]}  # fmt: skip
+        queue = found.spec.get("queue")
+        return RunTask(found.task, queue if isinstance(queue, str) else None, pack)
 
     @cached_property
     def graphs(self) -> Graphs:

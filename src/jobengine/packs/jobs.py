@@ -57,10 +57,16 @@ class Resolved:
 
 
 async def resolve_task(
-    registry: PackRegistry, task: str, cache: dict[tuple[str, str], PackVersion] | None = None, field: str = "task"
+    registry: PackRegistry,
+    task: str,
+    cache: dict[tuple[str, str], PackVersion] | None = None,
+    field: str = "task",
+    *,
+    pending: bool = False,
 ) -> Resolved | None:
     """The approved version a pack task name resolves to (None for an ordinary task). Raises InvalidJob
-    naming ``field`` for an unknown or unapproved version or an unknown task."""
+    naming ``field`` for an unknown or unapproved version or an unknown task. ``pending``: a version that
+    awaits approval is accepted too (for a simulate run, whose jobs cause no effects)."""
     ref = parse_task(task)
     if ref is None:
         return None
@@ -73,7 +79,7 @@ async def resolve_task(
     if version.status is PackStatus.DEPRECATED:
         log.warning("pack %s is deprecated (%s); new jobs should use another version", label,
                     version.status_reason or "no reason given")  # fmt: skip
-    elif version.status is not PackStatus.APPROVED:
+    elif version.status is not PackStatus.APPROVED and not (pending and version.status is PackStatus.PENDING):
         raise InvalidJob(field, f"pack {label} is {version.status.value}: only approved versions run")
     spec = version.manifest.get("tasks", {}).get(ref.task)
     if spec is None:

@@ -31,6 +31,7 @@ from jobengine.packs.errors import InvalidPack, MissingRequirement
 from jobengine.packs.jobs import task_name
 from jobengine.packs.manifest import Manifest, TaskDef
 from jobengine.packs.registry import PackIntegrityError, PackRegistry
+from jobengine.ports.packs import PackStatus, PackVersion
 from jobengine.tasks import PhaseSpec, TaskRegistry, make_spec
 from jobengine.version import __version__
 
@@ -53,18 +54,25 @@ class PackFetcher(Protocol):
 
 
 class RegistryFetcher:
-    """Reads the registry in the worker's own database (``jobengine worker --packs``)."""
+    """Reads the registry in the worker's own database (``jobengine worker --packs``). ``pending``: versions
+    awaiting approval load too, for a worker that runs simulations of them (only a simulate run names a
+    pending version's digest; an enqueue or a full run refuses it)."""
 
-    def __init__(self, registry: PackRegistry) -> None:
+    def __init__(self, registry: PackRegistry, *, pending: bool = False) -> None:
         self.registry = registry
+        self.pending = pending
 
     async def resolve(self, name: str, ref: str) -> Resolved:
         version = await self.registry.resolve(name, ref)
-        await self.registry.runnable(version)  # refuses a version that may not run (and checks its bytes)
+        await self._content(version)  # refuses a version that may not run (and checks its bytes)
         return Resolved(version.name, version.version, version.sha256)
 
     async def fetch(self, sha256: str) -> bytes:
-        version = await self.registry.by_digest(sha256)
+        return await self._content(await self.registry.by_digest(sha256))
+
+    async def _content(self, version: PackVersion) -> bytes:
+        if self.pending and version.status is PackStatus.PENDING:
+            return await self.registry.content(version)
         return await self.registry.runnable(version)
 
 

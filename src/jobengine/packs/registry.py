@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would let a trailing newline through
 CHANNELS = ("latest", "stable")  # highest approved version; the same without pre-releases
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+SIMULATED = "pack.simulated"
+_SIMULATED = re.compile(r"^run (\S+) against run \S+\Z")
 
 
 class PackIntegrityError(StoreError):
@@ -185,6 +187,18 @@ class PackRegistry:
         if not h.ok:
             raise StoreError(f"packs_blob_store: {h.backend}: {h.detail}")
         return f"{h.backend}, {h.latency_ms:.1f} ms: {h.detail}"
+
+    # -- simulations --------------------------------------------------------------------------------
+    async def record_simulation(self, version: PackVersion, actor: str, run_id: str, base_run_id: str) -> None:
+        """Note in the version's history that ``actor`` started simulate run ``run_id`` of it, compared with
+        ``base_run_id`` (the approval shows the newest one's diff)."""
+        event = NewPackEvent(SIMULATED, actor, self.clock.now(), f"run {run_id} against run {base_run_id}")
+        await self.store.add_pack_event(version.name, version.version, event)
+
+    async def simulations(self, name: str, version: str) -> list[str]:
+        """The ids of the simulate runs of ``name@version``, oldest first."""
+        events = await self.store.list_pack_events(name, version)
+        return [m.group(1) for e in events if e.type == SIMULATED and (m := _SIMULATED.match(e.reason or ""))]
 
     # -- workflow -----------------------------------------------------------------------------------
     async def approve(self, name: str, version: str, actor: str) -> PackVersion:

@@ -46,7 +46,7 @@ class PackVersion:
 
 @dataclass(frozen=True, slots=True)
 class NewPackEvent:
-    type: str  # pack.uploaded, pack.approved, pack.rejected, pack.deprecated, pack.archived, pack.invalid
+    type: str  # pack.uploaded, .approved, .rejected, .deprecated, .archived, .invalid, .simulated
     actor: str
     at: float
     reason: str | None = None
@@ -95,6 +95,10 @@ class PackStore(Protocol):
         """Move the version to ``status`` (recording ``event.reason`` as the status reason, and
         ``approved_by`` when given) if its status is one of ``expected``; append the event in the same
         transaction. None (nothing changed) when the version is missing or in another status."""
+        ...
+
+    async def add_pack_event(self, name: str, version: str, event: NewPackEvent) -> None:
+        """Record an event that changes no status (``pack.simulated``)."""
         ...
 
     async def list_pack_events(self, name: str, version: str | None = None) -> list[PackEvent]:

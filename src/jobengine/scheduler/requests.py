@@ -59,6 +59,22 @@ class RunPreview:
         }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class RunTask:
+    """What a request's jobs run: the ``task`` name they keep (a pack's task pinned to its digest), the
+    ``queue`` it defaults to (None: the engine's), and for a pack the version it is (``pack``, kept in the
+    run's ``trigger_data``)."""
+
+    task: str
+    queue: str | None = None
+    pack: dict[str, Json] | None = None
+
+
+async def as_is(request: RunRequest) -> RunTask:
+    """The run task of a request whose task is run under its own name."""
+    return RunTask(request.task)
+
+
 def _succeeded_fully(run: Run) -> bool:
     return run.state is RunState.COMPLETED and run.summary.succeeded == run.summary.total
 
@@ -89,8 +105,10 @@ async def preview(
     tenant: str,
     now: float,
     actor: str | None = None,
+    task: RunTask | None = None,
 ) -> tuple[RunPreview, PlannedRun]:
-    """The preview of ``request`` and the run it would write (with the id ``request.run_id`` or a new one)."""
+    """The preview of ``request`` and the run it would write (with the id ``request.run_id`` or a new one);
+    its jobs run ``task`` (default: the request's task as it is named)."""
     cursor = await store.get_cursor(tenant, request.stream)
     done = [] if request.mode is not RunMode.INCREMENTAL else await items_done(store, jobs, tenant, request.stream)
     plan = plan_items(request, None if cursor is None else cursor.value, done)
@@ -98,13 +116,16 @@ async def preview(
         RunId(request.run_id) if request.run_id else new_run_id(), ScheduleId(request.stream), tenant,
         RunTrigger.REQUEST, now, reason=request.reason, actor=actor,
     )  # fmt: skip
-    planned = fan_out_request(tasks, request, run, plan.todo)
+    task = task or RunTask(request.task)
+    planned = fan_out_request(tasks, request, run, plan.todo, task)
     data: dict[str, Json] = {
         "request": request.to_json(),
         "cursor_from": None if cursor is None else cursor.value,
         "cursor_to": plan.move_to,
         "skipped": {"before_cursor": plan.before_cursor, "done": plan.done},
     }
+    if task.pack is not None:
+        data["pack"] = task.pack
     planned = replace(
         planned,
         run=replace(planned.run, trigger_data=data, mode=request.mode.value),
@@ -114,10 +135,14 @@ async def preview(
     return RunPreview(request, cursor, plan, len(planned.jobs)), planned
 
 
-def fan_out_request(tasks: TaskRegistry, request: RunRequest, run: Run, items: Sequence[Json]) -> PlannedRun:
-    """``run`` with a job per segment of ``items``, each job carrying what ``request`` hands it."""
+def fan_out_request(
+    tasks: TaskRegistry, request: RunRequest, run: Run, items: Sequence[Json], task: RunTask | None = None
+) -> PlannedRun:
+    """``run`` with a job per segment of ``items``, each job running ``task`` (default: the request's task)
+    and carrying what ``request`` hands it."""
+    task = task or RunTask(request.task)
     template = JobTemplate(
-        task=request.task, payload=request.payload(), queue=request.queue, priority=request.job_priority,
+        task=task.task, payload=request.payload(), queue=request.queue or task.queue, priority=request.job_priority,
         segment_size=request.segment_size,
     )  # fmt: skip
     return fan_out(tasks, run, template, list(items))

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Final
 
 from jobengine.core.bounds import check_text
 from jobengine.core.clock import Clock
-from jobengine.core.ids import IdKind, RunId, new_run_id
+from jobengine.core.ids import IdKind, RunId, ScheduleId, new_run_id
 from jobengine.core.models import Job, Json, NewJob, check_name
 from jobengine.core.run_diff import ItemResults, RunDiff, diff_results, item_results
 from jobengine.core.run_requests import RunMode, RunRequest, request_of
@@ -45,7 +45,7 @@ from jobengine.ports.schedules import PlannedRun, SchedulingStore
 from jobengine.ports.store import Store
 from jobengine.scheduler import requests
 from jobengine.scheduler.planning import new_run
-from jobengine.scheduler.requests import RUNS_SEARCHED, RunPreview
+from jobengine.scheduler.requests import RUNS_SEARCHED, RunPreview, RunTask, as_is
 from jobengine.scheduler.schedules import JobsCreated, Published
 from jobengine.tasks import TaskRegistry
 
@@ -75,8 +75,12 @@ class Runs:
         published: Published,
         jobs_created: JobsCreated,
         run_retention: float,
+        run_task: Callable[[RunRequest], Awaitable[RunTask]] = as_is,
     ) -> None:
+        """``run_task``: what a request's jobs run (the engine pins a pack's task to an approved version's
+        digest, or a pending one's for a simulation)."""
         self._store = store
+        self._run_task = run_task
         self._jobs = jobs
         self._clock = clock
         self._tasks = tasks
@@ -111,7 +115,9 @@ class Runs:
         """What :meth:`start` would do with ``request`` now: the cursor, the items the run would take, how
         many it leaves out and a sample. Writes nothing."""
         check_name("tenant", tenant)
-        found, _ = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, self._clock.now())
+        task = await self._run_task(request)
+        found, _ = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, self._clock.now(),
+                                          task=task)  # fmt: skip
         return found
 
     async def diff(self, run_id: str, tenant: str | None = None) -> RunDiff:
@@ -128,9 +134,40 @@ class Runs:
         if not run.ended:
             raise IllegalState(f"run {run_id} is {run.state.value}; its diff is ready once it ended")
         after, unfinished = await self._item_results(run)
-        base = await self._last_full(run)
+        base = await self._base(run)
         before = {} if base is None else (await self._item_results(base))[0]
         return RunDiff(run.id, None if base is None else base.id, diff_results(before, after), unfinished)
+
+    async def _base(self, run: Run) -> Run | None:
+        """The run ``run`` was started against (``base_run_id`` in its trigger data, as a pack version's
+        simulation names the run whose inputs it took), else the newest completed full run of its stream."""
+        data = run.trigger_data if isinstance(run.trigger_data, dict) else {}
+        named = data.get("base_run_id")
+        if isinstance(named, str):
+            found = await self._store.get_runs([RunId(named)], run.tenant)
+            if found:
+                return found[0]
+        return await self._last_full(run)
+
+    async def last_full(self, stream: str, tenant: str = "default") -> Run | None:
+        """The newest completed full run of ``stream`` (a request's :attr:`~RunRequest.stream`), or None."""
+        found = await self._store.list_runs(RunFilter(
+            tenant=tenant, schedule_id=ScheduleId(stream), states=(RunState.COMPLETED,), limit=RUNS_SEARCHED,
+        ))  # fmt: skip
+        full = {r.id: r for r in await self._store.get_runs([r.id for r in found])}
+        for candidate in (full[r.id] for r in found if r.id in full):
+            if request_of(candidate.trigger_data).get("mode") == RunMode.FULL.value:
+                return candidate
+        return None
+
+    async def items(self, run_id: str, tenant: str | None = None) -> builtins.list[Json]:
+        """The items of a run's segments, in segment order. IllegalState when retention deleted some jobs."""
+        run = await self.get(run_id, tenant)
+        segments = sorted(await self._store.run_segments(run.id), key=lambda s: s.index)
+        jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in segments])}
+        if len(jobs) < len(segments):
+            raise IllegalState(f"run {run_id}: retention deleted some of its jobs; its items are unknown")
+        return [i for s in segments for i in _items(jobs[s.job_id])]
 
     async def _last_full(self, run: Run) -> Run | None:
         """The newest completed full run of ``run``'s stream made no later than it."""
@@ -181,20 +218,29 @@ class Runs:
         now = self._clock.now()
         new = new_run(new_run_id(), run.schedule_id, run.tenant, RunTrigger.REQUEST, now, reason=reason, actor=actor,
                       parent_id=run.id)  # fmt: skip
-        planned = requests.fan_out_request(self._tasks, request, new, request.items)
+        first = jobs[segments[0].job_id] if segments else None
+        # The same code again: a pack's task keeps the digest the run's jobs ran, whatever its channel says now.
+        task = RunTask(first.task, first.queue) if first is not None else RunTask(request.task)
+        planned = requests.fan_out_request(self._tasks, request, new, request.items, task)
         data: dict[str, Json] = {"request": {**stored, "reason": reason}, "replay_of": run.id}
+        old = run.trigger_data if isinstance(run.trigger_data, dict) else {}
+        if isinstance(old.get("pack"), dict):
+            data["pack"] = old["pack"]
         planned = replace(planned, run=replace(planned.run, trigger_data=data, mode=request.mode.value))
         fired = await self._store.insert_run(planned, now)
         self._published(fired.events)
         await self._jobs_created(fired.jobs)
         return fired.runs[0]
 
-    async def start(self, request: RunRequest, *, tenant: str = "default", actor: str = "system") -> Run:
+    async def start(
+        self, request: RunRequest, *, tenant: str = "default", actor: str = "system", base_run_id: str | None = None
+    ) -> Run:
         """A run of ``request.task`` over the request's items (``core.run_requests``: full, incremental or
         simulate), one job per segment at the priority of its class. With ``request.run_id``, the same
         request again returns the run it made; a different request with that id raises IllegalState. An
         incremental run raises IllegalState (409) while another incremental run of its stream (task and
         source) is unfinished: both would take the items after the same cursor (docs/scheduler.md).
+        ``base_run_id`` (a simulate run only): the run its diff is against, instead of the newest full run.
 
         Usage::
 
@@ -207,7 +253,13 @@ class Runs:
             if existing:
                 return requests.same_request(existing[0], request, tenant)
         now = self._clock.now()
-        _, planned = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, now, actor)
+        task = await self._run_task(request)
+        _, planned = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, now, actor, task)
+        if base_run_id is not None:
+            if request.mode is not RunMode.SIMULATE:
+                raise IllegalState("base_run_id: only a simulate run is compared with another run")
+            data = planned.run.trigger_data if isinstance(planned.run.trigger_data, dict) else {}
+            planned = replace(planned, run=replace(planned.run, trigger_data={**data, "base_run_id": base_run_id}))
         try:
             fired = await self._store.insert_run(planned, now)
         except AlreadyExists:  # the same run id, written meanwhile by a concurrent request

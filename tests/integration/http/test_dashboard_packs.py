@@ -129,3 +129,24 @@ async def test_workflow_actions_with_reasons_scopes_and_four_eyes(make_api: Make
         assert one.status is PackStatus.ARCHIVED and one.approved_by == f"key:{reviewer.split('_')[1]}"
         two = await api.engine.packs.get("hello", "2.0.0")
         assert two.status is PackStatus.REJECTED and two.status_reason == "uses eval"
+
+
+async def test_a_version_page_says_it_was_never_simulated_and_refuses_bad_simulations(
+    make_api: MakeApi, tmp_path: Path
+) -> None:
+    async with make_api() as api:
+        reviewer = await api.key("acme", "packs:write", "packs:approve", *UI)
+        await upload(api, reviewer, pack_bytes(tmp_path))
+        simulate = "/packs/hello/versions/1.0.0/simulate"
+        async with browser(api, reviewer) as c:
+            r = await c.get("/packs/hello/versions/1.0.0")
+            assert 'id="no-simulation"' in r.text and "jobengine pack simulate hello@1.0.0" in r.text
+            assert "<option>greet</option><option>shout</option>" in r.text  # the pack has two tasks
+            token = form(c)["csrf"]
+            r = await c.post(simulate, data={"csrf": token, "task": "greet", "source": "default"})
+            assert r.status_code == 409 and "no completed full run" in r.text
+            r = await c.post(simulate, data={"csrf": token, "task": "nope"})
+            assert r.status_code == 422 and "<strong>task</strong>" in r.text
+            r = await c.post(simulate, data={"csrf": token, "task": "greet", "source": "bad source!"})
+            assert r.status_code == 422 and "<strong>source</strong>" in r.text
+        assert await api.engine.packs.simulations("hello", "1.0.0") == []

@@ -226,3 +226,28 @@ def _tar_dir(folder: Path) -> bytes:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         members.append((tarfile.TarInfo(path.relative_to(folder).as_posix()), path.read_bytes()))
     return raw_tar(members)
+
+
+async def test_simulating_a_version_answers_problems_that_name_why(make_api: MakeApi, tmp_path: Path) -> None:
+    async with (
+        make_api() as api,
+        await _client(api, "packs:write", "packs:read") as dev,
+        await _client(api, "packs:approve", "packs:read") as reviewer,
+    ):
+        assert (await dev.post(P, content=pack_bytes(tmp_path / "a"), headers=GZ)).status_code == 201
+        v1 = f"{P}/hello/versions/1.0.0"
+        never = (await dev.get(f"{v1}/simulation")).json()
+        assert never["run_id"] is None and never["counts"] is None and never["entries"] == []
+        assert "jobengine pack simulate hello@1.0.0" in never["hint"]
+        assert (await dev.post(f"{v1}/simulate")).status_code == 403  # packs:approve simulates
+        several = await reviewer.post(f"{v1}/simulate")
+        assert several.status_code == 422 and several.json()["field"] == "task"  # hello has greet and shout
+        assert "greet, shout" in several.json()["detail"]
+        no_run = await reviewer.post(f"{v1}/simulate", json={"task": "greet"})
+        assert no_run.status_code == 409 and "no completed full run" in no_run.json()["detail"]
+        bad = await reviewer.post(f"{v1}/simulate", json={"task": "greet", "sources": "x"})
+        assert bad.status_code == 422
+        assert (await reviewer.get(f"{P}/hello/versions/9.9.9/simulation")).status_code == 404
+        assert (await reviewer.post(f"{v1}/approve")).status_code == 200
+        approved = await reviewer.post(f"{v1}/simulate", json={"task": "greet"})
+        assert approved.status_code == 409 and "only a version awaiting approval" in approved.json()["detail"]

@@ -106,6 +106,12 @@ class SqlPacksMixin:
 
         return await self.db.write(op, retry=False)
 
+    async def add_pack_event(self: HasDb, name: str, version: str, event: NewPackEvent) -> None:
+        async def op(tx: Tx) -> None:
+            await _event(tx, name, version, event)
+
+        await self.db.write(op, retry=False)
+
     async def list_pack_events(self: HasDb, name: str, version: str | None = None) -> list[PackEvent]:
         sql = "SELECT id, name, version, type, actor, at, reason FROM {s}pack_events WHERE name = ?"
         args = (name,) if version is None else (name, version)

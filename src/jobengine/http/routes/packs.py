@@ -1,8 +1,9 @@
 """``/api/v1/packs``: the task pack registry (:mod:`jobengine.packs.registry`).
 
 Scopes: ``packs:read`` lists, shows and downloads approved (or deprecated) versions; ``packs:write``
-uploads; ``packs:approve`` approves, rejects, deprecates and archives, and may download a version of any
-status (a reviewer reads the code before approving it). Packs are shared by every tenant (like queues): a
+uploads; ``packs:approve`` approves, rejects, deprecates and archives, simulates a pending version (a run of
+its task over the inputs of the last full run, with no effects), and may download a version of any status
+(a reviewer reads the code before approving it). Packs are shared by every tenant (like queues): a
 pack is code the operators vetted, not a tenant's data. The actor of every step is ``key:<key id>``.
 
 Upload: ``POST /api/v1/packs`` with the ``.tar.gz`` as the raw body (``Content-Type: application/gzip`` or
@@ -32,6 +33,7 @@ from jobengine.http.responses import READ, READ_ONE, json_response
 from jobengine.packs.errors import ApprovalDenied, DigestMismatch
 from jobengine.packs.registry import PackIntegrityError, PackRegistry, event_to_json, version_to_json
 from jobengine.ports.packs import RUNNABLE, PackVersion
+from jobengine.serialize import run_to_json
 
 router = APIRouter(prefix="/api/v1/packs", tags=["packs"])
 
@@ -225,3 +227,40 @@ async def archive(
     request: Request, principal: Approver, name: Name, version: VersionRef, body: ReasonIn | None = None
 ) -> Response:
     return await _action(request, principal, name, version, "archive", body)
+
+
+class SimulateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    task: str | None = Field(default=None, max_length=64, description="The task to simulate (when the pack has more)")
+    source: str = Field(default="default", min_length=1, max_length=200, description="The input source of the runs")
+
+
+@router.post("/{name}/versions/{version}/simulate", status_code=201, responses=ACTION,
+             summary="Simulate a pending version on the inputs of the last full run of its task")  # fmt: skip
+async def simulate(
+    request: Request, principal: Approver, name: Name, version: VersionRef, body: SimulateIn | None = None
+) -> Response:
+    """A ``simulate`` run of the pending version over the items of the newest completed full run of its task
+    (an approved version's): its jobs cause no effects, and its diff is against that run. 409 when the version
+    is not pending or no full run exists; 422 naming ``task`` when the pack has several tasks and none is
+    named."""
+    body = body or SimulateIn()
+    engine = context(request).engine
+    run = await engine.pack_runs.simulate(name, version, task=body.task, source=body.source,
+                                          tenant=principal.tenant, actor=actor(principal))  # fmt: skip
+    return json_response(run_to_json(run), 201, {"Location": f"/api/v1/runs/{run.id}"})
+
+
+@router.get("/{name}/versions/{version}/simulation", responses=READ_ONE,
+            summary="The newest simulation of a version and its diff (what its approval shows)")  # fmt: skip
+async def simulation(
+    request: Request,
+    principal: Reader,
+    name: Name,
+    version: VersionRef,
+    limit: Annotated[int, Query(ge=0, le=1000, description="How many changed items to list")] = 50,
+) -> Response:
+    """``counts`` (same / changed / new / gone) and the first ``limit`` items that are not the same, results
+    side by side; ``run_id`` null and ``hint`` naming the command when the version was never simulated."""
+    review = await context(request).engine.pack_runs.review(name, version, principal.tenant)
+    return json_response(review.to_json(limit))
