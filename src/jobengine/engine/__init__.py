@@ -323,8 +323,13 @@ class Engine:
 
         return Graphs(
             self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
-            published=self._published, jobs_created=self._jobs_created,
+            published=self._published, jobs_created=self._jobs_created, reopened=self._runs_reopened,
         )  # fmt: skip
+
+    async def _runs_reopened(self, jobs: Sequence[Job]) -> None:
+        """Nodes of a graph a schedule fired ran again: their run counts them as unfinished again."""
+        if any(j.run_id is not None for j in jobs):
+            await self.runs.reopened(jobs)
 
     @cached_property
     def signatures(self) -> Signatures:
@@ -365,7 +370,8 @@ class Engine:
         """A run's jobs were written (with the run, not through ``enqueue_many``): wake this process's
         workers, and with a broker transport publish their messages. They have no outbox row (the tick's
         transaction writes the jobs itself), so a message lost here is published again by the relay's
-        sweep of overdue jobs."""
+        sweep of overdue jobs. A graph's blocked nodes are left out: they are queued when their parents end."""
+        jobs = [j for j in jobs if j.state is not JobState.BLOCKED]
         if not jobs:
             return
         self.notifier().notify()

@@ -118,7 +118,8 @@ class Graphs:
     """The graphs of an engine (``engine.graphs``). ``new_job`` builds a node's job with its task's
     defaults, ``prepare`` runs every enqueue's checks on the node jobs (unknown tasks, payloads, flow
     control) and gives their phases; ``published`` puts events on the bus; ``jobs_created`` wakes
-    workers (and publishes to a broker) for jobs written or queued again here."""
+    workers (and publishes to a broker) for jobs written or queued again here; ``reopened`` tells the
+    runs of nodes that run again (a graph a schedule fired) that they are unfinished again."""
 
     def __init__(
         self,
@@ -130,6 +131,7 @@ class Graphs:
         prepare: Callable[[Sequence[NewJob]], Awaitable[tuple[Sequence[NewJob], list[tuple[str, ...]]]]],
         published: Callable[[Sequence[Event]], None],
         jobs_created: Callable[[Sequence[Job]], Awaitable[None]],
+        reopened: Callable[[Sequence[Job]], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.repo = graphs
@@ -138,6 +140,7 @@ class Graphs:
         self._prepare = prepare
         self._published = published
         self._jobs_created = jobs_created
+        self._reopened = reopened
 
     # -- submit -------------------------------------------------------------------------------------
     def spec(self, graph: Graph, *, tenant: str = "default", name: str | None = None) -> GraphSpec:
@@ -278,6 +281,8 @@ class Graphs:
                 ids = [JobId(n.job.id) for n in revive]
                 changed = await self.store.retry_jobs(ids, now)
                 self._published(changed.events)
+                if self._reopened is not None:
+                    await self._reopened(changed.jobs)
                 await self.repo.mark_pending(graph_id, ids, False, now)
                 await self._jobs_created(changed.jobs)
                 unfinished = unfinished or bool(changed.jobs)

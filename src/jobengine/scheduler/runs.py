@@ -241,7 +241,8 @@ class Runs:
         self, run_id: str, *, reason: str | None = None, tenant: str | None = None, actor: str = "system"
     ) -> Run:
         """A new run (trigger ``retry``, ``parent_id`` the old one) with a copy of each segment of an ended
-        run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed."""
+        run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed, or
+        if it fired a graph (the graph, whose id is the run's, retries its failed nodes in place)."""
         check_actor(actor)
         if reason is not None:
             check_text("reason", reason)
@@ -252,6 +253,9 @@ class Runs:
         failed = [s for s in segments if s.outcome in (JobState.DEAD, JobState.CANCELLED)]
         jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in failed])}
         failed = [s for s in failed if s.job_id in jobs]
+        if any(j.graph_id is not None for j in jobs.values()):
+            # Copies of a graph's nodes would run without their edges: the graph retries itself in place.
+            raise IllegalState(f"run {run.id} fired a graph; retry the graph instead (engine.graphs.retry)")
         if not failed:
             raise IllegalState(f"run {run.id} has no dead or cancelled jobs to retry")
         now = self._clock.now()
