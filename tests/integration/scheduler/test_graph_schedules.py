@@ -17,7 +17,7 @@ from jobengine.core.schedules import OverlapPolicy, ScheduleSpec
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.canvas import TaskCall, chain, chord
-from jobengine.errors import IllegalState, InvalidSchedule
+from jobengine.errors import IllegalState
 
 from .conftest import T0
 
@@ -160,24 +160,3 @@ async def test_a_blocked_node_is_not_announced(engine: Engine, clock: ManualCloc
     (run,) = await engine.scheduler.fire_due_schedules()
     states = sorted((j.task, j.state) for j in await engine.runs.jobs(run.id))
     assert states == [("h", JobState.QUEUED), ("t", JobState.BLOCKED)]
-
-
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ({"nodes": []}, "template.nodes"),
-        ({"nodes": [{"name": "a"}]}, "template.nodes.0.task"),
-        ({"nodes": [{"name": "a", "task": "t", "colour": 1}]}, "template.nodes.0.colour"),
-        ({"nodes": [{"name": "a", "task": "t"}], "edges": [["a", "b"]]}, "template.edges.0"),
-        ({"nodes": [{"name": "a", "task": "t"}, {"name": "b", "task": "t"}], "edges": [["a", "b"], ["b", "a"]]},
-         "template.edges"),
-        ({"nodes": [{"name": "a", "task": "t"}, {"name": "a", "task": "u"}]}, "template.nodes.1.name"),
-        ({"nodes": [{"name": "a", "task": "pack@1.0.0:t"}]}, "template.nodes.0.task"),
-        ({"nodes": [{"name": "a", "task": "t", "policy": "maybe"}]}, "template.nodes.0.policy"),
-        ({"nodes": [{"name": "a", "task": "t", "timeout": 0}]}, "template.nodes.0.timeout"),
-    ],
-)  # fmt: skip
-def test_a_bad_graph_template_names_the_field(body: dict[str, object], field: str) -> None:
-    with pytest.raises(InvalidSchedule) as caught:
-        ScheduleSpec.from_json({"name": "g", "every": 10, "template": body})
-    assert caught.value.field == field
