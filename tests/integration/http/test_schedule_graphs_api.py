@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from .conftest import Api, browser
+
 S = "/api/v1/schedules"
 
 ETL = {
@@ -67,3 +69,11 @@ async def test_a_bad_graph_template_is_a_problem_naming_the_field(acme: httpx.As
         assert r.headers["content-type"] == "application/problem+json"
         assert r.json()["field"] == field, (template, r.json())
     assert (await acme.get(S)).json()["items"] == []
+
+
+async def test_the_dashboard_shows_the_graph_a_schedule_fires(api: Api, acme: httpx.AsyncClient) -> None:
+    created = (await acme.post(S, json=nightly())).json()
+    async with browser(api, api.keys["acme"]) as ui:
+        for path in ("/schedules", f"/schedules/{created['id']}"):
+            r = await ui.get(path)
+            assert r.status_code == 200 and "graph etl" in r.text, (path, r.text[-500:])
