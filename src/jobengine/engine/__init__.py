@@ -310,7 +310,13 @@ class Engine:
         return Runs(
             self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
             published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
+            cancel_graph=self._cancel_graph,
         )  # fmt: skip
+
+    async def _cancel_graph(self, graph_id: str, tenant: str | None) -> None:
+        """A run that fired a graph is cancelled: so is its graph (which ends ``cancelled``, not ``failed``)."""
+        with contextlib.suppress(IllegalState):  # the graph already ended: its run has nothing left to stop
+            await self.graphs.cancel(graph_id, tenant)
 
     @cached_property
     def graphs(self) -> Graphs:
@@ -323,13 +329,8 @@ class Engine:
 
         return Graphs(
             self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
-            published=self._published, jobs_created=self._jobs_created, reopened=self._runs_reopened,
+            published=self._published, jobs_created=self._jobs_created, runs=lambda: self.runs,
         )  # fmt: skip
-
-    async def _runs_reopened(self, jobs: Sequence[Job]) -> None:
-        """Nodes of a graph a schedule fired ran again: their run counts them as unfinished again."""
-        if any(j.run_id is not None for j in jobs):
-            await self.runs.reopened(jobs)
 
     @cached_property
     def signatures(self) -> Signatures:

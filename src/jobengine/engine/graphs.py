@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from jobengine.core import codec
 from jobengine.core.graphs import (
@@ -40,6 +40,7 @@ from jobengine.ports.ids import resolve_id
 if TYPE_CHECKING:
     from jobengine.core.clock import Clock
     from jobengine.engine.canvas import Graph, TaskCall
+    from jobengine.engine.transitions import RunHooks
     from jobengine.ports.graphs import GraphRow, GraphStore
     from jobengine.ports.store import Store
 
@@ -118,8 +119,8 @@ class Graphs:
     """The graphs of an engine (``engine.graphs``). ``new_job`` builds a node's job with its task's
     defaults, ``prepare`` runs every enqueue's checks on the node jobs (unknown tasks, payloads, flow
     control) and gives their phases; ``published`` puts events on the bus; ``jobs_created`` wakes
-    workers (and publishes to a broker) for jobs written or queued again here; ``reopened`` tells the
-    runs of nodes that run again (a graph a schedule fired) that they are unfinished again."""
+    workers (and publishes to a broker) for jobs written or queued again here; ``runs`` gives the run
+    hooks told of the nodes that end or run again here (those of a graph a schedule fired)."""
 
     def __init__(
         self,
@@ -131,7 +132,7 @@ class Graphs:
         prepare: Callable[[Sequence[NewJob]], Awaitable[tuple[Sequence[NewJob], list[tuple[str, ...]]]]],
         published: Callable[[Sequence[Event]], None],
         jobs_created: Callable[[Sequence[Job]], Awaitable[None]],
-        reopened: Callable[[Sequence[Job]], Awaitable[None]] | None = None,
+        runs: Callable[[], RunHooks] | None = None,
     ) -> None:
         self.store = store
         self.repo = graphs
@@ -140,7 +141,7 @@ class Graphs:
         self._prepare = prepare
         self._published = published
         self._jobs_created = jobs_created
-        self._reopened = reopened
+        self._runs = runs
 
     # -- submit -------------------------------------------------------------------------------------
     def spec(self, graph: Graph, *, tenant: str = "default", name: str | None = None) -> GraphSpec:
@@ -231,6 +232,7 @@ class Graphs:
         open_nodes = [n.job.id for n in await self.repo.nodes(status.id) if not n.job.terminal]
         changed = await self.store.cancel_jobs(open_nodes, "graph cancelled", now, tenant)
         self._published(changed.events)
+        await self._run_hook("ended", changed.jobs)
         await self.ended(changed.jobs)
         return await self.get(status.id, tenant)
 
@@ -253,6 +255,14 @@ class Graphs:
         their outcome is written again when every node ended."""
         for graph_id in {j.graph_id for j in jobs if j.graph_id is not None}:
             await self.repo.mark_pending(graph_id, [], True, self.clock.now())
+
+    async def _run_hook(self, hook: Literal["ended", "reopened"], jobs: Sequence[Job]) -> None:
+        """Nodes of a graph a schedule fired changed here, not through the engine's transitions: their run
+        counts them (a graph without a run costs nothing)."""
+        if self._runs is None or not any(j.run_id is not None for j in jobs):
+            return
+        runs = self._runs()
+        await (runs.ended(jobs) if hook == "ended" else runs.reopened(jobs))
 
     # -- as nodes end -------------------------------------------------------------------------------
     async def ended(self, jobs: Sequence[Job]) -> None:
@@ -281,8 +291,7 @@ class Graphs:
                 ids = [JobId(n.job.id) for n in revive]
                 changed = await self.store.retry_jobs(ids, now)
                 self._published(changed.events)
-                if self._reopened is not None:
-                    await self._reopened(changed.jobs)
+                await self._run_hook("reopened", changed.jobs)
                 await self.repo.mark_pending(graph_id, ids, False, now)
                 await self._jobs_created(changed.jobs)
                 unfinished = unfinished or bool(changed.jobs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Final
 
@@ -51,6 +51,9 @@ from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.scheduler")
 
+#: Cancels the graph a run fired (by the graph's id, which is the run's), so it ends ``cancelled``.
+CancelGraph = Callable[[str, str | None], Awaitable[None]]
+
 #: How many run ids a process remembers as started (so later segments of a run cost no write).
 _STARTED_MEMORY: Final = 4096
 ENDED_JOB_STATES: Final = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
@@ -75,6 +78,7 @@ class Runs:
         published: Published,
         jobs_created: JobsCreated,
         run_retention: float,
+        cancel_graph: CancelGraph | None = None,
     ) -> None:
         self._store = store
         self._jobs = jobs
@@ -83,6 +87,7 @@ class Runs:
         self._published = published
         self._jobs_created = jobs_created
         self._run_retention = run_retention
+        self._cancel_graph = cancel_graph
         #: Runs this process saw start, so a claim of their next segments does not write again (bounded).
         self._started: dict[RunId, None] = {}
 
@@ -231,6 +236,10 @@ class Runs:
         self._published(events)
         segments = await self._store.run_segments(run.id)
         open_ids = [s.job_id for s in segments if s.outcome is None]
+        fired_graph = open_ids and any(j.graph_id is not None for j in await self._jobs.get_jobs(open_ids[:1]))
+        if fired_graph and self._cancel_graph is not None:
+            await self._cancel_graph(run.id, tenant)  # its graph's id is the run's
+            return await self.get(run.id, tenant)
         if open_ids:
             changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
             self._published(changed.events)
