@@ -160,3 +160,26 @@ async def test_a_blocked_node_is_not_announced(engine: Engine, clock: ManualCloc
     (run,) = await engine.scheduler.fire_due_schedules()
     states = sorted((j.task, j.state) for j in await engine.runs.jobs(run.id))
     assert states == [("h", JobState.QUEUED), ("t", JobState.BLOCKED)]
+
+
+async def test_a_cleanup_node_runs_after_a_failure_and_the_run_counts_it(engine: Engine, clock: ManualClock) -> None:
+    template = GraphTemplate.from_json({
+        "name": "with-cleanup",
+        "nodes": [{"name": "work", "task": "work"}, {"name": "report", "task": "report"},
+                  {"name": "cleanup", "task": "cleanup", "policy": "always"}],
+        "edges": [["work", "report"], ["report", "cleanup"]],
+    })  # fmt: skip
+    await engine.schedules.create(every(100, template))
+    clock.set(T0 + 100)
+    (run,) = await engine.scheduler.fire_due_schedules()
+    (work,) = await claim(engine)
+    error = AttemptError(work.attempt, clock.now(), "RuntimeError", "boom")
+    await engine.transitions.fail_jobs([Failure(work.id, work.lease_token or "", error, FailOutcome.DEAD, clock.now())])
+    (cleanup,) = await claim(engine)  # runs although its parent was cancelled: the run counts it unfinished
+    assert cleanup.task == "cleanup"
+    mid = await engine.runs.get(run.id)
+    assert (mid.state, mid.summary.pending) == (RunState.RUNNING, 1)
+    await complete(engine, [cleanup])
+    done = await engine.runs.get(run.id)
+    assert (done.state, done.summary.succeeded, done.summary.dead, done.summary.cancelled) == (RunState.ERROR, 1, 1, 1)
+    assert (await engine.graphs.get(run.id)).state is GraphState.FAILED
