@@ -15,7 +15,7 @@ from jobengine.core.clock import iso
 from jobengine.core.graphs import GraphStatus
 from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
 from jobengine.core.runs import Run, Segment
-from jobengine.core.schedules import JobTemplate, Schedule
+from jobengine.core.schedules import Schedule, Template
 from jobengine.core.selection import BulkResult
 from jobengine.core.signatures import Signature
 from jobengine.ports.workers import WorkerInfo
@@ -96,7 +96,7 @@ def event_to_json(event: Event) -> JsonObject:
 
 
 # -- the scheduler: schedules, runs, segments, signatures, simulations --------------------------------------
-def template_to_json(template: JobTemplate) -> JsonObject:
+def template_to_json(template: Template) -> JsonObject:
     return template.to_json()
 
 

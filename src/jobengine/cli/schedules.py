@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -31,8 +32,9 @@ from jobengine.cli.common import (
 from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
 from jobengine.core.cron import load_zone, parse_duration
+from jobengine.core.graph_template import GraphTemplate
 from jobengine.core.ids import short_id
-from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
+from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec, template_task
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.scheduler.planning import Simulation
@@ -64,6 +66,25 @@ Overlap = Annotated[str | None, typer.Option(help="While the previous run is goi
 Misfire = Annotated[str | None, typer.Option(help="Ticks missed while no scheduler ran: skip, run_once, catch_up.")]
 CatchUp = Annotated[int | None, typer.Option("--catch-up", help="How many missed ticks catch_up runs.", min=0)]
 Jitter = Annotated[str | None, typer.Option(help="Jobs start up to this long after the tick: 10s.")]
+GraphFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--graph", metavar="FILE", help="Each run fires this graph: a JSON file, the body of POST /api/v1/graphs."
+    ),
+]
+
+
+def _graph_template(path: Path) -> GraphTemplate:
+    """The graph template in the JSON file ``path``; InvalidSchedule naming ``graph`` or the bad field."""
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidSchedule("graph", f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidSchedule("graph", f"{path} is not JSON: {exc}") from None
+    if not isinstance(body, dict) or "nodes" not in body:
+        raise InvalidSchedule("graph", f"{path} must hold an object with nodes (the body of POST /api/v1/graphs)")
+    return GraphTemplate.from_json(body)
 
 
 def _template_fields(
@@ -142,8 +163,9 @@ def schedules_table(schedules: list[Schedule]) -> Table:
     for s in schedules:
         state = "[green]enabled[/green]" if s.enabled else "[magenta]paused[/magenta]"
         misfire = s.spec.misfire.value + (f" {s.spec.catch_up}" if s.spec.misfire.value == "catch_up" else "")
+        task = template_task(s.spec.template) or f"graph {s.spec.template.to_json()['name']}"
         table.add_row(
-            escape(s.name), escape(s.tenant), escape(_cadence(s)), escape(s.spec.template.task),
+            escape(s.name), escape(s.tenant), escape(_cadence(s)), escape(task),
             iso(s.next_fire_at) or "-", s.spec.overlap.value, misfire, state, short_id(s.id),
         )  # fmt: skip
     return table
@@ -167,6 +189,7 @@ def create(
     misfire: Misfire = None,
     catch_up: CatchUp = None,
     jitter: Jitter = None,
+    graph: GraphFile = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
     tenant: Annotated[str, typer.Option(help="Tenant the schedule and its jobs belong to.")] = "default",
     actor: ActorOption = None,
@@ -174,16 +197,20 @@ def create(
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Create a schedule (--cron or --every) whose runs create jobs of --task."""
-    if task is None:
-        raise InvalidSchedule("task", "give --task (the task each run's jobs run)")
+    """Create a schedule (--cron or --every) whose runs create jobs of --task, or each fire the --graph."""
+    fields = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
+    if graph is not None and fields:
+        raise InvalidSchedule(
+            "graph",
+            f"give --graph or --task (and its options), not --graph and --{next(iter(fields)).replace('_', '-')}",
+        )
+    if task is None and graph is None:
+        raise InvalidSchedule("task", "give --task (the task each run's jobs run) or --graph (a graph's JSON file)")
     if cron is None and every is None:
         raise InvalidSchedule("cron", "give --cron (a CRON expression) or --every (an interval)")
     if cron is not None and every is not None:
         raise InvalidSchedule("cron", "give --cron or --every, not both")
-    template = JobTemplate(
-        **_template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
-    )
+    template: JobTemplate | GraphTemplate = JobTemplate(**fields) if graph is None else _graph_template(graph)
     spec = ScheduleSpec(
         name=name,
         template=template,
@@ -193,7 +220,7 @@ def create(
     )
 
     async def go(engine: Engine) -> tuple[Schedule, str | None]:
-        warning = await _check_task(engine, task)
+        warning = await _check_task(engine, task) if task is not None else None
         return await engine.schedules.create(spec, actor=actor_of(actor)), warning
 
     schedule, warning = with_engine(config, db, go, must_exist=False)
@@ -269,6 +296,7 @@ def update(
     misfire: Misfire = None,
     catch_up: CatchUp = None,
     jitter: Jitter = None,
+    graph: GraphFile = None,
     rename: Annotated[str | None, typer.Option(help="A new name.")] = None,
     tenant: TenantOption = None,
     actor: ActorOption = None,
@@ -281,12 +309,21 @@ def update(
     template_changes = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
     if rename is not None:
         changes["name"] = rename
+    if graph is not None:
+        if template_changes:
+            first = next(iter(template_changes)).replace("_", "-")
+            raise InvalidSchedule("graph", f"give --graph or --task (and its options), not --graph and --{first}")
+        changes["template"] = _graph_template(graph)
 
     async def go(engine: Engine) -> tuple[Schedule, str | None]:
         warning = await _check_task(engine, task) if task is not None else None
         if template_changes:
             current = await engine.schedules.get(ref, tenant)
-            changes["template"] = {**current.spec.template.to_json(), **template_changes}
+            if not isinstance(current.spec.template, JobTemplate) and "task" not in template_changes:
+                first = next(iter(template_changes)).replace("_", "-")
+                raise InvalidSchedule(first, "the schedule fires a graph: give --graph, or --task to fire jobs instead")
+            base = current.spec.template.to_json() if isinstance(current.spec.template, JobTemplate) else {}
+            changes["template"] = {**base, **template_changes}
         return await engine.schedules.update(ref, tenant=tenant, actor=actor_of(actor), **changes), warning
 
     schedule, warning = with_engine(config, db, go)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from jobengine.core.models import Json
-from jobengine.core.schedules import JobTemplate
+from jobengine.core.schedules import JobTemplate, Template
 from jobengine.errors import InvalidSchedule
 
 MAX_KEYS: Final = 100
@@ -93,8 +93,12 @@ class TriggerMapping:
             raise InvalidSchedule("template.payload", "must be an object of payload key: JSON Pointer")
         return cls(tuple(payload.items()), value.get("items"))
 
-    def check(self, template: JobTemplate) -> None:
+    def check(self, template: Template) -> None:
         """Refuse a mapping the schedule's template cannot take (raises InvalidSchedule)."""
+        if self.empty:
+            return
+        if not isinstance(template, JobTemplate):
+            raise InvalidSchedule("template", "the schedule fires a graph: an event cannot be mapped into it")
         if self.payload and template.payload is not None and not isinstance(template.payload, Mapping):
             raise InvalidSchedule("template.payload", "the schedule's job payload is not an object: it cannot "
                                                       "take mapped keys")  # fmt: skip
@@ -102,11 +106,12 @@ class TriggerMapping:
             raise InvalidSchedule("template.items", f"the schedule's planner {template.planner!r} makes its "
                                                     "items: map the event into the payload instead")  # fmt: skip
 
-    def apply(self, template: JobTemplate, data: Json) -> JobTemplate:
+    def apply(self, template: Template, data: Json) -> Template:
         """``template`` with the mapped values of ``data``; the template itself when nothing is mapped."""
         if self.empty:
             return template
         self.check(template)
+        assert isinstance(template, JobTemplate)
         changes: dict[str, object] = {}
         if self.payload:
             payload = dict(template.payload or {})

@@ -1,6 +1,7 @@
-"""Schedules as values: what to run (a job template), when (a cadence), and what to do when it is late or
-busy. Values validate in their constructor and raise :class:`InvalidSchedule` naming the field, so a bad
-schedule is refused before it reaches any store. Usage::
+"""Schedules as values: what to run (a template), when (a cadence), and what to do when it is late or
+busy. A template is jobs (:class:`JobTemplate`) or a graph of jobs
+(:class:`~jobengine.core.graph_template.GraphTemplate`). Values validate in their constructor and raise
+:class:`InvalidSchedule` naming the field, so a bad schedule is refused before it reaches any store. Usage::
 
     spec = ScheduleSpec(
         name="nightly-report",
@@ -23,6 +24,7 @@ from typing import Any, Final
 
 from jobengine.core import bounds
 from jobengine.core.cron import Cadence, parse_cadence, parse_duration
+from jobengine.core.graph_template import GraphTemplate, is_graph_json
 from jobengine.core.ids import ScheduleId
 from jobengine.core.models import MAX_PRIORITY, NAME_RE, Json, NewEvent
 from jobengine.errors import InvalidJob, InvalidSchedule
@@ -162,6 +164,21 @@ class JobTemplate:
         return cls(**values)
 
 
+#: What a run of a schedule creates: jobs (:class:`JobTemplate`) or one graph of jobs
+#: (:class:`~jobengine.core.graph_template.GraphTemplate`).
+Template = JobTemplate | GraphTemplate
+
+
+def template_from_json(d: object) -> Template:
+    """A template from its JSON: a graph's when it has ``nodes``, else a job template. Raises InvalidSchedule."""
+    return GraphTemplate.from_json(d) if is_graph_json(d) else JobTemplate.from_json(d)
+
+
+def template_task(template: Template) -> str | None:
+    """The task a template runs; None for a graph (its nodes run several)."""
+    return template.task if isinstance(template, JobTemplate) else None
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleSpec:
     """Everything a user says about a schedule. Exactly one of ``cron`` and ``every`` (seconds; use
@@ -170,7 +187,7 @@ class ScheduleSpec:
     replica, derived from the schedule and the tick)."""
 
     name: str
-    template: JobTemplate
+    template: Template
     cron: str | None = None
     every: float | None = None
     timezone: str = "UTC"
@@ -184,8 +201,8 @@ class ScheduleSpec:
     def __post_init__(self) -> None:
         _check_name("name", self.name)
         _check_name("tenant", self.tenant)
-        if not isinstance(self.template, JobTemplate):
-            raise InvalidSchedule("template", "must be a JobTemplate")
+        if not isinstance(self.template, JobTemplate | GraphTemplate):
+            raise InvalidSchedule("template", "must be a JobTemplate or a GraphTemplate (a graph's as_template())")
         if self.cron is not None:
             object.__setattr__(self, "cron", " ".join(str(self.cron).split()))
         if self.every is not None:
@@ -234,7 +251,7 @@ class ScheduleSpec:
             if key not in d:
                 raise InvalidSchedule(key, "is required")
         values: dict[str, Any] = {k: v for k, v in d.items() if v is not None}
-        values["template"] = JobTemplate.from_json(d["template"])
+        values["template"] = template_from_json(d["template"])
         return cls(**values)
 
 
@@ -302,9 +319,9 @@ def audit_event(type_: str, tenant: str, actor: str, data: Mapping[str, Json]) -
 def schedule_event(type_: str, schedule: Schedule, actor: str, **extra: Json) -> NewEvent:
     body: dict[str, Json] = {"schedule_id": schedule.id, "name": schedule.name, **extra}
     event = audit_event(type_, schedule.tenant, actor, body)
-    return NewEvent(
-        event.type, event.tenant, None, schedule.spec.template.queue, schedule.spec.template.task, event.data
-    )
+    template = schedule.spec.template
+    queue = template.queue if isinstance(template, JobTemplate) else None
+    return NewEvent(event.type, event.tenant, None, queue, template_task(template), event.data)
 
 
 def check_actor(actor: object) -> str:

@@ -314,7 +314,13 @@ class Engine:
             self.store.scheduling(), jobs=self.store, clock=self.clock, tasks=self.tasks,
             published=self._published, jobs_created=self._jobs_created, run_retention=self.settings.run_retention,
             run_task=self._run_task,
+            cancel_graph=self._cancel_graph,
         )  # fmt: skip
+
+    async def _cancel_graph(self, graph_id: str, tenant: str | None) -> None:
+        """A run that fired a graph is cancelled: so is its graph (which ends ``cancelled``, not ``failed``)."""
+        with contextlib.suppress(IllegalState):  # the graph already ended: its run has nothing left to stop
+            await self.graphs.cancel(graph_id, tenant)
 
     @cached_property
     def pack_runs(self) -> PackRuns:
@@ -357,7 +363,7 @@ class Engine:
 
         return Graphs(
             self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
-            published=self._published, jobs_created=self._jobs_created,
+            published=self._published, jobs_created=self._jobs_created, runs=lambda: self.runs,
         )  # fmt: skip
 
     @cached_property
@@ -399,7 +405,8 @@ class Engine:
         """A run's jobs were written (with the run, not through ``enqueue_many``): wake this process's
         workers, and with a broker transport publish their messages. They have no outbox row (the tick's
         transaction writes the jobs itself), so a message lost here is published again by the relay's
-        sweep of overdue jobs."""
+        sweep of overdue jobs. A graph's blocked nodes are left out: they are queued when their parents end."""
+        jobs = [j for j in jobs if j.state is not JobState.BLOCKED]
         if not jobs:
             return
         self.notifier().notify()

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobengine.core.graph_template import GraphTemplate, NodeTemplate
 from jobengine.core.graphs import NodeSpec, Policy, policy_of
 from jobengine.core.models import Json
 from jobengine.errors import InvalidJob
@@ -110,6 +111,29 @@ class Graph:
         for name, draft in other._nodes.items():
             self._nodes[renamed[name]] = _Draft(draft.sig, {renamed[p]: None for p in draft.parents}, draft.policy)
         return renamed
+
+    def as_template(self) -> GraphTemplate:
+        """The graph as a schedule's template: each tick fires a graph of these nodes. InvalidSchedule
+        naming the field for a graph a schedule cannot fire (an edge to an unknown node, a cycle). Usage::
+
+            await engine.schedules.create(ScheduleSpec(name="nightly", cron="0 2 * * *",
+                                                       template=chain(fetch.s(url), parse.s()).as_template()))
+        """
+        nodes = tuple(
+            NodeTemplate(
+                name=name,
+                task=d.sig.task,
+                payload=d.sig.payload,
+                queue=d.sig.queue,
+                priority=d.sig.priority,
+                max_attempts=d.sig.max_attempts,
+                timeout=d.sig.timeout,
+                policy=d.policy,
+                after=tuple(d.parents),
+            )
+            for name, d in self._nodes.items()
+        )
+        return GraphTemplate(nodes=nodes, name=self.name)
 
     def node_specs(self, make_job: Any) -> tuple[NodeSpec, ...]:
         """The nodes as :class:`NodeSpec`, their jobs built by ``make_job(signature)``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from jobengine.core import codec
 from jobengine.core.graphs import (
@@ -44,6 +44,7 @@ from jobengine.ports.ids import resolve_id
 if TYPE_CHECKING:
     from jobengine.core.clock import Clock
     from jobengine.engine.canvas import Graph, TaskCall
+    from jobengine.engine.transitions import RunHooks
     from jobengine.ports.graphs import GraphRow, GraphStore
     from jobengine.ports.store import Store
 
@@ -122,7 +123,8 @@ class Graphs:
     """The graphs of an engine (``engine.graphs``). ``new_job`` builds a node's job with its task's
     defaults, ``prepare`` runs every enqueue's checks on the node jobs (unknown tasks, payloads, flow
     control) and gives their phases; ``published`` puts events on the bus; ``jobs_created`` wakes
-    workers (and publishes to a broker) for jobs written or queued again here."""
+    workers (and publishes to a broker) for jobs written or queued again here; ``runs`` gives the run
+    hooks told of the nodes that end or run again here (those of a graph a schedule fired)."""
 
     def __init__(
         self,
@@ -134,6 +136,7 @@ class Graphs:
         prepare: Callable[[Sequence[NewJob]], Awaitable[tuple[Sequence[NewJob], list[tuple[str, ...]]]]],
         published: Callable[[Sequence[Event]], None],
         jobs_created: Callable[[Sequence[Job]], Awaitable[None]],
+        runs: Callable[[], RunHooks] | None = None,
     ) -> None:
         self.store = store
         self.repo = graphs
@@ -142,6 +145,7 @@ class Graphs:
         self._prepare = prepare
         self._published = published
         self._jobs_created = jobs_created
+        self._runs = runs
 
     # -- submit -------------------------------------------------------------------------------------
     def spec(self, graph: Graph, *, tenant: str = "default", name: str | None = None) -> GraphSpec:
@@ -260,6 +264,7 @@ class Graphs:
         open_nodes = [n.job.id for n in await self.repo.nodes(status.id) if not n.job.terminal]
         changed = await self.store.cancel_jobs(open_nodes, "graph cancelled", now, tenant)
         self._published(changed.events)
+        await self._run_hook("ended", changed.jobs)
         await self.ended(changed.jobs)
         return await self.get(status.id, tenant)
 
@@ -282,6 +287,14 @@ class Graphs:
         their outcome is written again when every node ended."""
         for graph_id in {j.graph_id for j in jobs if j.graph_id is not None}:
             await self.repo.mark_pending(graph_id, [], True, self.clock.now())
+
+    async def _run_hook(self, hook: Literal["ended", "reopened"], jobs: Sequence[Job]) -> None:
+        """Nodes of a graph a schedule fired changed here, not through the engine's transitions: their run
+        counts them (a graph without a run costs nothing)."""
+        if self._runs is None or not any(j.run_id is not None for j in jobs):
+            return
+        runs = self._runs()
+        await (runs.ended(jobs) if hook == "ended" else runs.reopened(jobs))
 
     # -- as nodes end -------------------------------------------------------------------------------
     async def ended(self, jobs: Sequence[Job]) -> None:
@@ -310,6 +323,7 @@ class Graphs:
                 ids = [JobId(n.job.id) for n in revive]
                 changed = await self.store.retry_jobs(ids, now)
                 self._published(changed.events)
+                await self._run_hook("reopened", changed.jobs)
                 await self.repo.mark_pending(graph_id, ids, False, now)
                 await self._jobs_created(changed.jobs)
                 unfinished = unfinished or bool(changed.jobs)

@@ -6,6 +6,7 @@ worker and scheduler of the app makes the stored schedule say what the code says
     async def send_report(kind: str = "short") -> None: ...
 
     engine.periodic("0 * * * *", task=send_report, name="hourly-report", kwargs={"kind": "full"})
+    engine.periodic("0 2 * * *", graph=chain(extract.s(), load.s()), name="nightly-etl")   # fires a graph
 
 At start (``jobengine worker``, ``jobengine scheduler``, ``jobengine up``, ``engine.run_worker()``), each
 declared schedule is created if missing, updated once when the declaration changed (the version goes up and
@@ -35,6 +36,7 @@ from jobengine.worker.context import JobContext, SyncJobContext
 if TYPE_CHECKING:
     from jobengine.core.schedules import MisfirePolicy, OverlapPolicy, Schedule, ScheduleSpec
     from jobengine.engine import Engine
+    from jobengine.engine.canvas import Graph
     from jobengine.scheduler.schedules import Declared
 
 log = logging.getLogger("jobengine.scheduler")
@@ -106,6 +108,21 @@ class Periodic:
         self,
         cron: str | None = None,
         *,
+        graph: Graph,
+        name: str,
+        tz: str = "UTC",
+        every: float | str | None = None,
+        overlap: OverlapPolicy | str = "allow",
+        misfire: MisfirePolicy | str = "skip",
+        catch_up: int = 0,
+        jitter: float | str = 0.0,
+        tenant: str = "default",
+    ) -> ScheduleSpec: ...
+    @overload
+    def __call__(
+        self,
+        cron: str | None = None,
+        *,
         task: None = None,
         name: str | None = None,
         tz: str = "UTC",
@@ -127,6 +144,7 @@ class Periodic:
         cron: str | None = None,
         *,
         task: Task[..., Any] | str | None = None,
+        graph: Graph | None = None,
         name: str | None = None,
         tz: str = "UTC",
         every: float | str | None = None,
@@ -142,8 +160,8 @@ class Periodic:
         jitter: float | str = 0.0,
         tenant: str = "default",
     ) -> Any:
-        """Declare a schedule of ``task`` and return its spec; without ``task``, a decorator that declares
-        one of the task it decorates and returns the task's handle."""
+        """Declare a schedule of ``task`` (or of ``graph``: each tick fires it) and return its spec; without
+        either, a decorator that declares one of the task it decorates and returns the task's handle."""
         from jobengine.core.schedules import JobTemplate, ScheduleSpec
 
         def declare(target: Task[..., Any] | str) -> ScheduleSpec:
@@ -168,6 +186,24 @@ class Periodic:
             )  # fmt: skip
             return self.declare(spec)
 
+        def declare_graph(target: Graph) -> ScheduleSpec:
+            if task is not None:
+                raise InvalidSchedule("graph", "give task= or graph=, not both")
+            options = {"args": args, "kwargs": kwargs, "payload": payload, "queue": queue, "priority": priority,
+                       "max_attempts": max_attempts}  # fmt: skip
+            for option, value in options.items():
+                if value:
+                    raise InvalidSchedule(option, "a graph's nodes carry their own arguments and options")
+            if name is None:
+                raise InvalidSchedule("name", "a schedule of a graph needs name=")
+            spec = ScheduleSpec(
+                name=name, template=target.as_template(), cron=cron, every=every, timezone=tz,  # type: ignore[arg-type]
+                overlap=overlap, misfire=misfire, catch_up=catch_up, jitter=jitter, tenant=tenant,  # type: ignore[arg-type]
+            )  # fmt: skip
+            return self.declare(spec)
+
+        if graph is not None:
+            return declare_graph(graph)
         if task is not None:
             return declare(task)
 

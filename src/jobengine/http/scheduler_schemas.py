@@ -11,13 +11,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag
 
 from jobengine.core.models import MAX_PRIORITY
 from jobengine.core.run_requests import MAX_ENVIRONMENT, PriorityClass, RunMode
 from jobengine.core.runs import RunState, RunTrigger
 from jobengine.core.schedules import MAX_CATCH_UP, MAX_ITEMS, MisfirePolicy, OverlapPolicy
 from jobengine.core.signatures import SignatureStatus
+from jobengine.http.graph_schemas import GraphIn
 from jobengine.http.schemas import INTEGRAL, JobOut, Moment, Name, Payload, Strict, TaskName
 
 Duration = (
@@ -40,6 +41,20 @@ class TemplateIn(Strict):
     segment_size: Annotated[StrictInt, Field(ge=1, le=MAX_ITEMS), INTEGRAL] = 1
 
 
+def _template_kind(value: Any) -> str:
+    """A template with ``nodes`` is a graph's; anything else is read as a job template."""
+    if isinstance(value, dict):
+        return "graph" if "nodes" in value else "job"
+    return "graph" if isinstance(value, GraphIn) else "job"
+
+
+#: What each run makes: jobs, or one graph (the body of ``POST /api/v1/graphs``; errors name
+#: ``template.graph.<field>``).
+AnyTemplateIn = Annotated[
+    Annotated[TemplateIn, Tag("job")] | Annotated[GraphIn, Tag("graph")], Discriminator(_template_kind)
+]
+
+
 def _one_of(a: str, b: str) -> dict[str, Any]:
     """JSON Schema for "exactly one of ``a`` and ``b`` is given, and not null"."""
     given = {"not": {"type": "null"}}
@@ -58,7 +73,7 @@ class ScheduleIn(Strict):
     cron: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
     every: Duration | None = None
     timezone: Annotated[StrictStr, Field(min_length=1, max_length=100)] = "UTC"
-    template: TemplateIn
+    template: AnyTemplateIn
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     misfire: MisfirePolicy = MisfirePolicy.SKIP
     catch_up: Annotated[StrictInt, Field(ge=0, le=MAX_CATCH_UP), INTEGRAL] = 0
@@ -77,7 +92,7 @@ class SchedulePatch(Strict):
     cron: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
     every: Duration | None = None
     timezone: Annotated[StrictStr, Field(min_length=1, max_length=100)] | None = None
-    template: TemplateIn | None = None
+    template: AnyTemplateIn | None = None
     overlap: OverlapPolicy | None = None
     misfire: MisfirePolicy | None = None
     catch_up: Annotated[StrictInt, Field(ge=0, le=MAX_CATCH_UP), INTEGRAL] | None = None
@@ -151,6 +166,14 @@ class TemplateOut(BaseModel):
     segment_size: int
 
 
+class GraphTemplateOut(BaseModel):
+    """A graph template: the body of ``POST /api/v1/graphs`` each tick fires."""
+
+    name: str
+    nodes: list[dict[str, Any]]
+    edges: list[list[str]]
+
+
 class ScheduleOut(BaseModel):
     id: str
     tenant: str
@@ -158,7 +181,7 @@ class ScheduleOut(BaseModel):
     cron: str | None
     every: float | None
     timezone: str
-    template: TemplateOut
+    template: TemplateOut | GraphTemplateOut
     overlap: OverlapPolicy
     misfire: MisfirePolicy
     catch_up: int

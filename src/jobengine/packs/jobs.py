@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from jobengine.core.models import NewJob
-from jobengine.core.schedules import ScheduleSpec
+from jobengine.core.schedules import JobTemplate, ScheduleSpec
 from jobengine.errors import InvalidJob, InvalidSchedule, NotFound
 from jobengine.packs.manifest import payload_errors
 from jobengine.packs.registry import SHA256, PackRegistry
@@ -118,6 +118,8 @@ async def resolve_schedule(registry: PackRegistry, spec: ScheduleSpec) -> Schedu
     """Pin a schedule's template that names a pack task to the approved version's digest (a channel is
     resolved once, here: the schedule keeps that digest until its template changes). InvalidSchedule
     naming ``template.task`` otherwise; the template's queue follows the manifest when left at default."""
+    if not isinstance(spec.template, JobTemplate):
+        return spec  # a graph template names no pack task (refused by its constructor)
     try:
         found = await resolve_task(registry, spec.template.task, field="template.task")
     except InvalidJob as exc:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from jobengine.core.graphs import GraphSpec
 from jobengine.core.ids import RunId, ScheduleId
 from jobengine.core.models import Event, Job, Json, NewEvent, NewJob
 from jobengine.core.runs import JobOutcome, Run, RunFilter, Segment
@@ -30,7 +31,9 @@ from jobengine.ports.signatures import SignatureStore
 class PlannedRun:
     """A run and its jobs, ready to be written in one transaction. ``items[i]``: items of ``jobs[i]``.
     ``stream`` and ``cursor_to``: the run moves that stream's cursor up to ``cursor_to`` in the
-    transaction that records its last segment's success (at once when it has no jobs); never otherwise."""
+    transaction that records its last segment's success (at once when it has no jobs); never otherwise.
+    ``graph``: the run fires a graph whose nodes are ``jobs`` (each a segment of the run): the graph's row
+    and node rows are written with them, in the same transaction."""
 
     run: Run
     jobs: tuple[NewJob, ...] = ()
@@ -38,6 +41,7 @@ class PlannedRun:
     items: tuple[int, ...] = ()
     stream: str | None = None
     cursor_to: Json = None
+    graph: GraphSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@
 
 A planner that raises (or returns something that is not a list) does not stop the scheduler: its run is
 recorded as ``error`` with the reason, and the tick is used up (it does not fire again).
+
+A graph template (:class:`~jobengine.core.graph_template.GraphTemplate`) makes a run that fires one graph:
+the graph's id is the run's id, and its nodes are the run's jobs (one segment each), so the run ends when
+the graph's last node ended and counts its nodes in its summary (:func:`plan_graph`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from jobengine.core import firing
-from jobengine.core.ids import RunId, ScheduleId
+from jobengine.core.graph_template import GraphTemplate, NodeTemplate
+from jobengine.core.graphs import GraphSpec, NodeSpec
+from jobengine.core.ids import GraphId, RunId, ScheduleId
 from jobengine.core.models import Json, NewJob, check_name
 from jobengine.core.runs import Run, RunState, RunSummary, RunTrigger
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
@@ -86,6 +92,8 @@ async def items_of(planners: PlannerRegistry, ctx: PlanContext) -> list[Json] | 
     """The run's items: the template's list, or what its planner returns; None: the template does not fan
     out (one job). Raises PlannerError."""
     template = ctx.spec.template
+    if isinstance(template, GraphTemplate):
+        return None
     if template.planner is None:
         return None if template.items is None else list(template.items)
     fn = planners.get(template.planner)
@@ -121,6 +129,8 @@ async def plan_run(
         run_at = None
         if run.tick is not None and spec.jitter:
             run_at = run.tick + firing.jitter_offset(run.schedule_id, run.tick, spec.jitter)
+        if isinstance(spec.template, GraphTemplate):
+            return plan_graph(tasks, run, spec.template, run_at=run_at)
         return fan_out(tasks, run, spec.template, items, run_at=run_at)
     except (PlannerError, ValueError) as exc:  # ValueError: InvalidSchedule / InvalidJob from the items
         reason = str(exc)[:2000]
@@ -148,6 +158,34 @@ def fan_out(
     phases = tuple(tasks.phase_names(j.task) for j in jobs)
     run = replace(run, state=RunState.QUEUED, items=sum(counts), summary=RunSummary(total=len(jobs)))
     return PlannedRun(run, tuple(jobs), phases, tuple(counts))
+
+
+def _defaults(tasks: TaskRegistry, task: str) -> firing.JobDefaults:
+    registered = tasks.get(task)
+    if registered is None:
+        return firing.JobDefaults()
+    return firing.JobDefaults(registered.queue, registered.priority, registered.max_attempts)
+
+
+def plan_graph(tasks: TaskRegistry, run: Run, template: GraphTemplate, *, run_at: float | None = None) -> PlannedRun:
+    """``run`` firing one graph of ``template``'s nodes: the graph's id is the run's, each node's job is a
+    segment of the run (no items), parents first. Raises InvalidJob for a node the jobs cannot take."""
+
+    def job(node: NodeTemplate) -> NewJob:
+        defaults = _defaults(tasks, node.task)
+        return NewJob(
+            task=node.task, payload=node.payload, queue=node.queue or defaults.queue,
+            priority=node.priority if node.priority is not None else defaults.priority,
+            max_attempts=node.max_attempts if node.max_attempts is not None else defaults.max_attempts,
+            timeout=node.timeout, tenant=run.tenant, run_at=run_at, run_id=run.id, schedule_id=run.schedule_id,
+        )  # fmt: skip
+
+    nodes = tuple(NodeSpec(n.name, job(n), n.after, n.policy) for n in template.nodes)
+    graph = GraphSpec(template.name, run.tenant, nodes, id=GraphId(run.id))
+    jobs = tuple(graph.jobs())
+    phases = tuple(tasks.phase_names(j.task) for j in jobs)
+    run = replace(run, state=RunState.QUEUED, items=0, summary=RunSummary(total=len(jobs)))
+    return PlannedRun(run, jobs, phases, (0,) * len(jobs), graph=graph)
 
 
 def new_run(

@@ -51,6 +51,9 @@ from jobengine.tasks import TaskRegistry
 
 log = logging.getLogger("jobengine.scheduler")
 
+#: Cancels the graph a run fired (by the graph's id, which is the run's), so it ends ``cancelled``.
+CancelGraph = Callable[[str, str | None], Awaitable[None]]
+
 #: How many run ids a process remembers as started (so later segments of a run cost no write).
 _STARTED_MEMORY: Final = 4096
 ENDED_JOB_STATES: Final = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
@@ -76,6 +79,7 @@ class Runs:
         jobs_created: JobsCreated,
         run_retention: float,
         run_task: Callable[[RunRequest], Awaitable[RunTask]] = as_is,
+        cancel_graph: CancelGraph | None = None,
     ) -> None:
         """``run_task``: what a request's jobs run (the engine pins a pack's task to an approved version's
         digest, or a pending one's for a simulation)."""
@@ -87,6 +91,7 @@ class Runs:
         self._published = published
         self._jobs_created = jobs_created
         self._run_retention = run_retention
+        self._cancel_graph = cancel_graph
         #: Runs this process saw start, so a claim of their next segments does not write again (bounded).
         self._started: dict[RunId, None] = {}
 
@@ -285,6 +290,10 @@ class Runs:
         self._published(events)
         segments = await self._store.run_segments(run.id)
         open_ids = [s.job_id for s in segments if s.outcome is None]
+        fired_graph = open_ids and any(j.graph_id is not None for j in await self._jobs.get_jobs(open_ids[:1]))
+        if fired_graph and self._cancel_graph is not None:
+            await self._cancel_graph(run.id, tenant)  # its graph's id is the run's
+            return await self.get(run.id, tenant)
         if open_ids:
             changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
             self._published(changed.events)
@@ -295,7 +304,8 @@ class Runs:
         self, run_id: str, *, reason: str | None = None, tenant: str | None = None, actor: str = "system"
     ) -> Run:
         """A new run (trigger ``retry``, ``parent_id`` the old one) with a copy of each segment of an ended
-        run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed."""
+        run that ended dead or cancelled. Raises IllegalState if the run has not ended or nothing failed, or
+        if it fired a graph (the graph, whose id is the run's, retries its failed nodes in place)."""
         check_actor(actor)
         if reason is not None:
             check_text("reason", reason)
@@ -306,6 +316,9 @@ class Runs:
         failed = [s for s in segments if s.outcome in (JobState.DEAD, JobState.CANCELLED)]
         jobs = {j.id: j for j in await self._jobs.get_jobs([s.job_id for s in failed])}
         failed = [s for s in failed if s.job_id in jobs]
+        if any(j.graph_id is not None for j in jobs.values()):
+            # Copies of a graph's nodes would run without their edges: the graph retries itself in place.
+            raise IllegalState(f"run {run.id} fired a graph; retry the graph instead (engine.graphs.retry)")
         if not failed:
             raise IllegalState(f"run {run.id} has no dead or cancelled jobs to retry")
         now = self._clock.now()

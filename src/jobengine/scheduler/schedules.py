@@ -29,6 +29,7 @@ from typing import Any, Final, Literal, TypeVar
 from jobengine.core import schedules as sc
 from jobengine.core.bounds import check_json, check_text, check_time
 from jobengine.core.clock import Clock
+from jobengine.core.graph_template import GraphTemplate
 from jobengine.core.ids import IdKind, RunId, ScheduleId, new_run_id, new_schedule_id
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Job, Json
@@ -295,7 +296,7 @@ class Schedules:
     async def _pinned(self, spec: ScheduleSpec) -> ScheduleSpec:
         """A template naming a pack's task must name an approved version; it is pinned to that version's
         digest (:mod:`jobengine.packs.jobs`)."""
-        if "@" not in spec.template.task:
+        if "@" not in (sc.template_task(spec.template) or ""):
             return spec
         return await self._pack_template(spec)
 
@@ -342,6 +343,6 @@ def _changed_spec(spec: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpe
     if values.get("every") is not None and "cron" not in values:
         values["cron"] = None
     template = values.get("template")
-    if template is not None and not isinstance(template, JobTemplate):
-        values["template"] = JobTemplate.from_json(template)
+    if template is not None and not isinstance(template, JobTemplate | GraphTemplate):
+        values["template"] = sc.template_from_json(template)
     return replace(spec, **values)

@@ -106,3 +106,41 @@ def _id_in(path: str, b: dict[str, Any]) -> str:
         if b[key]["id"] in path:
             return str(b[key]["id"])
     raise AssertionError(path)
+
+
+GRAPH = {
+    "name": "b-graph",
+    "nodes": [{"name": "head", "task": "b.task", "payload": {"secret": 1}}, {"name": "tail", "task": "b.task"}],
+    "edges": [["head", "tail"]],
+}
+
+
+async def test_graphs_of_tenant_b_are_invisible_to_tenant_a(
+    api: Api, acme: httpx.AsyncClient, globex: httpx.AsyncClient
+) -> None:
+    """B's graphs, submitted or fired by B's schedule, answer A as a graph that does not exist: list, get (by
+    id or prefix), cancel and retry; none of B's graph changes."""
+    submitted = (await globex.post("/api/v1/graphs", json=GRAPH)).json()
+    schedule = {"name": "b-nightly", "cron": "0 2 * * *", "template": GRAPH}
+    assert (await globex.post("/api/v1/schedules", json=schedule)).status_code == 201
+    run = (await globex.post("/api/v1/schedules/b-nightly/trigger", json={"reason": "now"})).json()
+    fired = (await globex.get(f"/api/v1/graphs/{run['id']}")).json()  # the graph a run fires has its id
+    assert fired["name"] == "b-graph" and fired["total"] == 2
+    mine = (await acme.post("/api/v1/graphs", json={**GRAPH, "name": "a-graph"})).json()
+    before = [(await globex.get(f"/api/v1/graphs/{g}")).json() for g in (submitted["id"], run["id"])]
+    for graph_id in (submitted["id"], run["id"]):
+        for method, path in [
+            ("GET", f"/api/v1/graphs/{graph_id}"), ("GET", f"/api/v1/graphs/{graph_id[:13]}"),
+            ("POST", f"/api/v1/graphs/{graph_id}/cancel"), ("POST", f"/api/v1/graphs/{graph_id}/retry"),
+            ("GET", f"/api/v1/runs/{graph_id}"),
+        ]:  # fmt: skip
+            theirs = await acme.request(method, path)
+            missing = await acme.request(method, path.replace(graph_id, MISSING).replace(graph_id[:13], MISSING))
+            assert (theirs.status_code, missing.status_code) == (404, 404), (method, path, theirs.text)
+            assert theirs.headers["content-type"] == "application/problem+json"
+    listed = await acme.get("/api/v1/graphs", params={"limit": 500})
+    assert [g["id"] for g in listed.json()["items"]] == [mine["id"]]
+    assert "globex" not in listed.text and "b-graph" not in listed.text
+    after = [(await globex.get(f"/api/v1/graphs/{g}")).json() for g in (submitted["id"], run["id"])]
+    assert after == before
+    assert [g["state"] for g in after] == ["pending", "pending"]

@@ -205,3 +205,33 @@ def test_runs_diff_and_replay(cli: InProcessCli, tmp_path: Path) -> None:
     replay = cli.json("runs", "replay", full["id"], "--reason", "again")
     assert (replay["parent_id"], replay["items"], replay["state"]) == (full["id"], 3, "queued")
     assert "replays" in cli("runs", "replay", full["id"]).stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_schedule_of_a_graph_from_a_json_file(cli: InProcessCli, tmp_path: Path) -> None:
+    cli("migrate")
+    body = {
+        "name": "etl",
+        "nodes": [{"name": "extract", "task": "extract"}, {"name": "load", "task": "load", "policy": "continue"}],
+        "edges": [["extract", "load"]],
+    }
+    (tmp_path / "etl.json").write_text(json.dumps(body))
+    created = cli.json("schedules", "create", "nightly", "--graph", "etl.json", "--cron", "0 2 * * *")
+    assert created["template"]["name"] == "etl" and created["template"]["edges"] == [["extract", "load"]]
+    assert "graph etl" in cli("schedules", "list").stdout
+    run = cli.json("schedules", "trigger", "nightly", "--reason", "now")
+    assert run["summary"]["total"] == 2
+    assert cli.json("graphs", "show", run["id"])["name"] == "etl"  # the run's graph has its id
+    bad = cli("schedules", "create", "both", "--graph", "etl.json", "--task", "t", "--cron", "0 2 * * *", expect=2)
+    assert "graph" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    missing = cli("schedules", "create", "none", "--graph", "nope.json", "--cron", "0 2 * * *", expect=2)
+    assert "graph" in missing.stderr and "nope.json" in missing.stderr
+    (tmp_path / "cycle.json").write_text(json.dumps({**body, "edges": [["extract", "load"], ["load", "extract"]]}))
+    cycle = cli("schedules", "create", "cyc", "--graph", "cycle.json", "--cron", "0 2 * * *", expect=2)
+    assert "template.edges" in cycle.stderr
+    refused = cli("schedules", "update", "nightly", "--queue", "q", expect=2)
+    assert "fires a graph" in refused.stderr
+    updated = cli.json("schedules", "update", "nightly", "--task", "plain")
+    assert updated["template"]["task"] == "plain"
+    again = cli.json("schedules", "update", "nightly", "--graph", "etl.json")
+    assert again["template"]["name"] == "etl"

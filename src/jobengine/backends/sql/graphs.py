@@ -83,6 +83,26 @@ async def settle_in(tx: Tx, graph_ids: Iterable[str], now: float) -> Changed:
     return out
 
 
+async def write_graph(
+    tx: Tx, spec: GraphSpec, jobs: Sequence[NewJob], phases: Sequence[tuple[str, ...]], now: float
+) -> Inserted:
+    """Write the graph's row, its node jobs (``jobs``, parents first) and its node rows in ``tx``."""
+    await tx.run(
+        "INSERT INTO {s}graphs (id, tenant, name, total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (spec.id, spec.tenant, spec.name, len(spec.nodes), now, now),
+    )
+    inserted = await tx.insert_jobs(jobs, now, phases)
+    await tx.many(
+        "INSERT INTO {s}graph_nodes (job_id, graph_id, node, policy, parents) VALUES (?, ?, ?, ?, ?)",
+        [(n.job.id, spec.id, n.name, n.policy.value, tx.d.array(n.parents)) for n in spec.nodes],
+    )
+    await tx.run(
+        "UPDATE {s}jobs SET graph_id = ? WHERE id IN (SELECT job_id FROM {s}graph_nodes WHERE graph_id = ?)",
+        (spec.id, spec.id),
+    )
+    return inserted
+
+
 class SqlGraphs:
     """Graphs in the store's database (:class:`jobengine.ports.graphs.GraphStore`)."""
 
@@ -94,23 +114,7 @@ class SqlGraphs:
     ) -> Inserted:
         """The graph, its node rows and its node jobs (``jobs``, parents first) in one transaction."""
 
-        async def op(tx: Tx) -> Inserted:
-            await tx.run(
-                "INSERT INTO {s}graphs (id, tenant, name, total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (spec.id, spec.tenant, spec.name, len(spec.nodes), now, now),
-            )
-            inserted = await tx.insert_jobs(jobs, now, phases)
-            await tx.many(
-                "INSERT INTO {s}graph_nodes (job_id, graph_id, node, policy, parents) VALUES (?, ?, ?, ?, ?)",
-                [(n.job.id, spec.id, n.name, n.policy.value, tx.d.array(n.parents)) for n in spec.nodes],
-            )
-            await tx.run(
-                "UPDATE {s}jobs SET graph_id = ? WHERE id IN (SELECT job_id FROM {s}graph_nodes WHERE graph_id = ?)",
-                (spec.id, spec.id),
-            )
-            return inserted
-
-        return await self.db.write(op, retry=False)
+        return await self.db.write(lambda tx: write_graph(tx, spec, jobs, phases, now), retry=False)
 
     async def get_graphs(
         self, ids: Sequence[GraphId], tenant: str | None

@@ -45,6 +45,7 @@ from jobengine.errors import AlreadyExists, IllegalState, NotFound
 from jobengine.ports.schedules import Fired, PlannedRun, RunCursor, TickClaim
 
 from .base import Tx, conditions, marks
+from .graphs import write_graph
 from .signatures import SqlSignatures
 
 if TYPE_CHECKING:
@@ -95,7 +96,11 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
         if run.mode is not None:
             await _set_mode(tx, run, planned.stream)
     if planned.jobs:
-        inserted = await tx.insert_jobs(planned.jobs, now, list(planned.phases) or [()] * len(planned.jobs))
+        phases = list(planned.phases) or [()] * len(planned.jobs)
+        if planned.graph is not None:
+            inserted = await write_graph(tx, planned.graph, planned.jobs, phases, now)
+        else:
+            inserted = await tx.insert_jobs(planned.jobs, now, phases)
         out.jobs.extend(inserted.jobs)
         out.events.extend(inserted.events)
         items = planned.items
