@@ -2,7 +2,9 @@ package jobengine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,6 +215,113 @@ func TestCancelAGraphStopsItsRunningNode(t *testing.T) {
 	var apiErr *jobengine.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 409 {
 		t.Fatalf("cancelling an ended graph: %v, want a 409 APIError", err)
+	}
+}
+
+type number struct {
+	N int `json:"n"`
+}
+
+type summed struct {
+	Sum     int `json:"sum"`
+	Parents int `json:"parents"`
+}
+
+// fanInWorker starts a Go worker of queue q whose go_graph_number returns its payload's n and whose
+// go_graph_sum sums its parents' results, recording the node each sum job was claimed as.
+func fanInWorker(t *testing.T, c *jobengine.Client, q string, mu *sync.Mutex, nodes map[string]*jobengine.NodeRef) {
+	t.Helper()
+	w := jobengine.NewWorker(c, options(q, nil))
+	w.HandleFunc("go_graph_number", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		var in number
+		if err := job.Decode(&in); err != nil {
+			return nil, jobengine.Permanent(err)
+		}
+		return in.N, nil
+	})
+	w.HandleFunc("go_graph_sum", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		parents, err := job.ParentResults(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		nodes[job.ID] = job.Graph
+		mu.Unlock()
+		out := summed{Parents: len(parents)}
+		for name, raw := range parents {
+			var n int
+			if err := json.Unmarshal(raw, &n); err != nil {
+				return nil, jobengine.Permanent(fmt.Errorf("parent %s: %w", name, err))
+			}
+			out.Sum += n
+		}
+		return out, nil
+	})
+	start(t, w)
+}
+
+func TestAGoFanInNodeSumsItsParentsResults(t *testing.T) {
+	c := server(t)
+	q := queue(t)
+	var mu sync.Mutex
+	claimedAs := map[string]*jobengine.NodeRef{}
+	fanInWorker(t, c, q, &mu, claimedAs)
+	var nodes []jobengine.GraphNode
+	var after []string
+	for i := 1; i <= 4; i++ {
+		name := fmt.Sprintf("n%d", i)
+		nodes = append(nodes, jobengine.GraphNode{Name: name, Task: "go_graph_number", Payload: number{N: 10 * i},
+			Queue: q})
+		after = append(after, name)
+	}
+	nodes = append(nodes, jobengine.GraphNode{Name: "sum", Task: "go_graph_sum", Queue: q, After: after})
+	g, err := c.SubmitGraph(context.Background(), jobengine.NewGraph{Name: "fan-in", Nodes: nodes})
+	if err != nil {
+		t.Fatalf("SubmitGraph: %v", err)
+	}
+	plain := enqueue(t, c, jobengine.NewJob{Task: "go_graph_sum", Queue: q})
+
+	done := waitGraph(t, c, g.ID)
+	if done.State != jobengine.GraphSucceeded {
+		t.Fatalf("graph %s with nodes %v, want succeeded", done.State, states(done))
+	}
+	var total summed
+	decode(t, done.Results()["sum"], &total)
+	if total != (summed{Sum: 100, Parents: 4}) {
+		t.Fatalf("the fan-in node returned %+v, want the sum of its 4 parents, 100", total)
+	}
+	ended, err := c.Wait(context.Background(), plain.ID, graphWait)
+	if err != nil || ended.State != "succeeded" {
+		t.Fatalf("the plain job: %+v, %v", ended, err)
+	}
+	var none summed
+	decode(t, ended.Result, &none)
+	if none != (summed{}) {
+		t.Fatalf("a job outside a graph got parents' results: %+v", none)
+	}
+
+	var sumID string
+	for _, n := range done.Nodes {
+		if n.Name == "sum" {
+			sumID = n.Job.ID
+			if n.Job.GraphID == nil || *n.Job.GraphID != g.ID {
+				t.Fatalf("the node's job names graph %v, want %s", n.Job.GraphID, g.ID)
+			}
+		}
+	}
+	mu.Lock()
+	ref, plainRef := claimedAs[sumID], claimedAs[plain.ID]
+	mu.Unlock()
+	if ref == nil || *ref != (jobengine.NodeRef{GraphID: g.ID, Node: "sum"}) || plainRef != nil {
+		t.Fatalf("claimed as %+v (plain job: %+v), want graph %s node sum", ref, plainRef, g.ID)
+	}
+	read, err := c.ParentResults(context.Background(), sumID)
+	if err != nil {
+		t.Fatalf("ParentResults: %v", err)
+	}
+	if read.Node == nil || *read.Node != "sum" || read.GraphID == nil || *read.GraphID != g.ID ||
+		len(read.Results) != 4 || string(read.Results["n3"]) != "30" {
+		t.Fatalf("ParentResults answered %+v", read)
 	}
 }
 

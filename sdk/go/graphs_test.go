@@ -100,3 +100,37 @@ func TestWaitGraphRunsOutWithTheGraphAsItIs(t *testing.T) {
 		t.Fatal("a negative timeout was accepted")
 	}
 }
+
+func TestParentResultsPastTheLimitFailTheJobForGood(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.Method != http.MethodGet || r.URL.Path != "/api/v1/worker/jobs/j1/parent-results" {
+			t.Errorf("%s %s, want GET /api/v1/worker/jobs/j1/parent-results", r.Method, r.URL.Path)
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(409)
+		fmt.Fprint(w, `{"type":"urn:jobengine:problem:results-too-large","status":409,"field":"results",
+			"detail":"the parents' results are 5000000 bytes as JSON","size":5000000,"limit":4194304}`)
+	}))
+	defer srv.Close()
+	c, _ := NewClient(srv.URL, "k", fastPolicy(time.Second))
+	graph := "g1"
+	node := &Job{JobInfo: JobInfo{ID: "j1", GraphID: &graph}, Graph: &NodeRef{GraphID: graph, Node: "sum"}, client: c}
+	_, err := node.ParentResults(context.Background())
+	var perm *PermanentError
+	var tooLarge *ResultsTooLargeError
+	if !errors.As(err, &perm) || !errors.As(err, &tooLarge) || tooLarge.Err.StatusCode != 409 {
+		t.Fatalf("ParentResults: %v, want a permanent *ResultsTooLargeError", err)
+	}
+	f := (&Worker{}).failure(node, err, false)
+	if f.Retryable || f.Error.Type != "ResultsTooLarge" {
+		t.Fatalf("the failure reported: %+v, want not retryable, of type ResultsTooLarge", f)
+	}
+
+	plain := &Job{JobInfo: JobInfo{ID: "j2"}, client: c}
+	results, err := plain.ParentResults(context.Background())
+	if err != nil || len(results) != 0 || calls.Load() != 1 {
+		t.Fatalf("a job outside a graph: %v, %v after %d calls; want none, asked nothing", results, err, calls.Load())
+	}
+}

@@ -3,6 +3,7 @@ package jobengine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,7 +15,10 @@ type Job struct {
 	JobInfo
 	// Token is the fencing token of this worker's lease; the SDK sends it with every report.
 	Token string
+	// Graph is set when the job is a graph node: its graph and its node name (see ParentResults).
+	Graph *NodeRef
 
+	client  *Client
 	run     *run
 	persist func(ctx context.Context, j *Job, event string) error
 
@@ -35,6 +39,40 @@ func (j *Job) Decode(v any) error {
 		return fmt.Errorf("payload: %w", err)
 	}
 	return nil
+}
+
+// ParentResults are the results of this graph node's parents that succeeded, by node name (empty for a job
+// outside a graph), read from the server when called, so a retry sees them too. Past the size a node may
+// receive, the error is a permanent *ResultsTooLargeError: return it and the job goes dead. Usage:
+//
+//	parents, err := job.ParentResults(ctx)
+//	if err != nil {
+//		return nil, err
+//	}
+//	sum := 0
+//	for _, raw := range parents {
+//		var n int
+//		if err := json.Unmarshal(raw, &n); err != nil {
+//			return nil, jobengine.Permanent(err)
+//		}
+//		sum += n
+//	}
+func (j *Job) ParentResults(ctx context.Context) (map[string]json.RawMessage, error) {
+	if j.GraphID == nil && j.Graph == nil {
+		return map[string]json.RawMessage{}, nil
+	}
+	if j.client == nil {
+		return nil, errors.New("jobengine: ParentResults: the job was not claimed by a Worker")
+	}
+	out, err := j.client.ParentResults(ctx, j.ID)
+	var tooLarge *ResultsTooLargeError
+	if errors.As(err, &tooLarge) {
+		return nil, Permanent(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out.Results, nil
 }
 
 // Err says why the handler's context was cancelled: ErrLeaseLost, ErrCancelRequested, ErrShutdown or

@@ -2,7 +2,10 @@ package jobengine
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -59,6 +62,39 @@ func (c *Client) Report(ctx context.Context, r Report) (*ReportResult, error) {
 	var out ReportResult
 	if err := c.Do(ctx, http.MethodPost, workerPrefix+"/report", r, &out); err != nil {
 		return nil, err
+	}
+	return &out, nil
+}
+
+// resultsTooLargeType is the problem type of a node whose parents' results are past what it may receive.
+const resultsTooLargeType = "urn:jobengine:problem:results-too-large"
+
+// ResultsTooLargeError: a graph node's parents' results are past the size a node may receive (4 MiB of
+// JSON on the server). Retrying cannot help, as another attempt reads the same results: Job.ParentResults
+// returns it wrapped in Permanent, so a handler that returns it sends its job to dead.
+type ResultsTooLargeError struct{ Err *APIError }
+
+func (e *ResultsTooLargeError) Error() string { return e.Err.Problem.Detail }
+func (e *ResultsTooLargeError) Unwrap() error { return e.Err }
+
+// ErrorType names it in the job's error record as the Python workers do.
+func (e *ResultsTooLargeError) ErrorType() string { return "ResultsTooLarge" }
+
+// ParentResults reads what graph node jobID receives from its parents (scope worker): the results of those
+// that succeeded, by node name; empty for a job outside a graph. A *ResultsTooLargeError past the size a
+// node may receive.
+func (c *Client) ParentResults(ctx context.Context, jobID string) (*ParentResults, error) {
+	var out ParentResults
+	err := c.Do(ctx, http.MethodGet, workerPrefix+"/jobs/"+url.PathEscape(jobID)+"/parent-results", nil, &out)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict && apiErr.Problem.Type == resultsTooLargeType {
+		return nil, &ResultsTooLargeError{Err: apiErr}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out.Results == nil {
+		out.Results = map[string]json.RawMessage{}
 	}
 	return &out, nil
 }

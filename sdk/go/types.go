@@ -42,6 +42,8 @@ type JobInfo struct {
 	FinishedAt      *time.Time      `json:"finished_at"`
 	RunID           *string         `json:"run_id"`
 	ScheduleID      *string         `json:"schedule_id"`
+	// GraphID is the graph this job is a node of (nil for any other job).
+	GraphID *string `json:"graph_id"`
 }
 
 // LeaseInfo is who holds a running job, as the API shows it (never the token).
@@ -89,6 +91,23 @@ type ClaimRequest struct {
 type ClaimedJob struct {
 	Job   JobInfo `json:"job"`
 	Lease Lease   `json:"lease"`
+	// Graph is set for a graph node only: its graph and its node name.
+	Graph *NodeRef `json:"graph"`
+}
+
+// NodeRef names a claimed graph node: the graph's ID and the node's name in it.
+type NodeRef struct {
+	GraphID string `json:"id"`
+	Node    string `json:"node"`
+}
+
+// ParentResults is what a graph node receives from its parents (GET
+// /api/v1/worker/jobs/{id}/parent-results): the results of those that succeeded, by node name. GraphID
+// and Node are nil, and Results empty, for a job outside a graph.
+type ParentResults struct {
+	GraphID *string                    `json:"graph_id"`
+	Node    *string                    `json:"node"`
+	Results map[string]json.RawMessage `json:"results"`
 }
 
 // Lease is a claimed job's lease as the claim returns it.

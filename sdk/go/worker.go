@@ -257,7 +257,7 @@ func (w *Worker) claimLoop(ctx context.Context, tasks []string) error {
 }
 
 func (w *Worker) start(c ClaimedJob) {
-	job := &Job{JobInfo: c.Job, Token: c.Lease.Token, persist: w.persist, phases: append([]PhaseRecord(nil),
+	job := &Job{JobInfo: c.Job, Token: c.Lease.Token, Graph: c.Graph, client: w.client, persist: w.persist, phases: append([]PhaseRecord(nil),
 		c.Job.Phases...), results: map[string]json.RawMessage{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &run{job: job, cancel: cancel}

@@ -3,7 +3,7 @@
 - ``gofmt``, ``go vet ./...`` and ``go test ./...``: the Go tests get the server's URL and a key with the
   ``worker``, ``jobs:*`` and ``graph:*`` scopes through ``JOBENGINE_TEST_URL`` / ``JOBENGINE_TEST_KEY`` (they
   skip without them; here they must run, not skip): among them graphs submitted from Go, run by a Go worker,
-  with failure policies, retry and cancel;
+  with failure policies, retry and cancel, and a fan-in node summing its parents' results;
 - the cross-language test: 500 jobs enqueued from Python, processed by two Go example worker processes
   (``sdk/go/examples/worker``), one SIGKILLed mid-way: every job succeeds, none runs to completion twice
   (a ledger the handlers append to), the killed worker's jobs run again once their lease expired; a job
@@ -63,6 +63,8 @@ GO_TESTS = [
     "TestGraphFailurePoliciesThenRetry",
     "TestCancelAGraphStopsItsRunningNode",
     "TestABadGraphIsRefusedNamingTheField",
+    "TestAGoFanInNodeSumsItsParentsResults",
+    "TestParentResultsPastTheLimitFailTheJobForGood",
 ]
 
 pytestmark = pytest.mark.slow

@@ -130,6 +130,17 @@ async def test_fan_out_and_in_the_fan_in_sees_all_hundred_results(engine: Engine
     assert ledger.calls.count("total") == 1 and ledger.calls.count("add") == 100
 
 
+async def test_node_names_name_the_nodes_of_a_batch_and_skip_plain_jobs(engine: Engine) -> None:
+    """What a claim of the worker protocol sends with each graph node: its name, read in one batch."""
+    t = register(engine, Ledger())
+    handle = await engine.graphs.submit(chord([t["number"].s(1), t["number"].s(2)], t["total"].s()))  # type: ignore[attr-defined]
+    plain = await engine.enqueue("number", {"n": 3})
+    status = await engine.graphs.get(handle.id, nodes=True)
+    names = await engine.graphs.node_names([*(n.job for n in status.nodes), plain])
+    assert names == {n.job.id: n.name for n in status.nodes} and len(names) == 3
+    assert await engine.graphs.node_names([plain]) == {}
+
+
 async def test_a_failed_node_cancels_its_descendants_by_default(engine: Engine) -> None:
     ledger = Ledger()
     t = register(engine, ledger)

@@ -215,6 +215,12 @@ class Graphs:
                     return status
                 await asyncio.sleep(_WAIT_POLL)
 
+    async def node_names(self, jobs: Sequence[Job]) -> dict[JobId, str]:
+        """The node name of each graph node among ``jobs``; nothing is read when none is a node, so a
+        batch of plain jobs costs no query."""
+        ids = [JobId(j.id) for j in jobs if j.graph_id is not None]
+        return await self.repo.node_names(ids) if ids else {}
+
     async def parent_results(self, job: Job) -> dict[str, Json]:
         """What node ``job`` receives: its parents' results by node name, read from the store (so a retry
         or another process sees them). ResultsTooLarge past :data:`MAX_PARENT_RESULTS` bytes."""

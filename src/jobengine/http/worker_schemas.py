@@ -41,9 +41,27 @@ class LeaseOut(BaseModel):
     expires_at: datetime
 
 
+class NodeOut(BaseModel):
+    """What a claimed graph node is in its graph; its parents' results come from ``GET
+    /api/v1/worker/jobs/{id}/parent-results`` when the handler asks for them."""
+
+    id: str = Field(description="The graph's id")
+    node: str = Field(description="This job's node name in the graph")
+
+
 class ClaimedJob(BaseModel):
     job: JobOut
     lease: LeaseOut
+    graph: NodeOut | None = Field(None, description="Set for a graph node only (null for any other job)")
+
+
+class ParentResultsOut(BaseModel):
+    """The results of a graph node's parents that succeeded, by node name (a parent that failed under the
+    ``continue`` policy is absent). Read from the store when asked, so a retry sees them too."""
+
+    graph_id: str | None = Field(description="The graph the job is a node of (null: not a graph node)")
+    node: str | None = Field(description="The job's node name (null: not a graph node)")
+    results: dict[str, Payload] = Field(description="Parents' results by node name ({} for a plain job)")
 
 
 class ClaimOut(BaseModel):

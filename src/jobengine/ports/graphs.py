@@ -62,6 +62,10 @@ class GraphStore(Protocol):
         (:func:`jobengine.core.graphs.check_in_graph`): nothing is stored then."""
         ...
 
+    async def node_names(self, job_ids: Sequence[JobId]) -> dict[JobId, str]:
+        """The node name of each of ``job_ids`` that is a graph node (one batched read)."""
+        ...
+
     async def parent_results(self, job_id: JobId) -> dict[str, Any]:
         """The results of the node's parents that succeeded, by node name (empty for a plain job)."""
         ...

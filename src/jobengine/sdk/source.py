@@ -8,7 +8,8 @@ refused there. Differences from the in-process source:
 - claims ask only for the tasks this worker has handlers for, and long-poll (``long_poll`` seconds) instead
   of waiting on a notifier; :meth:`interrupt` ends a long-poll at once (shutdown);
 - expired leases are rescued by the server (``jobengine serve`` runs the rescuer), not by the worker;
-- retry delays travel as durations, so the worker's and the server's clocks need not agree.
+- retry delays travel as durations, so the worker's and the server's clocks need not agree;
+- a graph node's parents' results are one more call, made only when the handler asks for them.
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from jobengine.core.clock import Clock, SystemClock, iso
 from jobengine.core.ids import JobId, WorkerId
 from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
-from jobengine.errors import ConfigError
+from jobengine.errors import ResultsTooLarge
 from jobengine.ports.workers import WorkerInfo
-from jobengine.sdk.client import ApiClient
+from jobengine.sdk.client import ApiClient, ApiError
 from jobengine.sdk.convert import job_from_json
 from jobengine.tasks import TaskRegistry
 
 _PREFIX = "/api/v1/worker"
+#: The problem type of a node whose parents' results are past the size it may receive.
+RESULTS_TOO_LARGE = "urn:jobengine:problem:results-too-large"
 
 
 class _ClaimPacer:
@@ -153,10 +157,19 @@ class HttpWorkerSource:
         return None  # the claim's long-poll waits for the next job
 
     async def parent_results(self, job: Job) -> dict[str, Json]:
-        """Not over HTTP yet: a graph node that asks for its parents' results needs a worker on the store."""
+        """Read from the server when the handler asks (``GET .../jobs/{id}/parent-results``), like the
+        in-process source reads the store. ResultsTooLarge (the job goes dead) past the size a node may
+        receive."""
         if job.graph_id is None:
             return {}
-        raise ConfigError("parent_results: a remote worker cannot read a graph node's parents' results yet")
+        try:
+            out = await self.client.get(f"{_PREFIX}/jobs/{quote(job.id, safe='')}/parent-results")
+        except ApiError as exc:
+            if exc.status == 409 and exc.problem.get("type") == RESULTS_TOO_LARGE:
+                raise ResultsTooLarge(int(exc.problem.get("size") or 0), int(exc.problem.get("limit") or 0)) from exc
+            raise
+        results: dict[str, Json] = out["results"]
+        return results
 
 
 def _phase_update(u: PhaseUpdate) -> dict[str, Any]:

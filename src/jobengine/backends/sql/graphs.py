@@ -237,6 +237,17 @@ class SqlGraphs:
 
         return await self.db.write(op, retry=False)
 
+    async def node_names(self, job_ids: Sequence[JobId]) -> dict[JobId, str]:
+        """The node name of each of ``job_ids`` that is a graph node (the ``graph_nodes`` primary key)."""
+        if not job_ids:
+            return {}
+        rows = await self.db.read(
+            lambda tx: tx.rows(
+                "SELECT job_id, node FROM {s}graph_nodes WHERE job_id {in_array}", (tx.d.array(job_ids),)
+            )
+        )
+        return {JobId(r[0]): r[1] for r in rows}
+
     async def parent_results(self, job_id: JobId) -> dict[str, Any]:
         """The results of the parents of node ``job_id`` that succeeded, by node name."""
 

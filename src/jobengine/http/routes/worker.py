@@ -6,6 +6,9 @@ The same lease and fencing as in-process workers, because these routes call the 
 - ``heartbeat`` extends leases; a lease no longer held (expired and taken by another worker, or the job
   was rescued) means the worker must stop that job and report nothing about it. The per-job form answers
   409 for a lost lease;
+- ``jobs/{id}/parent-results`` reads what a graph node receives from its parents (a claimed node carries
+  ``graph``: its graph's id and its node name); read on demand, so a claim of plain jobs reads nothing more
+  and a claim answer stays bounded whatever the nodes' parents returned;
 - ``phases`` stores phase records, progress and checkpoints; ``complete`` / ``fail`` / ``release`` end the
   attempt. Every one is fenced by the token: a late report from a worker that lost its lease is refused
   (409 per job, ``refused`` in a batch) and changes nothing.
@@ -15,7 +18,7 @@ Another tenant's job answers 404 (per job) or is refused (batch), exactly like a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -38,10 +41,11 @@ from jobengine.core.models import (
 from jobengine.core.retry import RetryPolicy
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
+from jobengine.errors import ResultsTooLarge
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.problems import ProblemError
-from jobengine.http.responses import WRITE, WRITE_ONE, json_response
+from jobengine.http.responses import READ_ONE_IF, WRITE, WRITE_ONE, json_response
 from jobengine.http.routes.jobs import JobIdPath
 from jobengine.http.worker_schemas import (
     ClaimIn,
@@ -53,6 +57,7 @@ from jobengine.http.worker_schemas import (
     HeldOut,
     JobHeartbeatIn,
     JobHeartbeatOut,
+    ParentResultsOut,
     PhasesBatchIn,
     PhasesIn,
     ReleaseIn,
@@ -64,6 +69,7 @@ from jobengine.serialize import job_to_json
 
 router = APIRouter(prefix="/api/v1/worker", tags=["worker"])
 Worker = Annotated[Principal, Depends(require("worker"))]
+RESULTS_TOO_LARGE = "urn:jobengine:problem:results-too-large"
 _POLL = 0.5  # seconds between claims of a long-poll, at most (the notifier usually wakes it sooner)
 
 
@@ -101,8 +107,12 @@ def _failure(engine: Engine, job: Job, f: FailIn) -> Failure:
     return Failure(job.id, LeaseToken(f.token), error, FailOutcome.RETRY, retry_at=now + delay)
 
 
-def _claimed(job: Job) -> dict[str, object]:
-    return {"job": job_to_json(job), "lease": {"token": job.lease_token, "expires_at": iso(job.lease_expires_at)}}
+def _claimed(job: Job, nodes: Mapping[JobId, str]) -> dict[str, object]:
+    node = nodes.get(job.id)
+    return {
+        "job": job_to_json(job), "lease": {"token": job.lease_token, "expires_at": iso(job.lease_expires_at)},
+        "graph": {"id": job.graph_id, "node": node} if job.graph_id is not None and node is not None else None,
+    }  # fmt: skip
 
 
 @router.post("/claim", response_model=ClaimOut, responses=WRITE)
@@ -130,7 +140,8 @@ async def claim(body: ClaimIn, request: Request, principal: Worker) -> Response:
         if jobs or remaining <= 0 or ctx.closing or await request.is_disconnected():
             break
         await engine.notifier().wait(min(remaining, _POLL))
-    return json_response({"jobs": [_claimed(j) for j in jobs]})
+    nodes = await engine.graphs.node_names(jobs) if any(j.graph_id is not None for j in jobs) else {}
+    return json_response({"jobs": [_claimed(j, nodes) for j in jobs]})
 
 
 @router.post("/heartbeat", response_model=HeartbeatOut, responses=WRITE)
@@ -200,6 +211,24 @@ def _added(body: CompleteIn) -> tuple[AddedNode, ...]:
 def _applied(ids: Sequence[str], jobs: Sequence[Job], state: JobState | None) -> list[str]:
     changed = {j.id for j in jobs if state is None or j.state is state}
     return [i for i in dict.fromkeys(ids) if i in changed]
+
+
+@router.get("/jobs/{job_id}/parent-results", response_model=ParentResultsOut, responses=READ_ONE_IF)
+async def parent_results(job_id: JobIdPath, request: Request, principal: Worker) -> Response:
+    """The results of the graph node's parents that succeeded, by node name (``{}`` for a plain job). 409
+    (type ``results-too-large``) past the size a node may receive: fail the job for good, as another
+    attempt would read the same results."""
+    engine = context(request).engine
+    job = await engine.get_job(job_id, principal.tenant)
+    if job.graph_id is None:
+        return json_response({"graph_id": None, "node": None, "results": {}})
+    try:
+        results = await engine.graphs.parent_results(job)
+    except ResultsTooLarge as exc:
+        extra = {"size": exc.size, "limit": exc.limit}
+        raise ProblemError(409, str(exc), field="results", type_=RESULTS_TOO_LARGE, extra=extra) from exc
+    node = (await engine.graphs.node_names([job])).get(job.id)
+    return json_response({"graph_id": job.graph_id, "node": node, "results": results})
 
 
 # -- one job at a time (409 when the lease is lost) ----------------------------------------------------
