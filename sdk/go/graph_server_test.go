@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -351,4 +352,149 @@ func equal(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+type part struct {
+	N int `json:"n"`
+}
+
+// fanOutWorker starts a Go worker of queue q whose go_fan_split adds one go_fan_work node per n of its
+// payload's Parts before the node "join" (or, with Clash, one named Clash and before no node), whose
+// go_fan_work returns its payload's n and whose go_fan_join sums its parents' results.
+func fanOutWorker(t *testing.T, c *jobengine.Client, q string) {
+	t.Helper()
+	w := jobengine.NewWorker(c, options(q, nil))
+	w.HandleFunc("go_fan_split", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		var in struct {
+			Parts []int  `json:"parts"`
+			Clash string `json:"clash"`
+		}
+		if err := job.Decode(&in); err != nil {
+			return nil, jobengine.Permanent(err)
+		}
+		for i, n := range in.Parts {
+			node := jobengine.GraphNode{Name: fmt.Sprintf("work-%d", i), Task: "go_fan_work", Payload: part{N: n},
+				Queue: q, Before: []string{"join"}}
+			if in.Clash != "" {
+				node.Name, node.Before = in.Clash, nil
+			}
+			if _, err := job.AddNode(node); err != nil {
+				return nil, err
+			}
+		}
+		return len(in.Parts), nil
+	})
+	w.HandleFunc("go_fan_work", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		var in part
+		if err := job.Decode(&in); err != nil {
+			return nil, jobengine.Permanent(err)
+		}
+		return in.N, nil
+	})
+	w.HandleFunc("go_fan_join", func(ctx context.Context, job *jobengine.Job) (any, error) {
+		parents, err := job.ParentResults(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := summed{}
+		for name, raw := range parents {
+			if !strings.HasPrefix(name, "work-") {
+				continue
+			}
+			var n int
+			if err := json.Unmarshal(raw, &n); err != nil {
+				return nil, jobengine.Permanent(fmt.Errorf("parent %s: %w", name, err))
+			}
+			out.Sum += n
+			out.Parents++
+		}
+		return out, nil
+	})
+	start(t, w)
+}
+
+func fanOutGraph(q string, split any) jobengine.NewGraph {
+	return jobengine.NewGraph{Name: "fan-out", Nodes: []jobengine.GraphNode{
+		{Name: "split", Task: "go_fan_split", Payload: split, Queue: q},
+		{Name: "join", Task: "go_fan_join", Queue: q, After: []string{"split"}},
+	}}
+}
+
+func TestAGoSplitNodeAddsNodesThatAJoinDeclaredInAdvanceSums(t *testing.T) {
+	c := server(t)
+	q := queue(t)
+	fanOutWorker(t, c, q)
+	parts := []int{}
+	want := summed{}
+	for i := 1; i <= 6; i++ {
+		parts = append(parts, 7*i)
+		want.Sum += 7 * i
+		want.Parents++
+	}
+	g, err := c.SubmitGraph(context.Background(), fanOutGraph(q, map[string]any{"parts": parts}))
+	if err != nil {
+		t.Fatalf("SubmitGraph: %v", err)
+	}
+	if g.Total != 2 {
+		t.Fatalf("submitted %d nodes, want 2", g.Total)
+	}
+	done := waitGraph(t, c, g.ID)
+	if done.State != jobengine.GraphSucceeded || done.Total != 2+len(parts) || done.Done != done.Total {
+		t.Fatalf("graph %s, %d of %d done, nodes %v: want succeeded with %d nodes", done.State, done.Done,
+			done.Total, states(done), 2+len(parts))
+	}
+	var total summed
+	decode(t, done.Results()["join"], &total)
+	if total != want {
+		t.Fatalf("the join returned %+v, want %+v", total, want)
+	}
+	var count int
+	decode(t, done.Results()["split"], &count)
+	if count != len(parts) {
+		t.Fatalf("split returned %d, want %d", count, len(parts))
+	}
+	for _, n := range done.Nodes {
+		switch {
+		case n.Name == "join":
+			if len(n.Parents) != 1+len(parts) {
+				t.Fatalf("the join's parents are %v, want split and every work node", n.Parents)
+			}
+		case strings.HasPrefix(n.Name, "work-"):
+			if len(n.Parents) != 1 || n.Parents[0] != "split" || n.Job.State != "succeeded" {
+				t.Fatalf("added node %s: parents %v, state %s", n.Name, n.Parents, n.Job.State)
+			}
+		}
+	}
+}
+
+func TestAnAddTheGraphRefusesEndsTheNodeDead(t *testing.T) {
+	c := server(t)
+	q := queue(t)
+	fanOutWorker(t, c, q)
+	// A name the graph has is refused when the completion is stored; a name with a space by the request's
+	// schema (the whole report is a 422): only the server can tell either.
+	for clash, says := range map[string]string{"join": "'join' is already in the graph", "not a name": "name"} {
+		split := map[string]any{"parts": []int{1}, "clash": clash}
+		g, err := c.SubmitGraph(context.Background(), fanOutGraph(q, split))
+		if err != nil {
+			t.Fatalf("SubmitGraph: %v", err)
+		}
+		done := waitGraph(t, c, g.ID)
+		want := map[string]string{"split": "dead", "join": "cancelled"}
+		if done.State != jobengine.GraphFailed || done.Total != 2 || !equal(states(done), want) {
+			t.Fatalf("adding %q: graph %s of %d nodes %v, want failed with %v (nothing added)", clash,
+				done.State, done.Total, states(done), want)
+		}
+		for _, n := range done.Nodes {
+			if n.Name != "split" {
+				continue
+			}
+			if n.Job.Attempt != 1 || len(n.Job.Errors) != 1 || n.Job.Errors[0].Type != "InvalidJob" ||
+				!strings.Contains(n.Job.Errors[0].Message, says) {
+				t.Fatalf("adding %q: split ended after attempt %d with errors %+v, want one InvalidJob "+
+					"saying %q", clash, n.Job.Attempt, n.Job.Errors, says)
+			}
+			t.Logf("adding %q: %s", clash, n.Job.Errors[0].Message)
+		}
+	}
 }

@@ -35,9 +35,10 @@ const (
 	GraphCancelled = "cancelled"
 )
 
-// GraphNode is a node to submit: its name in the graph, its task and payload, the nodes it runs After
-// (edges [parent, this]), its options (zero: the task's default on the server) and its failure Policy
-// (empty: PolicyCancel).
+// GraphNode is a node to submit (SubmitGraph) or to add from a running node (Job.AddNode): its name in the
+// graph, its task and payload, the nodes it runs After (edges [parent, this]) and Before (edges [this,
+// child]), its options (zero: the task's default on the server) and its failure Policy (empty:
+// PolicyCancel).
 type GraphNode struct {
 	Name        string   `json:"name"`
 	Task        string   `json:"task"`
@@ -48,6 +49,7 @@ type GraphNode struct {
 	Timeout     float64  `json:"timeout,omitempty"`
 	Policy      string   `json:"policy,omitempty"`
 	After       []string `json:"-"`
+	Before      []string `json:"-"`
 }
 
 // NewGraph is a graph to submit: its Name (empty: "graph"), its Nodes, and Edges [parent, child] by node
@@ -110,12 +112,15 @@ func (g *GraphInfo) Results() map[string]json.RawMessage {
 	return out
 }
 
-// body is the JSON of POST /api/v1/graphs: the nodes' After become edges.
+// body is the JSON of POST /api/v1/graphs: the nodes' After and Before become edges.
 func (g NewGraph) body() NewGraph {
 	edges := make([][2]string, 0, len(g.Edges))
 	for _, n := range g.Nodes {
 		for _, parent := range n.After {
 			edges = append(edges, [2]string{parent, n.Name})
+		}
+		for _, child := range n.Before {
+			edges = append(edges, [2]string{n.Name, child})
 		}
 	}
 	g.Edges = append(edges, g.Edges...)

@@ -27,6 +27,7 @@ type Job struct {
 	index   int
 	results map[string]json.RawMessage
 	dirty   bool
+	added   []AddedNode // nodes this attempt adds to its graph (AddNode)
 }
 
 // Decode unmarshals the job's payload into v.

@@ -134,17 +134,28 @@ func (r *reporter) send(batch Report) error {
 	for _, id := range out.Refused {
 		r.log.Printf("job %s: report refused (the lease was lost: another attempt owns the job)", id)
 	}
+	failed := set(out.Failed)
+	for _, c := range batch.Completions {
+		if failed[c.JobID] {
+			r.log.Printf("job %s: its graph refused the nodes it adds; the job ended dead", c.JobID)
+		}
+	}
 	return nil
 }
 
 // invalid handles one entry the server refused as invalid: a completion becomes a failure that names the
-// problem (retrying cannot fix the result), a failure is sent again without its traceback.
+// problem (retrying cannot fix the result or the nodes it adds), a failure is sent again without its
+// traceback.
 func (r *reporter) invalid(one Report, apiErr *APIError) error {
 	switch {
 	case len(one.Completions) == 1:
 		c := one.Completions[0]
+		what, kind := "the result", "InvalidResult"
+		if len(c.Nodes) > 0 {
+			what, kind = "the result or the nodes it adds", "InvalidJob"
+		}
 		return r.send(Report{Failures: []Failure{{JobID: c.JobID, Token: c.Token, Error: ErrorInfo{
-			Type: "InvalidResult", Message: clean(fmt.Sprintf("the server refused the result: %v", apiErr), 2000),
+			Type: kind, Message: clean(fmt.Sprintf("the server refused %s: %v", what, apiErr), 2000),
 		}}}})
 	case len(one.Failures) == 1 && one.Failures[0].Error.Traceback != nil:
 		f := one.Failures[0]

@@ -153,11 +153,13 @@ type ErrorInfo struct {
 	Traceback *string `json:"traceback,omitempty"`
 }
 
-// Completion reports a successful attempt with its result (raw JSON; nil is null).
+// Completion reports a successful attempt with its result (raw JSON; nil is null) and, for a graph node,
+// the Nodes it adds to its graph (stored with the completion; see Job.AddNode).
 type Completion struct {
 	JobID  string          `json:"job_id"`
 	Token  string          `json:"token"`
 	Result json.RawMessage `json:"result"`
+	Nodes  []AddedNode     `json:"nodes,omitempty"`
 }
 
 // Failure reports a failed attempt: retried (after RetryDelay seconds, or the server's backoff) while
@@ -178,7 +180,8 @@ type Report struct {
 	Releases    []LeaseRef   `json:"releases"`
 }
 
-// ReportResult lists the jobs each kind of report applied to; Refused ones were fenced out (lease lost).
+// ReportResult lists the jobs each kind of report applied to; Refused ones were fenced out (lease lost). A
+// completion whose added nodes the graph refused is listed in Failed: its job ended dead instead.
 type ReportResult struct {
 	Completed []string `json:"completed"`
 	Failed    []string `json:"failed"`

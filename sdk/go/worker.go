@@ -322,7 +322,7 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 			w.rep.fail(w.failure(job, Permanent(fmt.Errorf("the result is not JSON: %w", merr)), false))
 			return
 		}
-		w.rep.complete(Completion{JobID: job.ID, Token: job.Token, Result: raw})
+		w.rep.complete(Completion{JobID: job.ID, Token: job.Token, Result: raw, Nodes: job.addedNodes()})
 	case reason == ErrShutdown:
 		w.rep.release(lease)
 	case reason == ErrCancelRequested:

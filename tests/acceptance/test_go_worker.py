@@ -3,7 +3,8 @@
 - ``gofmt``, ``go vet ./...`` and ``go test ./...``: the Go tests get the server's URL and a key with the
   ``worker``, ``jobs:*`` and ``graph:*`` scopes through ``JOBENGINE_TEST_URL`` / ``JOBENGINE_TEST_KEY`` (they
   skip without them; here they must run, not skip): among them graphs submitted from Go, run by a Go worker,
-  with failure policies, retry and cancel, and a fan-in node summing its parents' results;
+  with failure policies, retry and cancel, a fan-in node summing its parents' results, and a Go node adding
+  nodes to its graph with its completion (a join declared in advance sums them; a refused add ends it dead);
 - the cross-language test: 500 jobs enqueued from Python, processed by two Go example worker processes
   (``sdk/go/examples/worker``), one SIGKILLed mid-way: every job succeeds, none runs to completion twice
   (a ledger the handlers append to), the killed worker's jobs run again once their lease expired; a job
@@ -65,6 +66,12 @@ GO_TESTS = [
     "TestABadGraphIsRefusedNamingTheField",
     "TestAGoFanInNodeSumsItsParentsResults",
     "TestParentResultsPastTheLimitFailTheJobForGood",
+    "TestAddNodeRefusesWhatItCanCheckNamingTheField",
+    "TestAddNodeNamesNodesOnceAndCapsTheirNumber",
+    "TestACompletionCarriesTheAddedNodesInTheProtocolsShape",
+    "TestSubmitGraphTurnsBeforeIntoEdges",
+    "TestAGoSplitNodeAddsNodesThatAJoinDeclaredInAdvanceSums",
+    "TestAnAddTheGraphRefusesEndsTheNodeDead",
 ]
 
 pytestmark = pytest.mark.slow
