@@ -48,8 +48,8 @@ def unblock_dependents(
         r[0]
         for r in conn.execute(
             # A scalar subquery, not EXISTS: SQLite drops the ORDER BY of an EXISTS and scans upwards.
-            "SELECT c.value FROM json_each(?) c WHERE (SELECT d.position FROM job_deps d JOIN jobs p "
-            "ON p.id = d.depends_on WHERE d.job_id = c.value "
+            "SELECT value FROM json_each(?) WHERE (SELECT d.position FROM job_deps d JOIN jobs p "
+            "ON p.id = d.depends_on WHERE d.job_id = json_each.value "
             "AND NOT (p.state = 'succeeded' OR (p.state = 'stale' AND p.outcome = 'succeeded')) "
             "ORDER BY d.position DESC LIMIT 1) IS NOT NULL",
             (json_list(released_by),),
