@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from jobengine.core import events as ev
@@ -51,6 +53,22 @@ async def test_a_job_with_several_dependencies_waits_for_all(store: Store) -> No
     assert [e.type for e in done.events].count(ev.UNBLOCKED) == 1
     assert (await get(store, child.id)).state is JobState.QUEUED
     assert await get(store, child.id) == next(j for j in done.jobs if j.id == child.id)
+
+
+async def test_a_fan_in_waits_for_its_last_dependency_whatever_its_position(store: Store) -> None:
+    """The dependencies end in every order: the fan-in stays blocked until the last of them, wherever it is
+    listed (a store may look for an unfinished one from either end of the list)."""
+    for order in itertools.permutations(range(3)):
+        deps = [NewJob(task="dep", queue=f"q{i}") for i in range(3)]
+        child = NewJob(task="child", queue="fan-in", depends_on=tuple(d.id for d in deps))
+        await enqueue(store, *deps, child)
+        for step, i in enumerate(order):
+            (running,) = await claim(store, T0 + 1, queues=[f"q{i}"])
+            await store.complete_jobs([completion(running)], T0 + 2)
+            expected = JobState.QUEUED if step == len(order) - 1 else JobState.BLOCKED
+            assert (await get(store, child.id)).state is expected, (order, step)
+        (fan_in,) = await claim(store, T0 + 3, queues=["fan-in"])
+        await store.complete_jobs([completion(fan_in)], T0 + 4)
 
 
 async def test_depends_on_keeps_its_order(store: Store) -> None:

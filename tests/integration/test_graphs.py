@@ -1,5 +1,6 @@
 """Graphs of jobs on SQLite and PostgreSQL, run by a real worker: chains, fan-out / fan-in with results
-along the edges, failure policies, cancel, retry, and an atomic submit."""
+along the edges, failure policies, cancel and retry (the atomic submit of 10,000 nodes:
+test_graphs_large.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jobengine.core.graphs import MAX_NODES, GraphState
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.canvas import Graph, chain, chord, group
-from jobengine.errors import IllegalState, InvalidJob, NotFound, StoreError
+from jobengine.errors import IllegalState, InvalidJob, NotFound
 from jobengine.settings import Settings
 
 TIMEOUT = 30.0
@@ -243,36 +244,6 @@ async def test_retry_runs_only_failed_and_cancelled_nodes_with_results_read_agai
     assert types == ["graph.failed", "graph.completed"]
     with pytest.raises(IllegalState, match="succeeded"):
         await handle.retry()
-
-
-async def test_a_ten_thousand_node_graph_submits_atomically(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    t = register(engine, Ledger())
-    g = chord([t["number"].s(i) for i in range(MAX_NODES - 1)], t["total"].s(), name="big")  # type: ignore[attr-defined]
-    repo = engine.graphs.repo
-    real_write = repo.db.write
-
-    async def failing_write(fn, **kw):  # type: ignore[no-untyped-def]
-        async def op(tx):  # type: ignore[no-untyped-def]
-            await fn(tx)
-            raise StoreError("injected after every row was written")
-
-        return await real_write(op, **kw)
-
-    monkeypatch.setattr(repo.db, "write", failing_write)
-    with pytest.raises(StoreError, match="injected"):
-        await engine.graphs.submit(g)
-    monkeypatch.undo()
-    assert await engine.graphs.list() == []
-    assert sum((await engine.count_jobs()).values()) == 0
-
-    handle = await engine.graphs.submit(g)
-    status = await handle.status()
-    assert (status.total, status.state, dict(status.counts)) == (
-        MAX_NODES,
-        GraphState.PENDING,
-        {"queued": MAX_NODES - 1, "blocked": 1},
-    )
-    assert sum((await engine.count_jobs()).values()) == MAX_NODES
 
 
 async def test_bad_graphs_are_refused_naming_the_field(engine: Engine) -> None:

@@ -339,6 +339,8 @@ RETRY = f"""WITH x AS (
 # the locks were granted and sees every sibling parent that committed meanwhile (READ COMMITTED). A parent
 # that is gone counts as succeeded: retention deletes only terminal jobs, and a dead or cancelled parent
 # would have cancelled its dependents already.
+# One dependency that has not succeeded keeps a job blocked; it is looked for from the newest down (a wide
+# fan-in's newest parents end last), a scalar subquery because PostgreSQL drops the ORDER BY of an EXISTS.
 LOCK_DEPENDENTS = """SELECT j.id FROM {s}jobs j
 WHERE j.state = 'blocked' AND j.id IN (SELECT d.job_id FROM {s}job_dependencies d WHERE d.dep_id = ANY(%(ids)s::text[]))
 ORDER BY j.id FOR NO KEY UPDATE"""
@@ -346,9 +348,10 @@ ORDER BY j.id FOR NO KEY UPDATE"""
 UNBLOCK = f"""WITH ub AS (
     UPDATE {{s}}jobs j SET state = CASE WHEN j.run_at > %(now)s::float8 THEN 'scheduled' ELSE 'queued' END,
         updated_at = %(now)s::float8
-    WHERE j.id = ANY(%(ids)s::text[]) AND j.state = 'blocked' AND NOT EXISTS (
-        SELECT 1 FROM {{s}}jobs p WHERE p.id = ANY(j.depends_on)
-          AND NOT (p.state = 'succeeded' OR (p.state = 'stale' AND p.outcome = 'succeeded')))
+    WHERE j.id = ANY(%(ids)s::text[]) AND j.state = 'blocked' AND (
+        SELECT d.dep_id FROM {{s}}job_dependencies d JOIN {{s}}jobs p ON p.id = d.dep_id WHERE d.job_id = j.id
+          AND NOT (p.state = 'succeeded' OR (p.state = 'stale' AND p.outcome = 'succeeded'))
+        ORDER BY d.dep_id DESC LIMIT 1) IS NULL
     RETURNING {_J}
 ), {_ev("ub", "'job.unblocked'", "jsonb_build_object('state', state, 'attempt', attempt)", "id")},
 {_notify("ub", "state = 'queued'")}

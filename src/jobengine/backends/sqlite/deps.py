@@ -41,12 +41,17 @@ def unblock_dependents(
     for parent, child in edges:
         if child not in released_by or position[parent] > position[released_by[child]]:
             released_by[child] = parent
+    # One unfinished dependency is enough to keep a child waiting. They are looked for from the last
+    # position down: dependencies tend to end in the order they were listed (workers claim oldest first),
+    # so a wide fan-in finds one at once instead of reading every edge each time one of its parents ends.
     waiting = {
         r[0]
         for r in conn.execute(
-            "SELECT DISTINCT d.job_id FROM job_deps d JOIN jobs p ON p.id = d.depends_on "
-            "WHERE d.job_id IN (SELECT value FROM json_each(?)) "
-            "AND NOT (p.state = 'succeeded' OR (p.state = 'stale' AND p.outcome = 'succeeded'))",
+            # A scalar subquery, not EXISTS: SQLite drops the ORDER BY of an EXISTS and scans upwards.
+            "SELECT value FROM json_each(?) WHERE (SELECT d.position FROM job_deps d JOIN jobs p "
+            "ON p.id = d.depends_on WHERE d.job_id = json_each.value "
+            "AND NOT (p.state = 'succeeded' OR (p.state = 'stale' AND p.outcome = 'succeeded')) "
+            "ORDER BY d.position DESC LIMIT 1) IS NOT NULL",
             (json_list(released_by),),
         )
     }
