@@ -65,6 +65,19 @@ def test_the_help_lists_every_command_in_order(capsys: pytest.CaptureFixture[str
     assert group.list_commands(None) == listed  # type: ignore[arg-type]
 
 
+def test_options_left_out_or_given_as_text_need_no_pydantic() -> None:
+    loaded = _loaded_after(["worker", "--app", "no_such_module_here:engine", "--db", "/nonexistent/dir/x.db"])
+    assert "jobengine.cli.run" in loaded  # the worker's options were read
+    assert "pydantic" not in loaded
+
+
+def test_given_values_are_still_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "--app", "x:y", "--concurrency", "0"]) == 2
+    assert "Invalid value for '--concurrency'" in capsys.readouterr().err
+    assert main(["worker", "--app", "x:y", "--lease", "soon"]) == 2
+    assert "Invalid value for '--lease'" in capsys.readouterr().err
+
+
 def test_an_unknown_command_suggests_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["job", "list"]) == 2
     assert "Did you mean 'jobs'?" in capsys.readouterr().err

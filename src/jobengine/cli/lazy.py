@@ -1,6 +1,11 @@
 """Commands registered by name and imported when run: ``jobengine jobs list`` loads the jobs commands only,
 not the packs' JSON Schema, the HTTP client or the scheduler's planner that other commands need.
 
+Typer checks every parameter's value with a pydantic ``TypeAdapter``, built for each parameter of the command
+that runs, given or not; importing pydantic for that is a third of a command's start-up. :func:`defer_checks`
+keeps typer's checking but builds it only for a value that needs it: an option left out (None) and a text
+option given as text (the command line gives text, and a ``str`` parameter takes it as it is) need none.
+
 :class:`LazyGroup` is the root group of the command line. Its commands are :class:`LazyCommand` entries:
 a name, where the command lives (``module:attribute``, a function or a ``typer.Typer`` group) and the
 first paragraph of its help, which ``jobengine --help`` lists without importing the module. A unit test
@@ -39,7 +44,52 @@ class LazyCommand:
             holder.add_typer(obj, name=self.name)
         else:
             holder.command(name=self.name)(obj)
-        return typer.main.get_group(holder).commands[self.name]
+        command = typer.main.get_group(holder).commands[self.name]
+        defer_checks(command)
+        return command
+
+
+class _DeferredCheck:
+    """Typer's check of one parameter's value (its ``RuntimeParam``), built on first need."""
+
+    def __init__(self) -> None:
+        self._check: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        descriptor = param.type_descriptor
+        single = not param.multiple and param.nargs == 1
+        if single and value is None:
+            return None  # what typer's own check returns for a value not given
+        if single and type(value) is str and descriptor.annotation is str and descriptor.parameter_info.parser is None:
+            return value
+        if self._check is None:
+            from typer._coercion import build_runtime_param
+
+            self._check = build_runtime_param(descriptor)
+        return self._check.coerce(value, param=param, ctx=ctx)
+
+
+def _defer(param: Any) -> None:
+    if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
+        param._runtime_param = _DeferredCheck()
+
+
+def defer_checks(command: Any) -> None:
+    """Give each parameter of ``command`` (and of its subcommands), ``--help`` included, a
+    :class:`_DeferredCheck`. A typer without the per-parameter checks this relies on is left as it is."""
+    for param in command.params:
+        _defer(param)
+    help_option = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:  # made per context, after the command was built
+        option = help_option(ctx)
+        if option is not None:
+            _defer(option)
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        defer_checks(sub)
 
 
 class _Commands(MutableMapping[str, Any]):
@@ -78,6 +128,7 @@ class LazyGroup(typer.core.TyperGroup):
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
+        defer_checks(self)  # before the commands are set: those are checked as they load
         self.commands = _Commands(self.COMMANDS)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
