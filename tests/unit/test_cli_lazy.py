@@ -44,6 +44,7 @@ def test_a_command_loads_its_own_module_and_not_the_others(tmp_path: object) -> 
     assert "jobengine.cli.jobs" in loaded
     assert [m for m in HEAVY if m in loaded] == []
     assert "jobengine.cli.run" not in loaded
+    assert "pydantic" not in loaded  # its options: text, left out, or a number default (--limit 50)
 
 
 @pytest.mark.parametrize("spec", COMMANDS, ids=lambda c: c.name)
@@ -76,6 +77,8 @@ def test_given_values_are_still_checked(capsys: pytest.CaptureFixture[str]) -> N
     assert "Invalid value for '--concurrency'" in capsys.readouterr().err
     assert main(["worker", "--app", "x:y", "--lease", "soon"]) == 2
     assert "Invalid value for '--lease'" in capsys.readouterr().err
+    assert main(["jobs", "list", "--limit", "0", "--db", "/nonexistent/dir/x.db"]) == 2
+    assert "Invalid value for '--limit'" in capsys.readouterr().err
 
 
 def test_an_unknown_command_suggests_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:

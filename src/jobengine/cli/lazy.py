@@ -3,8 +3,9 @@ not the packs' JSON Schema, the HTTP client or the scheduler's planner that othe
 
 Typer checks every parameter's value with a pydantic ``TypeAdapter``, built for each parameter of the command
 that runs, given or not; importing pydantic for that is a third of a command's start-up. :func:`defer_checks`
-keeps typer's checking but builds it only for a value that needs it: an option left out (None) and a text
-option given as text (the command line gives text, and a ``str`` parameter takes it as it is) need none.
+keeps typer's checking but builds it only for a value that needs it: an option left out (None), a text
+option given as text (the command line gives text, and a ``str`` parameter takes it as it is) and a number
+default inside its bounds need none.
 
 :class:`LazyGroup` is the root group of the command line. Its commands are :class:`LazyCommand` entries:
 a name, where the command lives (``module:attribute``, a function or a ``typer.Typer`` group) and the
@@ -60,13 +61,21 @@ class _DeferredCheck:
         single = not param.multiple and param.nargs == 1
         if single and value is None:
             return None  # what typer's own check returns for a value not given
-        if single and type(value) is str and descriptor.annotation is str and descriptor.parameter_info.parser is None:
-            return value
+        info = descriptor.parameter_info
+        if single and type(value) is descriptor.annotation and info.parser is None:
+            if type(value) is str:
+                return value
+            if type(value) in (int, float) and _within(value, info.min, info.max):
+                return value  # a number default of the command's own, inside its bounds
         if self._check is None:
             from typer._coercion import build_runtime_param
 
             self._check = build_runtime_param(descriptor)
         return self._check.coerce(value, param=param, ctx=ctx)
+
+
+def _within(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
 
 
 def _defer(param: Any) -> None:
