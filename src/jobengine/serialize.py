@@ -9,17 +9,19 @@ token is never exposed: it is the fencing secret of the worker that holds the jo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobengine.core.clock import iso
-from jobengine.core.graphs import GraphStatus
-from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
-from jobengine.core.runs import Run, Segment
-from jobengine.core.schedules import Schedule, Template
-from jobengine.core.selection import BulkResult
-from jobengine.core.signatures import Signature
-from jobengine.ports.workers import WorkerInfo
-from jobengine.scheduler.planning import Simulation
+
+if TYPE_CHECKING:  # names for the signatures only: a job's shape must not load the scheduler's modules
+    from jobengine.core.graphs import GraphStatus
+    from jobengine.core.models import AttemptError, Event, Job, NewJob, Phase
+    from jobengine.core.runs import Run, Segment
+    from jobengine.core.schedules import Schedule, Template
+    from jobengine.core.selection import BulkResult
+    from jobengine.core.signatures import Signature
+    from jobengine.ports.workers import WorkerInfo
+    from jobengine.scheduler.planning import Simulation
 
 JsonObject = dict[str, Any]
 

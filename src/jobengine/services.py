@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jobengine.core.models import Pruned
 from jobengine.engine import Engine
-from jobengine.scheduler.loop import SchedulerLoop, SchedulerOptions
 from jobengine.worker.runtime import Worker
+
+if TYPE_CHECKING:  # the scheduler's modules load with the first SchedulerService: a worker needs none of them
+    from jobengine.scheduler.loop import SchedulerLoop
 
 log = logging.getLogger("jobengine.services")
 
@@ -158,6 +160,8 @@ class SchedulerService:
     name = "scheduler"
 
     def __init__(self, engine: Engine, *, instance: str | None = None) -> None:
+        from jobengine.scheduler.loop import SchedulerOptions
+
         s = engine.settings
         self.engine = engine
         self.options = SchedulerOptions(s.scheduler_poll_interval, s.scheduler_reconcile_interval, instance)
@@ -166,6 +170,8 @@ class SchedulerService:
         self._task: asyncio.Task[None] | None = None
 
     def _new_loop(self) -> SchedulerLoop:
+        from jobengine.scheduler.loop import SchedulerLoop
+
         passes = self.engine.scheduler
         return SchedulerLoop(passes, passes.leader("scheduler"), self.options)
 

@@ -8,7 +8,6 @@ job's state does not allow, the database failing); 130 interrupted. No traceback
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import sys
@@ -17,20 +16,11 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from rich.markup import escape
+import typer.main
 
-from jobengine.cli import health, jobs, output, run, scheduler, serve
-from jobengine.cli.common import ConfigOption, DbOption, load_settings
-from jobengine.cli.flow import flow_app
-from jobengine.cli.graphs import graphs_app
-from jobengine.cli.keys import keys_app
+from jobengine.cli import output
+from jobengine.cli.lazy import LazyCommand, LazyGroup
 from jobengine.cli.logs import configure_from
-from jobengine.cli.packs import pack_app
-from jobengine.cli.runs import runs_app, signatures_app
-from jobengine.cli.schedules import schedules_app
-from jobengine.cli.secrets import secrets_app
-from jobengine.cli.webhooks import webhooks_app
-from jobengine.engine import Engine
 from jobengine.errors import (
     AlreadyExists,
     AmbiguousId,
@@ -47,25 +37,63 @@ USAGE_ERRORS = (
     ConfigError, InvalidJob, UnknownTask, UnknownDependency, IdempotencyConflict, AlreadyExists, AmbiguousId,
 )  # fmt: skip
 
+# Every command, in the order `jobengine --help` lists them, with the first sentence of its help. A command
+# is imported only when it runs, so a command's start-up pays for its own imports only.
+COMMANDS = (
+    LazyCommand(
+        "up",
+        "jobengine.cli.run:up",
+        "Run everything in one process: worker, scheduler, retention, the API and dashboard, with a live view; "
+        "the example tasks on SQLite, or your own with --app.",
+    ),
+    LazyCommand(
+        "worker",
+        "jobengine.cli.run:worker",
+        "Run a worker (and the rescuer of expired leases) for the tasks of --app until SIGTERM / SIGINT.",
+    ),
+    LazyCommand(
+        "scheduler",
+        "jobengine.cli.scheduler:scheduler",
+        "Run the scheduler: fire due schedules into runs, exactly once across every scheduler process.",
+    ),
+    LazyCommand(
+        "serve",
+        "jobengine.cli.serve:serve",
+        "Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until SIGTERM / SIGINT.",
+    ),
+    LazyCommand("enqueue", "jobengine.cli.jobs:enqueue", "Store a job; print its id (or the whole job with --json)."),
+    LazyCommand(
+        "workers",
+        "jobengine.cli.jobs:workers",
+        "List the live workers: host, pid, queues, tasks, packs, version, jobs in hand, when seen last.",
+    ),
+    LazyCommand(
+        "migrate",
+        "jobengine.cli.migrate:migrate",
+        "Apply pending schema migrations to the database and print the versions applied.",
+    ),
+    LazyCommand(
+        "health",
+        "jobengine.cli.health:health",
+        "Check the store and both queue transports (planner, runner); exit 1 if any is down.",
+    ),
+    LazyCommand("schedules", "jobengine.cli.schedules:schedules_app", "Create and manage CRON and interval schedules."),
+    LazyCommand(
+        "runs", "jobengine.cli.runs:runs_app", "Runs: start one over items; list, show, cancel, retry, replay, diff."
+    ),
+    LazyCommand("graphs", "jobengine.cli.graphs:graphs_app", "Graphs of jobs: list, show, cancel, retry."),
+    LazyCommand("signatures", "jobengine.cli.runs:signatures_app", "Failure signatures: the same bug grouped."),
+    LazyCommand("keys", "jobengine.cli.keys:keys_app", "Manage API keys of the HTTP API."),
+    LazyCommand("pack", "jobengine.cli.packs:pack_app", "Build task packs and manage the pack registry."),
+    LazyCommand("webhooks", "jobengine.cli.webhooks:webhooks_app", "Manage webhook endpoints and deliveries."),
+    LazyCommand("secrets", "jobengine.cli.secrets:secrets_app", "Manage the keys that encrypt secrets at rest."),
+    LazyCommand("flow", "jobengine.cli.flow:flow_app", "Flow control: rate, concurrency and depth limits of queues."),
+    LazyCommand("jobs", "jobengine.cli.jobs:jobs_app", "Inspect and manage stored jobs."),
+)
 
-def migrate(db: DbOption = None, config: ConfigOption = None) -> None:
-    """Apply pending schema migrations to the database and print the versions applied."""
-    settings = load_settings(config, database=db)
 
-    async def go() -> list[int]:
-        # Not open_engine(): its start() would apply the migrations without saying which.
-        engine = Engine.from_settings(settings)
-        try:
-            return await engine.store.migrate()
-        finally:
-            await engine.close()
-
-    applied = asyncio.run(go())
-    console = output.stdout()
-    if applied:
-        console.print(f"applied migrations {', '.join(str(v) for v in applied)} to {escape(settings.database)}")
-    else:
-        console.print(f"{escape(settings.database)} is up to date: no migrations to apply")
+class _RootGroup(LazyGroup):
+    COMMANDS = COMMANDS
 
 
 def _print_version(value: bool) -> None:
@@ -101,7 +129,8 @@ def _root(
 
 
 def build_app() -> typer.Typer:
-    """A new command tree (nothing is registered at import time, so tests can build their own)."""
+    """A new command tree (nothing is registered at import time, so tests can build their own); its
+    commands (:data:`COMMANDS`) are imported when one runs."""
     app = typer.Typer(
         name="jobengine",
         help="A durable job engine: enqueue jobs, run workers, inspect and manage jobs.",
@@ -109,26 +138,9 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        cls=_RootGroup,
     )
     app.callback()(_root)
-    app.command()(run.up)
-    app.command()(run.worker)
-    app.command()(scheduler.scheduler)
-    app.add_typer(schedules_app)
-    app.add_typer(runs_app)
-    app.add_typer(graphs_app)
-    app.add_typer(signatures_app)
-    app.command()(serve.serve)
-    app.add_typer(keys_app)
-    app.add_typer(pack_app)
-    app.add_typer(webhooks_app)
-    app.add_typer(secrets_app)
-    app.add_typer(flow_app)
-    app.command()(jobs.enqueue)
-    app.add_typer(jobs.jobs_app)
-    app.command()(jobs.workers)
-    app.command()(migrate)
-    app.command()(health.health)
     return app
 
 

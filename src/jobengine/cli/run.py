@@ -19,13 +19,11 @@ from rich.markup import escape
 
 from jobengine.cli import output
 from jobengine.cli.common import ConfigOption, DbOption, app_engine, load_app, load_settings, rebind, run
-from jobengine.cli.live import LiveView
 from jobengine.cli.logs import apply_settings
 from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.core.models import JobFilter, check_name
 from jobengine.engine import Engine
 from jobengine.errors import ConfigError, InvalidJob
-from jobengine.examples import DEMO_SCHEDULE, build_engine, enqueue_demo, ensure_demo_schedule
 from jobengine.services import RetentionService, SchedulerService, Service, WorkerService
 from jobengine.settings import DATABASE_FILE, Settings
 
@@ -33,6 +31,10 @@ from jobengine.settings import DATABASE_FILE, Settings
 async def _up(settings: Settings, early: EarlySignals | None = None, app: Engine | None = None) -> None:
     """Everything in one process: the example tasks (and, on a new database, demo jobs and a schedule), or
     the tasks of ``app``, an ``--app`` engine already on ``settings``."""
+    # Imported here, not at the top: `jobengine worker` lives in this module too and needs neither.
+    from jobengine.cli.live import LiveView
+    from jobengine.examples import DEMO_SCHEDULE, build_engine, enqueue_demo, ensure_demo_schedule
+
     console = output.stdout()
     engine = app if app is not None else build_engine(settings)
     worker = WorkerService(engine.worker())
@@ -189,12 +191,14 @@ def worker(
     With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`);
     with --pending-packs, versions among them that await approval too (only simulate runs name those).
     With --config, the settings come from that file (and ``JOBENGINE_*``), also for an --app engine."""
-    from jobengine.packs.loader import parse_refs
-
     if pending_packs and remote is not None:
         raise ConfigError("pending-packs: a remote worker loads approved versions only; run it on the database")
     early = EarlySignals.install()
-    refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs)) if packs else None
+    refs = None
+    if packs:
+        from jobengine.packs.loader import parse_refs  # only then: the packs' schema checks and their imports
+
+        refs = tuple(f"{n}@{r}" for n, r in parse_refs(packs))
     if app is None and not refs and not load_settings(config).worker_packs:
         raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
