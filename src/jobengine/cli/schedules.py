@@ -33,9 +33,9 @@ from jobengine.cli.jobs import read_payload
 from jobengine.core.clock import iso
 from jobengine.core.cron import load_zone, parse_duration
 from jobengine.core.graph_template import GraphTemplate
-from jobengine.core.ids import ScheduleId, short_id
+from jobengine.core.ids import short_id
 from jobengine.core.request_template import RequestTemplate
-from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec, Template
+from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec, Template, runs_of
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.scheduler.planning import Simulation
@@ -303,10 +303,7 @@ def show(
 
         schedule = await engine.schedules.get(ref, tenant)
         preview = await engine.schedules.simulate(schedule.id, count=5) if schedule.enabled else None
-        t = schedule.spec.template
-        # A run request's runs are its stream's (those started by hand too).
-        of = ScheduleId(t.stream) if isinstance(t, RequestTemplate) else schedule.id
-        history = await engine.runs.list(RunFilter(schedule_id=of, limit=runs)) if runs else []
+        history = await engine.runs.list(RunFilter(schedule_id=runs_of(schedule), limit=runs)) if runs else []
         return schedule, preview, history
 
     schedule, preview, history = with_engine(config, db, go)

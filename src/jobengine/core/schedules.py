@@ -302,6 +302,13 @@ class Schedule:
         return self.spec.enabled
 
 
+def runs_of(schedule: Schedule) -> ScheduleId:
+    """The ``schedule_id`` a schedule's runs carry, to list them: its id, or for a run request template its
+    stream (the runs of the stream started by hand too)."""
+    template = schedule.spec.template
+    return ScheduleId(template.stream) if isinstance(template, RequestTemplate) else schedule.id
+
+
 def declared_changes(stored: ScheduleSpec, declared: ScheduleSpec) -> list[str]:
     """The :data:`DECLARED_FIELDS` whose values differ, compared as the JSON a store keeps (a tuple and a
     list of the same values are equal)."""

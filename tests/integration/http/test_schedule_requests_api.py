@@ -7,6 +7,10 @@ from typing import Any
 
 import httpx
 
+from jobengine.core.ids import short_id
+
+from .conftest import Api, browser
+
 S = "/api/v1/schedules"
 SCORE = {"task": "score", "mode": "incremental", "source": "accounts", "items": [3, 1, 2], "segment_size": 2,
          "priority": "high", "environment": {"region": "eu"}, "version": "v2"}  # fmt: skip
@@ -59,3 +63,12 @@ async def test_a_bad_request_template_is_a_problem_naming_the_field(acme: httpx.
     await acme.post(S, json=hourly())
     patched = await acme.patch(f"{S}/score-hourly", json={"template": {**SCORE, "segment_size": 0}})
     assert patched.status_code == 422 and "template.request.segment_size" in patched.text
+
+
+async def test_the_dashboard_lists_the_runs_a_request_schedule_started(api: Api, acme: httpx.AsyncClient) -> None:
+    created = (await acme.post(S, json=hourly())).json()
+    run = (await acme.post(f"{S}/score-hourly/trigger", json={"reason": "now"})).json()
+    async with browser(api, api.keys["acme"]) as ui:
+        page = await ui.get(f"/schedules/{created['id']}")
+        assert page.status_code == 200 and "score" in page.text
+        assert short_id(run["id"]) in page.text, page.text[-1000:]
