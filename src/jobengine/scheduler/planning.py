@@ -34,7 +34,7 @@ from jobengine.core.request_template import RequestTemplate
 from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import Run, RunState, RunSummary, RunTrigger
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
-from jobengine.errors import ConfigError
+from jobengine.errors import ConfigError, JobEngineError, StoreError
 from jobengine.ports.schedules import PlannedRun
 from jobengine.tasks import TaskRegistry
 
@@ -161,9 +161,14 @@ async def plan_request_run(
     """The run of ``template``'s request over ``items``, with ``run``'s id, trigger and tick. Its
     ``schedule_id`` is the request's stream, as for every run request: the stream's cursor, its one
     unfinished incremental run and its runs' history are found by it; ``trigger_data`` names the schedule.
-    Raises InvalidSchedule for items a request cannot take."""
+    Raises InvalidSchedule for items a request cannot take, PlannerError when the request cannot be planned."""
     request = template.request(items, run_id=run.id, reason=run.reason)
-    planned = await plan_request(request, run.tenant, run.created_at, run.actor)
+    try:
+        planned = await plan_request(request, run.tenant, run.created_at, run.actor)
+    except StoreError:
+        raise
+    except JobEngineError as exc:  # e.g. no approved version of a pack's task: the tick's run errs, once
+        raise PlannerError(f"run request of {template.task!r}: {exc}") from exc
     data: dict[str, Json] = dict(planned.run.trigger_data) if isinstance(planned.run.trigger_data, Mapping) else {}
     data["schedule_id"] = run.schedule_id
     if run.trigger_data is not None:

@@ -162,3 +162,15 @@ async def test_trigger_and_simulate_a_request_schedule(engine: Engine, clock: Ma
     assert stored.spec.template == incremental()  # read back from the store as it was given
     with pytest.raises(InvalidSchedule, match="overlap"):
         await engine.schedules.update(schedule.id, overlap="queue")
+
+
+async def test_a_request_that_cannot_be_planned_errs_its_tick_once(engine: Engine, clock: ManualClock) -> None:
+    """A pack's task with no such pack: each tick's run is recorded as error, and the schedule moves on."""
+    template = RequestTemplate(task="nopack@1.0.0:score", mode=RunMode.FULL, items=(1,))
+    await engine.schedules.create(every(100, template))
+    for n in (1, 2):
+        clock.set(T0 + 100 * n)
+        (run,) = await engine.scheduler.fire_due_schedules()
+        assert (run.state, run.tick) == (RunState.ERROR, T0 + 100 * n)
+        assert run.reason is not None and "nopack" in run.reason
+        assert await engine.scheduler.fire_due_schedules() == []  # the tick is used up
