@@ -34,7 +34,8 @@ from jobengine.core.clock import iso
 from jobengine.core.cron import load_zone, parse_duration
 from jobengine.core.graph_template import GraphTemplate
 from jobengine.core.ids import short_id
-from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec, template_task
+from jobengine.core.request_template import RequestTemplate
+from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec, Template, runs_of
 from jobengine.engine import Engine
 from jobengine.errors import InvalidSchedule
 from jobengine.scheduler.planning import Simulation
@@ -73,18 +74,52 @@ GraphFile = Annotated[
     ),
 ]
 
+RequestFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--request",
+        metavar="FILE",
+        help="Each run is this run request's: a JSON file, the body of POST /api/v1/runs with a mode and items "
+        "or a planner (no run_id).",
+    ),
+]
+
+
+def _json_file(path: Path, option: str) -> object:
+    """The JSON in the file ``path``; InvalidSchedule naming ``option`` when it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidSchedule(option, f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidSchedule(option, f"{path} is not JSON: {exc}") from None
+
 
 def _graph_template(path: Path) -> GraphTemplate:
     """The graph template in the JSON file ``path``; InvalidSchedule naming ``graph`` or the bad field."""
-    try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidSchedule("graph", f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidSchedule("graph", f"{path} is not JSON: {exc}") from None
+    body = _json_file(path, "graph")
     if not isinstance(body, dict) or "nodes" not in body:
         raise InvalidSchedule("graph", f"{path} must hold an object with nodes (the body of POST /api/v1/graphs)")
     return GraphTemplate.from_json(body)
+
+
+def _request_template(path: Path) -> RequestTemplate:
+    """The run request template in the JSON file ``path``; InvalidSchedule naming ``request`` or the bad field."""
+    body = _json_file(path, "request")
+    if not isinstance(body, dict) or "task" not in body or "mode" not in body:
+        raise InvalidSchedule("request", f"{path} must hold an object with a task and a mode (a run request)")
+    return RequestTemplate.from_json(body)
+
+
+def _one_template(fields: dict[str, Any], graph: Path | None, request: Path | None) -> None:
+    """Refuse two kinds of template at once, naming the first option that clashes."""
+    given = [f"--{k.replace('_', '-')}" for k in fields] + ["--graph"] * (graph is not None)
+    given += ["--request"] * (request is not None)
+    if len(given) > 1 and (graph is not None or request is not None):
+        field = "graph" if graph is not None else "request"
+        raise InvalidSchedule(
+            field, f"give --graph, --request or --task (and its options), not {' and '.join(given[:2])}"
+        )
 
 
 def _template_fields(
@@ -163,7 +198,10 @@ def schedules_table(schedules: list[Schedule]) -> Table:
     for s in schedules:
         state = "[green]enabled[/green]" if s.enabled else "[magenta]paused[/magenta]"
         misfire = s.spec.misfire.value + (f" {s.spec.catch_up}" if s.spec.misfire.value == "catch_up" else "")
-        task = template_task(s.spec.template) or f"graph {s.spec.template.to_json()['name']}"
+        t = s.spec.template
+        task = f"graph {t.name}" if isinstance(t, GraphTemplate) else t.task
+        if isinstance(t, RequestTemplate):
+            task += f" ({t.mode.value})"
         table.add_row(
             escape(s.name), escape(s.tenant), escape(_cadence(s)), escape(task),
             iso(s.next_fire_at) or "-", s.spec.overlap.value, misfire, state, short_id(s.id),
@@ -190,6 +228,7 @@ def create(
     catch_up: CatchUp = None,
     jitter: Jitter = None,
     graph: GraphFile = None,
+    request: RequestFile = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
     tenant: Annotated[str, typer.Option(help="Tenant the schedule and its jobs belong to.")] = "default",
     actor: ActorOption = None,
@@ -197,20 +236,25 @@ def create(
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Create a schedule (--cron or --every) whose runs create jobs of --task, or each fire the --graph."""
+    """Create a schedule (--cron or --every) whose runs create jobs of --task, each fire the --graph, or each
+    start the run --request."""
     fields = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
-    if graph is not None and fields:
+    _one_template(fields, graph, request)
+    if task is None and graph is None and request is None:
         raise InvalidSchedule(
-            "graph",
-            f"give --graph or --task (and its options), not --graph and --{next(iter(fields)).replace('_', '-')}",
+            "task", "give --task (the task each run's jobs run), --graph (a graph's JSON file) or --request"
         )
-    if task is None and graph is None:
-        raise InvalidSchedule("task", "give --task (the task each run's jobs run) or --graph (a graph's JSON file)")
     if cron is None and every is None:
         raise InvalidSchedule("cron", "give --cron (a CRON expression) or --every (an interval)")
     if cron is not None and every is not None:
         raise InvalidSchedule("cron", "give --cron or --every, not both")
-    template: JobTemplate | GraphTemplate = JobTemplate(**fields) if graph is None else _graph_template(graph)
+    template: Template
+    if graph is not None:
+        template = _graph_template(graph)
+    elif request is not None:
+        template = _request_template(request)
+    else:
+        template = JobTemplate(**fields)
     spec = ScheduleSpec(
         name=name,
         template=template,
@@ -259,7 +303,7 @@ def show(
 
         schedule = await engine.schedules.get(ref, tenant)
         preview = await engine.schedules.simulate(schedule.id, count=5) if schedule.enabled else None
-        history = await engine.runs.list(RunFilter(schedule_id=schedule.id, limit=runs)) if runs else []
+        history = await engine.runs.list(RunFilter(schedule_id=runs_of(schedule), limit=runs)) if runs else []
         return schedule, preview, history
 
     schedule, preview, history = with_engine(config, db, go)
@@ -297,6 +341,7 @@ def update(
     catch_up: CatchUp = None,
     jitter: Jitter = None,
     graph: GraphFile = None,
+    request: RequestFile = None,
     rename: Annotated[str | None, typer.Option(help="A new name.")] = None,
     tenant: TenantOption = None,
     actor: ActorOption = None,
@@ -309,11 +354,11 @@ def update(
     template_changes = _template_fields(task, payload, items, planner, segment_size, queue, priority, max_attempts)
     if rename is not None:
         changes["name"] = rename
+    _one_template(template_changes, graph, request)
     if graph is not None:
-        if template_changes:
-            first = next(iter(template_changes)).replace("_", "-")
-            raise InvalidSchedule("graph", f"give --graph or --task (and its options), not --graph and --{first}")
         changes["template"] = _graph_template(graph)
+    if request is not None:
+        changes["template"] = _request_template(request)
 
     async def go(engine: Engine) -> tuple[Schedule, str | None]:
         warning = await _check_task(engine, task) if task is not None else None
@@ -321,7 +366,11 @@ def update(
             current = await engine.schedules.get(ref, tenant)
             if not isinstance(current.spec.template, JobTemplate) and "task" not in template_changes:
                 first = next(iter(template_changes)).replace("_", "-")
-                raise InvalidSchedule(first, "the schedule fires a graph: give --graph, or --task to fire jobs instead")
+                fires, option = (
+                    ("fires a graph", "--graph") if isinstance(current.spec.template, GraphTemplate)
+                    else ("starts a run request", "--request")
+                )  # fmt: skip
+                raise InvalidSchedule(first, f"the schedule {fires}: give {option}, or --task to fire jobs instead")
             base = current.spec.template.to_json() if isinstance(current.spec.template, JobTemplate) else {}
             changes["template"] = {**base, **template_changes}
         return await engine.schedules.update(ref, tenant=tenant, actor=actor_of(actor), **changes), warning

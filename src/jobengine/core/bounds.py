@@ -35,6 +35,8 @@ INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 
 MAX_DEPTH: Final = 64
+#: Items a schedule's template or a run request lists.
+MAX_ITEMS: Final = 100_000
 #: Python reads back integers of up to 4300 digits from text (``sys.set_int_max_str_digits``); a margin.
 MAX_JSON_INT_DIGITS: Final = 4000
 _MAX_JSON_INT_BITS: Final = int(MAX_JSON_INT_DIGITS * math.log2(10))

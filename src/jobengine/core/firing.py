@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -78,6 +79,16 @@ def jitter_offset(schedule_id: str, tick: float, jitter: float) -> float:
 def tick_key(tick: float) -> int:
     """The unique key of a tick: whole milliseconds (ticks are always whole milliseconds)."""
     return round(tick * 1000)
+
+
+def tick_run_id(schedule_id: str, tick: float) -> RunId:
+    """The id of the run a schedule's tick fires, the same wherever it is computed: a UUIDv7 whose time is
+    the tick's and whose other bits are a digest of schedule and tick, so it sorts and shortens like any
+    run id (``core.ids.short_id``) and two writers of one tick write the same run."""
+    ms = tick_key(tick) & ((1 << 48) - 1)
+    digest = int.from_bytes(hashlib.sha256(f"{schedule_id} {ms}".encode()).digest()[:10])
+    rand_a, rand_b = digest >> 68, digest & ((1 << 62) - 1)
+    return RunId(str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b)))
 
 
 def split_items(items: Sequence[Json], segment_size: int) -> list[list[Json]]:
@@ -152,8 +163,13 @@ def deferred(run: Run) -> Run:
     return replace(run, state=RunState.PLANNING, no_work=False, items=0, summary=RunSummary(), reason=None)
 
 
-def skipped_event(tenant: str, schedule_id: str, tick: float) -> NewEvent:
-    data: dict[str, Json] = {"schedule_id": schedule_id, "tick": tick, "policy": OverlapPolicy.SKIP.value}
+def skipped_event(
+    tenant: str, schedule_id: str, tick: float, policy: OverlapPolicy = OverlapPolicy.SKIP, reason: str | None = None
+) -> NewEvent:
+    """A tick recorded as skipped: by the overlap ``policy``, or (``reason``) because its run could not start."""
+    data: dict[str, Json] = {"schedule_id": schedule_id, "tick": tick, "policy": policy.value}
+    if reason is not None:
+        data["reason"] = reason
     return NewEvent(type=SCHEDULE_SKIPPED, tenant=tenant, job_id=None, queue=None, task=None, data=data)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
+from jobengine.core.graph_template import GraphTemplate
 from jobengine.core.models import Json
 from jobengine.core.schedules import JobTemplate, Template
 from jobengine.errors import InvalidSchedule
@@ -98,7 +99,8 @@ class TriggerMapping:
         if self.empty:
             return
         if not isinstance(template, JobTemplate):
-            raise InvalidSchedule("template", "the schedule fires a graph: an event cannot be mapped into it")
+            fires = "a graph" if isinstance(template, GraphTemplate) else "a run request"
+            raise InvalidSchedule("template", f"the schedule fires {fires}: an event cannot be mapped into it")
         if self.payload and template.payload is not None and not isinstance(template.payload, Mapping):
             raise InvalidSchedule("template.payload", "the schedule's job payload is not an object: it cannot "
                                                       "take mapped keys")  # fmt: skip

@@ -27,7 +27,6 @@ from typing import Any, Final
 from jobengine.core import bounds, codec
 from jobengine.core.models import Json, check_name
 from jobengine.core.run_modes import RunMode as RunMode  # re-exported: a request names its mode
-from jobengine.core.schedules import MAX_ITEMS
 from jobengine.errors import InvalidSchedule
 
 #: A run id a caller chooses, to make its request idempotent (the characters the HTTP paths take).
@@ -99,11 +98,11 @@ class RunRequest:
         check_name("source", self.source)
         if self.queue is not None:
             check_name("queue", self.queue)
-        bounds.check_int("segment_size", self.segment_size, 1, MAX_ITEMS)
+        bounds.check_int("segment_size", self.segment_size, 1, bounds.MAX_ITEMS)
         if isinstance(self.items, str | bytes | Mapping) or not hasattr(self.items, "__len__"):
             raise InvalidSchedule("items", "must be a list of JSON values")
-        if len(self.items) > MAX_ITEMS:
-            raise InvalidSchedule("items", f"at most {MAX_ITEMS} items")
+        if len(self.items) > bounds.MAX_ITEMS:
+            raise InvalidSchedule("items", f"at most {bounds.MAX_ITEMS} items")
         bounds.check_json("items", list(self.items))
         object.__setattr__(self, "items", sorted_items(self.items))
         if self.version is not None:

@@ -1,6 +1,7 @@
 """Schedules as values: what to run (a template), when (a cadence), and what to do when it is late or
-busy. A template is jobs (:class:`JobTemplate`) or a graph of jobs
-(:class:`~jobengine.core.graph_template.GraphTemplate`). Values validate in their constructor and raise
+busy. A template is jobs (:class:`JobTemplate`), a graph of jobs
+(:class:`~jobengine.core.graph_template.GraphTemplate`) or a run request
+(:class:`~jobengine.core.request_template.RequestTemplate`). Values validate in their constructor and raise
 :class:`InvalidSchedule` naming the field, so a bad schedule is refused before it reaches any store. Usage::
 
     spec = ScheduleSpec(
@@ -27,9 +28,10 @@ from jobengine.core.cron import Cadence, parse_cadence, parse_duration
 from jobengine.core.graph_template import GraphTemplate, is_graph_json
 from jobengine.core.ids import ScheduleId
 from jobengine.core.models import MAX_PRIORITY, NAME_RE, Json, NewEvent
+from jobengine.core.request_template import RequestTemplate, is_request_json
 from jobengine.errors import InvalidJob, InvalidSchedule
 
-MAX_ITEMS: Final = 100_000
+MAX_ITEMS: Final = bounds.MAX_ITEMS
 MAX_SEGMENTS: Final = 10_000
 MAX_CATCH_UP: Final = 1000
 MAX_JITTER: Final = 86400.0
@@ -164,19 +166,23 @@ class JobTemplate:
         return cls(**values)
 
 
-#: What a run of a schedule creates: jobs (:class:`JobTemplate`) or one graph of jobs
-#: (:class:`~jobengine.core.graph_template.GraphTemplate`).
-Template = JobTemplate | GraphTemplate
+#: What a run of a schedule creates: jobs (:class:`JobTemplate`), one graph of jobs
+#: (:class:`~jobengine.core.graph_template.GraphTemplate`) or the run of a run request
+#: (:class:`~jobengine.core.request_template.RequestTemplate`).
+Template = JobTemplate | GraphTemplate | RequestTemplate
 
 
 def template_from_json(d: object) -> Template:
-    """A template from its JSON: a graph's when it has ``nodes``, else a job template. Raises InvalidSchedule."""
-    return GraphTemplate.from_json(d) if is_graph_json(d) else JobTemplate.from_json(d)
+    """A template from its JSON: a graph's when it has ``nodes``, a run request's when it has ``mode``, else a
+    job template. Raises InvalidSchedule."""
+    if is_graph_json(d):
+        return GraphTemplate.from_json(d)
+    return RequestTemplate.from_json(d) if is_request_json(d) else JobTemplate.from_json(d)
 
 
 def template_task(template: Template) -> str | None:
     """The task a template runs; None for a graph (its nodes run several)."""
-    return template.task if isinstance(template, JobTemplate) else None
+    return None if isinstance(template, GraphTemplate) else template.task
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,14 +207,19 @@ class ScheduleSpec:
     def __post_init__(self) -> None:
         _check_name("name", self.name)
         _check_name("tenant", self.tenant)
-        if not isinstance(self.template, JobTemplate | GraphTemplate):
-            raise InvalidSchedule("template", "must be a JobTemplate or a GraphTemplate (a graph's as_template())")
+        if not isinstance(self.template, JobTemplate | GraphTemplate | RequestTemplate):
+            raise InvalidSchedule(
+                "template", "must be a JobTemplate, a GraphTemplate (a graph's as_template()) or a RequestTemplate"
+            )
         if self.cron is not None:
             object.__setattr__(self, "cron", " ".join(str(self.cron).split()))
         if self.every is not None:
             object.__setattr__(self, "every", parse_duration(self.every, "every"))
         object.__setattr__(self, "overlap", _enum(OverlapPolicy, self.overlap, "overlap"))
         object.__setattr__(self, "misfire", _enum(MisfirePolicy, self.misfire, "misfire"))
+        if isinstance(self.template, RequestTemplate) and self.overlap is OverlapPolicy.QUEUE:
+            # A waiting run would take its items when its turn comes, after the cursor it was fired against.
+            raise InvalidSchedule("overlap", "a run request's schedule takes allow or skip, not queue")
         self.cadence()  # validates cron / every / timezone together
         _check_int("catch_up", self.catch_up, 0, MAX_CATCH_UP)
         if self.misfire is MisfirePolicy.CATCH_UP and self.catch_up < 1:
@@ -291,6 +302,13 @@ class Schedule:
         return self.spec.enabled
 
 
+def runs_of(schedule: Schedule) -> ScheduleId:
+    """The ``schedule_id`` a schedule's runs carry, to list them: its id, or for a run request template its
+    stream (the runs of the stream started by hand too)."""
+    template = schedule.spec.template
+    return ScheduleId(template.stream) if isinstance(template, RequestTemplate) else schedule.id
+
+
 def declared_changes(stored: ScheduleSpec, declared: ScheduleSpec) -> list[str]:
     """The :data:`DECLARED_FIELDS` whose values differ, compared as the JSON a store keeps (a tuple and a
     list of the same values are equal)."""
@@ -320,7 +338,7 @@ def schedule_event(type_: str, schedule: Schedule, actor: str, **extra: Json) ->
     body: dict[str, Json] = {"schedule_id": schedule.id, "name": schedule.name, **extra}
     event = audit_event(type_, schedule.tenant, actor, body)
     template = schedule.spec.template
-    queue = template.queue if isinstance(template, JobTemplate) else None
+    queue = None if isinstance(template, GraphTemplate) else template.queue
     return NewEvent(event.type, event.tenant, None, queue, template_task(template), event.data)
 
 

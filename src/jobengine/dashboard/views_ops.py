@@ -16,7 +16,7 @@ from jobengine.core.ids import JobId, RunId, ScheduleId
 from jobengine.core.models import Job, JobFilter
 from jobengine.core.run_modes import RunMode
 from jobengine.core.runs import RunFilter
-from jobengine.core.schedules import ScheduleFilter
+from jobengine.core.schedules import ScheduleFilter, runs_of
 from jobengine.core.selection import MAX_BULK
 from jobengine.core.signatures import SignatureFilter
 from jobengine.core.states import JobState
@@ -119,7 +119,7 @@ async def schedule_page(request: Request, ref: str) -> Response:
         simulation = await eng.schedules.simulate(proposed, count=SIMULATED, tenant=session.tenant)
     else:
         simulation = await eng.schedules.simulate(schedule.id, count=SIMULATED, tenant=session.tenant)
-    runs = await eng.runs.list(RunFilter(tenant=session.tenant, schedule_id=schedule.id, limit=20))
+    runs = await eng.runs.list(RunFilter(tenant=session.tenant, schedule_id=runs_of(schedule), limit=20))
     values = {
         "schedule": schedule, "simulation": simulation, "runs": runs, "now": time.time(), "proposed": cron,
         "timezone": timezone,

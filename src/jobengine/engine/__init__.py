@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from jobengine.engine.graphs import Graphs
     from jobengine.engine.results import Results
     from jobengine.packs.registry import PackRegistry
+    from jobengine.ports.schedules import PlannedRun
     from jobengine.ports.transactional import TransactionalStore
     from jobengine.ports.watermarks import WatermarkStore
     from jobengine.ports.webhooks import WebhookStore
@@ -302,8 +303,11 @@ class Engine:
         return Schedules(
             self.store.scheduling(), ids=self.store, clock=self.clock, tasks=self.tasks,
             planners=self._planner_registry(), published=self._published, jobs_created=self._jobs_created,
-            pack_template=self._pack_template,
+            pack_template=self._pack_template, plan_request=self._plan_request,
         )  # fmt: skip
+
+    async def _plan_request(self, request: RunRequest, tenant: str, now: float, actor: str | None) -> PlannedRun:
+        return await self.runs.plan(request, tenant, now, actor)
 
     @cached_property
     def runs(self) -> Runs:

@@ -34,7 +34,8 @@ from jobengine.worker.context import JobContext, SyncJobContext
 
 # The schedule values are imported when something is declared: a worker of plain jobs never loads them.
 if TYPE_CHECKING:
-    from jobengine.core.schedules import MisfirePolicy, OverlapPolicy, Schedule, ScheduleSpec
+    from jobengine.core.request_template import RequestTemplate
+    from jobengine.core.schedules import MisfirePolicy, OverlapPolicy, Schedule, ScheduleSpec, Template
     from jobengine.engine import Engine
     from jobengine.engine.canvas import Graph
     from jobengine.scheduler.schedules import Declared
@@ -108,6 +109,21 @@ class Periodic:
         self,
         cron: str | None = None,
         *,
+        request: RequestTemplate,
+        name: str | None = None,
+        tz: str = "UTC",
+        every: float | str | None = None,
+        overlap: OverlapPolicy | str = "allow",
+        misfire: MisfirePolicy | str = "skip",
+        catch_up: int = 0,
+        jitter: float | str = 0.0,
+        tenant: str = "default",
+    ) -> ScheduleSpec: ...
+    @overload
+    def __call__(
+        self,
+        cron: str | None = None,
+        *,
         graph: Graph,
         name: str,
         tz: str = "UTC",
@@ -145,6 +161,7 @@ class Periodic:
         *,
         task: Task[..., Any] | str | None = None,
         graph: Graph | None = None,
+        request: RequestTemplate | None = None,
         name: str | None = None,
         tz: str = "UTC",
         every: float | str | None = None,
@@ -160,8 +177,9 @@ class Periodic:
         jitter: float | str = 0.0,
         tenant: str = "default",
     ) -> Any:
-        """Declare a schedule of ``task`` (or of ``graph``: each tick fires it) and return its spec; without
-        either, a decorator that declares one of the task it decorates and returns the task's handle."""
+        """Declare a schedule of ``task`` (or of ``graph``: each tick fires it; or of ``request``: each tick
+        starts its run, named after its task unless ``name`` is given) and return its spec; without any, a
+        decorator that declares one of the task it decorates and returns the task's handle."""
         from jobengine.core.schedules import JobTemplate, ScheduleSpec
 
         def declare(target: Task[..., Any] | str) -> ScheduleSpec:
@@ -186,24 +204,27 @@ class Periodic:
             )  # fmt: skip
             return self.declare(spec)
 
-        def declare_graph(target: Graph) -> ScheduleSpec:
-            if task is not None:
-                raise InvalidSchedule("graph", "give task= or graph=, not both")
+        def whole(template: Template, kind: str, what: str, default_name: str | None) -> ScheduleSpec:
+            """A schedule of a template given whole: the job options belong to the template, not here."""
+            if task is not None or (graph is not None and request is not None):
+                raise InvalidSchedule(kind, "give one of task=, graph= and request=")
             options = {"args": args, "kwargs": kwargs, "payload": payload, "queue": queue, "priority": priority,
                        "max_attempts": max_attempts}  # fmt: skip
             for option, value in options.items():
                 if value:
-                    raise InvalidSchedule(option, "a graph's nodes carry their own arguments and options")
-            if name is None:
-                raise InvalidSchedule("name", "a schedule of a graph needs name=")
+                    raise InvalidSchedule(option, f"{what} carry their own arguments and options")
+            if (name or default_name) is None:
+                raise InvalidSchedule("name", f"a schedule of a {kind} needs name=")
             spec = ScheduleSpec(
-                name=name, template=target.as_template(), cron=cron, every=every, timezone=tz,  # type: ignore[arg-type]
+                name=name or default_name, template=template, cron=cron, every=every, timezone=tz,  # type: ignore[arg-type]
                 overlap=overlap, misfire=misfire, catch_up=catch_up, jitter=jitter, tenant=tenant,  # type: ignore[arg-type]
             )  # fmt: skip
             return self.declare(spec)
 
         if graph is not None:
-            return declare_graph(graph)
+            return whole(graph.as_template(), "graph", "a graph's nodes", None)
+        if request is not None:
+            return whole(request, "request", "a run request's jobs", request.task)
         if task is not None:
             return declare(task)
 

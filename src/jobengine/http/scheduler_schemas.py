@@ -41,17 +41,37 @@ class TemplateIn(Strict):
     segment_size: Annotated[StrictInt, Field(ge=1, le=MAX_ITEMS), INTEGRAL] = 1
 
 
+class RequestTemplateIn(Strict):
+    """A run request each tick starts (``core.request_template``): the body of ``POST /api/v1/runs`` without
+    ``run_id`` and ``reason``, over ``items`` or what a ``planner`` returns at fire time. Its ``mode`` is
+    required: it tells a run request template from a job template."""
+
+    task: TaskName
+    mode: RunMode
+    items: list[Payload] | None = Field(None, max_length=MAX_ITEMS)
+    planner: Name | None = None
+    version: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    priority: PriorityClass = PriorityClass.NORMAL
+    source: Name = "default"
+    environment: dict[Annotated[StrictStr, Field(min_length=1, max_length=200)], StrictStr] = Field(
+        default_factory=dict, max_length=MAX_ENVIRONMENT
+    )
+    segment_size: Annotated[StrictInt, Field(ge=1, le=MAX_ITEMS), INTEGRAL] = 100
+    queue: Name | None = None
+
+
 def _template_kind(value: Any) -> str:
-    """A template with ``nodes`` is a graph's; anything else is read as a job template."""
+    """A template with ``nodes`` is a graph's, one with ``mode`` a run request's; else a job template."""
     if isinstance(value, dict):
-        return "graph" if "nodes" in value else "job"
-    return "graph" if isinstance(value, GraphIn) else "job"
+        return "graph" if "nodes" in value else "request" if "mode" in value else "job"
+    return "graph" if isinstance(value, GraphIn) else "request" if isinstance(value, RequestTemplateIn) else "job"
 
 
-#: What each run makes: jobs, or one graph (the body of ``POST /api/v1/graphs``; errors name
-#: ``template.graph.<field>``).
+#: What each run makes: jobs, one graph (the body of ``POST /api/v1/graphs``; errors name
+#: ``template.graph.<field>``) or the run of a run request (errors name ``template.request.<field>``).
 AnyTemplateIn = Annotated[
-    Annotated[TemplateIn, Tag("job")] | Annotated[GraphIn, Tag("graph")], Discriminator(_template_kind)
+    Annotated[TemplateIn, Tag("job")] | Annotated[GraphIn, Tag("graph")] | Annotated[RequestTemplateIn, Tag("request")],
+    Discriminator(_template_kind),
 ]
 
 
@@ -174,6 +194,21 @@ class GraphTemplateOut(BaseModel):
     edges: list[list[str]]
 
 
+class RequestTemplateOut(BaseModel):
+    """A run request template: the run request each tick starts."""
+
+    task: str
+    mode: RunMode
+    version: str | None
+    priority: PriorityClass
+    source: str
+    items: list[Any] | None
+    planner: str | None
+    environment: dict[str, str]
+    segment_size: int
+    queue: str | None
+
+
 class ScheduleOut(BaseModel):
     id: str
     tenant: str
@@ -181,7 +216,7 @@ class ScheduleOut(BaseModel):
     cron: str | None
     every: float | None
     timezone: str
-    template: TemplateOut | GraphTemplateOut
+    template: TemplateOut | GraphTemplateOut | RequestTemplateOut
     overlap: OverlapPolicy
     misfire: MisfirePolicy
     catch_up: int

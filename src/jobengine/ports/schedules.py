@@ -119,9 +119,11 @@ class ScheduleStore(Protocol):
     async def fire_ticks(self, claim: TickClaim, now: float) -> Fired | None:
         """Record each tick of the claim under its unique key with its run and jobs, and move the cursor;
         None (nothing written) when the schedule is no longer at the claimed version and cursor, or is
-        disabled or gone. A tick already recorded is left out. Overlap, checked against the schedule's runs
-        in planning / queued / running (those of this claim included): ``allow`` writes the run, ``skip``
-        records the tick as skipped, ``queue`` writes the run as ``planning`` without its jobs."""
+        disabled or gone. A tick already recorded is left out. Overlap, checked against the runs of the
+        planned run's ``schedule_id`` (a run request's is its stream) in planning / queued / running (those
+        of this claim included): ``allow`` writes the run, ``skip`` records the tick as skipped, ``queue``
+        writes the run as ``planning`` without its jobs. An incremental run whose stream has another
+        unfinished one is recorded as skipped whatever the policy, its ``schedule.skipped`` event saying why."""
         ...
 
     async def insert_run(self, planned: PlannedRun, now: float, event: NewEvent | None = None) -> Fired:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from jobengine.core import firing
 from jobengine.core.clock import Clock
 from jobengine.core.ids import RunId, new_run_id
+from jobengine.core.request_template import RequestTemplate
 from jobengine.core.runs import JobOutcome, Run, RunState, RunTrigger
 from jobengine.core.schedules import SCHEDULE_MISFIRED, Schedule
 from jobengine.errors import StoreError
@@ -98,7 +99,7 @@ class SchedulerPasses:
                 run.id, run.schedule_id, spec.tenant, run.trigger, now, tick=run.tick, reason=run.reason,
                 actor=run.actor, parent_id=run.parent_id, fired_by=run.fired_by,
             )  # fmt: skip
-            planned = await plan_run(self._planners, self._tasks, again, spec)
+            planned = await plan_run(self._planners, self._tasks, again, spec, plan_request=self._runs.plan)
             planned = replace(planned, run=replace(planned.run, created_at=run.created_at))
             fired = await self._store.plan_waiting_run(planned, now)
             if fired is not None:
@@ -126,10 +127,12 @@ class SchedulerPasses:
         ticks = firing.plan_ticks(spec.cadence(), schedule.cursor, now, grace, spec.misfire, spec.catch_up)
         runs = []
         for tick in ticks.fire:
-            run = new_run(
-                new_run_id(), schedule.id, spec.tenant, RunTrigger.SCHEDULE, now, tick=tick, fired_by=fired_by
+            # A run request's run id is derived from the tick, so a tick fired twice is one run whatever wrote it.
+            run_id = (
+                firing.tick_run_id(schedule.id, tick) if isinstance(spec.template, RequestTemplate) else new_run_id()
             )
-            planned = await plan_run(self._planners, self._tasks, run, spec)
+            run = new_run(run_id, schedule.id, spec.tenant, RunTrigger.SCHEDULE, now, tick=tick, fired_by=fired_by)
+            planned = await plan_run(self._planners, self._tasks, run, spec, plan_request=self._runs.plan)
             runs.append(planned)
         events = (
             (firing.misfired_event(schedule.tenant, schedule.id, ticks, spec.misfire),)

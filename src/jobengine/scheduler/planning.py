@@ -12,12 +12,16 @@ recorded as ``error`` with the reason, and the tick is used up (it does not fire
 A graph template (:class:`~jobengine.core.graph_template.GraphTemplate`) makes a run that fires one graph:
 the graph's id is the run's id, and its nodes are the run's jobs (one segment each), so the run ends when
 the graph's last node ended and counts its nodes in its summary (:func:`plan_graph`).
+
+A run request template (:class:`~jobengine.core.request_template.RequestTemplate`) makes a run through the
+run-request path (:data:`PlanRequest`, ``engine.runs``): the run is the request's, of its stream, so an
+incremental tick takes the items after the stream's cursor (:func:`plan_request_run`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,13 +30,17 @@ from jobengine.core.graph_template import GraphTemplate, NodeTemplate
 from jobengine.core.graphs import GraphSpec, NodeSpec
 from jobengine.core.ids import GraphId, RunId, ScheduleId
 from jobengine.core.models import Json, NewJob, check_name
+from jobengine.core.request_template import RequestTemplate
+from jobengine.core.run_requests import RunRequest
 from jobengine.core.runs import Run, RunState, RunSummary, RunTrigger
 from jobengine.core.schedules import JobTemplate, ScheduleSpec
-from jobengine.errors import ConfigError
+from jobengine.errors import ConfigError, JobEngineError, StoreError
 from jobengine.ports.schedules import PlannedRun
 from jobengine.tasks import TaskRegistry
 
 PlannerFn = Callable[["PlanContext"], "Sequence[Json] | Awaitable[Sequence[Json] | None] | None"]
+#: Plans the run of a run request without writing it (``engine.runs``): request, tenant, now, actor.
+PlanRequest = Callable[[RunRequest, str, float, "str | None"], Awaitable[PlannedRun]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +127,10 @@ async def plan_run(
     spec: ScheduleSpec,
     *,
     dry_run: bool = False,
+    plan_request: PlanRequest | None = None,
 ) -> PlannedRun:
     """``run`` (state queued, summary empty) with its jobs, or born ``completed`` / ``no_work`` when there
-    are no items, or ``error`` when planning failed."""
+    are no items, or ``error`` when planning failed. ``plan_request`` plans a run request template's run."""
     now = run.created_at
     try:
         ctx = PlanContext(run.schedule_id, spec, run.tick, run.trigger, dry_run, run.trigger_data)
@@ -131,10 +140,42 @@ async def plan_run(
             run_at = run.tick + firing.jitter_offset(run.schedule_id, run.tick, spec.jitter)
         if isinstance(spec.template, GraphTemplate):
             return plan_graph(tasks, run, spec.template, run_at=run_at)
+        if isinstance(spec.template, RequestTemplate):
+            if plan_request is None:
+                raise PlannerError("a run request template needs the runs service to plan its run")
+            return await plan_request_run(plan_request, run, spec.template, items or [], run_at=run_at)
         return fan_out(tasks, run, spec.template, items, run_at=run_at)
     except (PlannerError, ValueError) as exc:  # ValueError: InvalidSchedule / InvalidJob from the items
         reason = str(exc)[:2000]
         return PlannedRun(replace(run, state=RunState.ERROR, reason=reason, finished_at=now, updated_at=now))
+
+
+async def plan_request_run(
+    plan_request: PlanRequest,
+    run: Run,
+    template: RequestTemplate,
+    items: Sequence[Json],
+    *,
+    run_at: float | None = None,
+) -> PlannedRun:
+    """The run of ``template``'s request over ``items``, with ``run``'s id, trigger and tick. Its
+    ``schedule_id`` is the request's stream, as for every run request: the stream's cursor, its one
+    unfinished incremental run and its runs' history are found by it; ``trigger_data`` names the schedule.
+    Raises InvalidSchedule for items a request cannot take, PlannerError when the request cannot be planned."""
+    request = template.request(items, run_id=run.id, reason=run.reason)
+    try:
+        planned = await plan_request(request, run.tenant, run.created_at, run.actor)
+    except StoreError:
+        raise
+    except JobEngineError as exc:  # e.g. no approved version of a pack's task: the tick's run errs, once
+        raise PlannerError(f"run request of {template.task!r}: {exc}") from exc
+    data: dict[str, Json] = dict(planned.run.trigger_data) if isinstance(planned.run.trigger_data, Mapping) else {}
+    data["schedule_id"] = run.schedule_id
+    if run.trigger_data is not None:
+        data["trigger_data"] = run.trigger_data
+    made = replace(planned.run, trigger=run.trigger, tick=run.tick, fired_by=run.fired_by, trigger_data=data)
+    jobs = planned.jobs if run_at is None else tuple(replace(j, run_at=run_at) for j in planned.jobs)
+    return replace(planned, run=made, jobs=jobs)
 
 
 def fan_out(

@@ -125,6 +125,13 @@ class Runs:
                                           task=task)  # fmt: skip
         return found
 
+    async def plan(self, request: RunRequest, tenant: str, now: float, actor: str | None = None) -> PlannedRun:
+        """The run :meth:`start` would write for ``request`` at ``now``, written nowhere: a schedule whose
+        template is a run request writes it with its tick (``scheduler.planning.plan_request_run``)."""
+        task = await self._run_task(request)
+        _, planned = await requests.preview(self._store, self._jobs, self._tasks, request, tenant, now, actor, task)
+        return planned
+
     async def diff(self, run_id: str, tenant: str | None = None) -> RunDiff:
         """Item by item, the results of a finished simulate run against those of the newest completed full
         run of the same task and input source (``core.run_diff``). NotFound for an unknown run;

@@ -33,12 +33,21 @@ from jobengine.core.graph_template import GraphTemplate
 from jobengine.core.ids import IdKind, RunId, ScheduleId, new_run_id, new_schedule_id
 from jobengine.core.mapping import TriggerMapping
 from jobengine.core.models import Event, Job, Json
+from jobengine.core.request_template import RequestTemplate
 from jobengine.core.runs import Run, RunState, RunTrigger
 from jobengine.core.schedules import JobTemplate, Schedule, ScheduleFilter, ScheduleSpec
 from jobengine.errors import AlreadyExists, IllegalState, InvalidJob, InvalidSchedule, NotFound
 from jobengine.ports.ids import IdIndex, resolve_id
 from jobengine.ports.schedules import PlannedRun, SchedulingStore
-from jobengine.scheduler.planning import PlannerFn, PlannerRegistry, SimulatedRun, Simulation, new_run, plan_run
+from jobengine.scheduler.planning import (
+    PlannerFn,
+    PlannerRegistry,
+    PlanRequest,
+    SimulatedRun,
+    Simulation,
+    new_run,
+    plan_run,
+)
 from jobengine.tasks import TaskRegistry
 
 MAX_SIMULATION: Final = 1000
@@ -78,8 +87,11 @@ class Schedules:
         published: Published,
         jobs_created: JobsCreated,
         pack_template: PackTemplate,
+        plan_request: PlanRequest | None = None,
     ) -> None:
+        """``plan_request``: plans the run of a schedule whose template is a run request (``engine.runs``)."""
         self._store = store
+        self._plan_request = plan_request
         self._ids = ids
         self._clock = clock
         self._tasks = tasks
@@ -291,12 +303,13 @@ class Schedules:
         **run_fields: Any,
     ) -> PlannedRun:
         run = new_run(run_id, schedule_id, spec.tenant, trigger, now, **run_fields)
-        return await plan_run(self.planners, self._tasks, run, spec, dry_run=dry_run)
+        return await plan_run(self.planners, self._tasks, run, spec, dry_run=dry_run, plan_request=self._plan_request)
 
     async def _pinned(self, spec: ScheduleSpec) -> ScheduleSpec:
         """A template naming a pack's task must name an approved version; it is pinned to that version's
-        digest (:mod:`jobengine.packs.jobs`)."""
-        if "@" not in (sc.template_task(spec.template) or ""):
+        digest (:mod:`jobengine.packs.jobs`). A run request template is pinned at each tick instead, as every
+        run request is (``engine.runs``)."""
+        if isinstance(spec.template, RequestTemplate) or "@" not in (sc.template_task(spec.template) or ""):
             return spec
         return await self._pack_template(spec)
 
@@ -343,6 +356,6 @@ def _changed_spec(spec: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpe
     if values.get("every") is not None and "cron" not in values:
         values["cron"] = None
     template = values.get("template")
-    if template is not None and not isinstance(template, JobTemplate | GraphTemplate):
+    if template is not None and not isinstance(template, JobTemplate | GraphTemplate | RequestTemplate):
         values["template"] = sc.template_from_json(template)
     return replace(spec, **values)

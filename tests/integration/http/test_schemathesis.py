@@ -104,6 +104,8 @@ SEMANTIC |= {"edges", "nodes"}
 #: A schedule's graph template: the same, and a node naming a pack's task (a graph's nodes are not pinned to
 #: an approved version). Node indexes are written ``*``.
 SEMANTIC |= {"template.edges", "template.edges.*", "template.nodes", "template.nodes.*.name", "template.nodes.*.task"}
+#: A schedule's run request template: items or a planner (exactly one), and overlap allow or skip only.
+SEMANTIC |= {"overlap"}
 
 
 def schema_valid_input_is_accepted(ctx: Any, response: Any, case: Any) -> None:

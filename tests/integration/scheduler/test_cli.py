@@ -235,3 +235,25 @@ def test_a_schedule_of_a_graph_from_a_json_file(cli: InProcessCli, tmp_path: Pat
     assert updated["template"]["task"] == "plain"
     again = cli.json("schedules", "update", "nightly", "--graph", "etl.json")
     assert again["template"]["name"] == "etl"
+
+
+@pytest.mark.timeout(300)
+def test_a_schedule_of_a_run_request_from_a_json_file(cli: InProcessCli, tmp_path: Path) -> None:
+    cli("migrate")
+    body = {"task": "score", "mode": "incremental", "source": "accounts", "items": [1, 2, 3], "segment_size": 2}
+    (tmp_path / "score.json").write_text(json.dumps(body))
+    created = cli.json("schedules", "create", "score", "--request", "score.json", "--every", "1h")
+    assert (created["template"]["mode"], created["template"]["source"]) == ("incremental", "accounts")
+    assert "score (incremental)" in cli("schedules", "list").stdout
+    run = cli.json("schedules", "trigger", "score", "--reason", "now")
+    assert (run["schedule_id"], run["summary"]["total"]) == ("score accounts", 2)
+    assert run["id"][:8] in cli("schedules", "show", "score").stdout  # its stream's runs
+    busy = cli("schedules", "trigger", "score", "--reason", "again", expect=1)
+    assert "incremental run" in busy.stderr
+    (tmp_path / "bad.json").write_text(json.dumps({**body, "mode": "sometimes"}))
+    bad = cli("schedules", "create", "bad", "--request", "bad.json", "--every", "1h", expect=2)
+    assert "template.mode" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    both = cli("schedules", "create", "both", "--request", "score.json", "--task", "t", "--every", "1h", expect=2)
+    assert "request" in both.stderr and len(both.stderr.strip().splitlines()) == 1
+    refused = cli("schedules", "update", "score", "--queue", "q", expect=2)
+    assert "starts a run request" in refused.stderr

@@ -118,24 +118,38 @@ async def _write_run(tx: Tx, planned: PlannedRun, now: float, out: Fired, *, upd
     out.events.extend(await tx.events([rn.run_event(rn.RUN_PLANNED if update else rn.RUN_CREATED, run)], now))
 
 
+def _exclusive(run: Run, stream: str | None) -> bool:
+    """Whether ``run`` takes its stream: an incremental run that moves the stream's cursor."""
+    return run.mode == RunMode.INCREMENTAL.value and stream is not None and run.parent_id is None
+
+
+async def _stream_busy(tx: Tx, run: Run, stream: str | None) -> str | None:
+    """Why ``run`` cannot take its stream now (another unfinished incremental run of it), or None."""
+    if not _exclusive(run, stream):
+        return None
+    found = await tx.rows(
+        f"SELECT id, state FROM {{s}}runs WHERE tenant = ? AND schedule_id = ? AND mode = 'incremental' "
+        f"AND parent_id IS NULL AND {_ACTIVE} AND id <> ? LIMIT 1",
+        (run.tenant, run.schedule_id, run.id),
+    )
+    if not found:
+        return None
+    return (
+        f"stream {stream!r} already has incremental run {found[0][0]} {found[0][1]}; the next one "
+        "starts once it ended (wait for it or cancel it)"
+    )
+
+
 async def _set_mode(tx: Tx, run: Run, stream: str | None) -> None:
     """Record the run's mode. An incremental run that moves its stream's cursor takes the stream (index
     ``runs_one_incremental``): IllegalState while another one is unfinished. The read names that run; the
     index settles two that start at the same moment (PostgreSQL: the second waits for the first's commit,
     then its write fails)."""
-    exclusive = run.mode == RunMode.INCREMENTAL.value and stream is not None and run.parent_id is None
+    exclusive = _exclusive(run, stream)
     busy = IllegalState(f"stream {stream!r} already has an unfinished incremental run; wait for it or cancel it")
-    if exclusive:
-        found = await tx.rows(
-            f"SELECT id, state FROM {{s}}runs WHERE tenant = ? AND schedule_id = ? AND mode = 'incremental' "
-            f"AND parent_id IS NULL AND {_ACTIVE} AND id <> ? LIMIT 1",
-            (run.tenant, run.schedule_id, run.id),
-        )
-        if found:
-            raise IllegalState(
-                f"stream {stream!r} already has incremental run {found[0][0]} {found[0][1]}; the next one "
-                "starts once it ended (wait for it or cancel it)"
-            )
+    reason = await _stream_busy(tx, run, stream)
+    if reason is not None:
+        raise IllegalState(reason)
     await tx.run("UPDATE {s}runs SET mode = ? WHERE id = ?", (run.mode, run.id), duplicate=busy if exclusive else None)
 
 
@@ -181,7 +195,12 @@ async def _fire_ticks(tx: Tx, claim: TickClaim, now: float) -> Fired | None:
     for planned in claim.runs:
         tick = planned.run.tick
         assert tick is not None
-        action = firing.overlap_action(claim.overlap, await _has_run(tx, claim.schedule_id, _ACTIVE))
+        # A run request's run belongs to its stream (its schedule_id): the previous run is the stream's.
+        action = firing.overlap_action(claim.overlap, await _has_run(tx, planned.run.schedule_id, _ACTIVE))
+        # An incremental run cannot start while its stream has another: the tick is skipped, saying why.
+        busy = await _stream_busy(tx, planned.run, planned.stream)
+        if busy is not None:
+            action = firing.TickAction.SKIP
         run_id = None if action is firing.TickAction.SKIP else planned.run.id
         taken = await tx.run(
             "INSERT INTO {s}schedule_ticks (schedule_id, tick_ms, run_id, fired_at, fired_by) VALUES (?, ?, ?, ?, ?) "
@@ -192,7 +211,8 @@ async def _fire_ticks(tx: Tx, claim: TickClaim, now: float) -> Fired | None:
             continue  # this tick was fired already: never twice
         if action is firing.TickAction.SKIP:
             out.skipped.append(tick)
-            out.events.extend(await tx.events([firing.skipped_event(tenant, claim.schedule_id, tick)], now))
+            event = firing.skipped_event(tenant, claim.schedule_id, tick, claim.overlap, busy)
+            out.events.extend(await tx.events([event], now))
             continue
         if action is firing.TickAction.DEFER:
             planned = PlannedRun(firing.deferred(planned.run))

@@ -14,7 +14,8 @@ from starlette.responses import Response
 
 from jobengine.core.cron import parse_duration
 from jobengine.core.graph_template import GraphTemplate
-from jobengine.core.schedules import JobTemplate, ScheduleFilter, ScheduleSpec
+from jobengine.core.request_template import RequestTemplate
+from jobengine.core.schedules import JobTemplate, ScheduleFilter, ScheduleSpec, Template
 from jobengine.http.auth import Principal, require
 from jobengine.http.context import context
 from jobengine.http.graph_schemas import GraphIn
@@ -22,6 +23,7 @@ from jobengine.http.problems import problem_responses
 from jobengine.http.responses import READ, READ_ONE, WRITE, WRITE_ONE, json_response
 from jobengine.http.routes.jobs import NameQuery
 from jobengine.http.scheduler_schemas import (
+    RequestTemplateIn,
     RunOut,
     ScheduleIn,
     ScheduleList,
@@ -48,9 +50,11 @@ def actor(principal: Principal) -> str:
     return f"key:{principal.key_id}"
 
 
-def template_of(t: TemplateIn | GraphIn) -> JobTemplate | GraphTemplate:
+def template_of(t: TemplateIn | GraphIn | RequestTemplateIn) -> Template:
     if isinstance(t, GraphIn):
         return GraphTemplate.from_json(t.model_dump(mode="json", exclude_none=True))
+    if isinstance(t, RequestTemplateIn):
+        return RequestTemplate.from_json(t.model_dump(mode="json", exclude_none=True))
     return JobTemplate(
         task=t.task, payload=t.payload, queue=t.queue, priority=t.priority, max_attempts=t.max_attempts,
         items=tuple(t.items) if t.items is not None else None, planner=t.planner, segment_size=t.segment_size,
