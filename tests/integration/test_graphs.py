@@ -17,7 +17,7 @@ from jobengine.engine.canvas import Graph, chain, chord, group
 from jobengine.errors import IllegalState, InvalidJob, NotFound, StoreError
 from jobengine.settings import Settings
 
-TIMEOUT = 30.0
+TIMEOUT = 60.0
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
