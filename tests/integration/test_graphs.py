@@ -18,7 +18,7 @@ from jobengine.engine.canvas import Graph, chain, chord, group
 from jobengine.errors import IllegalState, InvalidJob, NotFound
 from jobengine.settings import Settings
 
-TIMEOUT = 30.0
+TIMEOUT = 60.0
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -85,7 +85,7 @@ async def run_to_end(engine: Engine, run: Run) -> Run:
                 await asyncio.sleep(0.05)
     finally:
         worker.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, 60)
     return run
 
 

@@ -304,7 +304,11 @@ class Runs:
         if open_ids:
             changed = await self._jobs.cancel_jobs(open_ids, reason, now, tenant)
             self._published(changed.events)
-            await self.ended(changed.jobs)
+            # A job that ended before the cancel while its outcome never reached the run (its process died
+            # between the two writes) is counted here: reconcile passes over a run once it has ended.
+            cancelled = {j.id for j in changed.jobs}
+            earlier = await self._jobs.get_jobs([i for i in open_ids if i not in cancelled])
+            await self.ended([*changed.jobs, *earlier])
         return await self.get(run.id, tenant)
 
     async def retry(

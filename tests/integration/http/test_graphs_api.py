@@ -14,7 +14,7 @@ from jobengine.settings import Settings
 
 from .conftest import Api, MakeApi
 
-TIMEOUT = 30.0
+TIMEOUT = 60.0
 
 FAN = {
     "name": "fan",

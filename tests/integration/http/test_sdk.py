@@ -160,11 +160,11 @@ async def test_a_remote_worker_runs_tasks_with_phases_retries_and_dead_letters(
             "etl": await engine.enqueue("etl", tenant="acme"),
             "theirs": await engine.enqueue("hello", {"name": "Bob"}, tenant="globex"),
         }
-        await engine.wait_for(jobs["hello"].id, 10)
+        await engine.wait_for(jobs["hello"].id, 60)
         # flaky retries after its backoff (up to 1s): wait for it to finish.
         await engine.wait_for(jobs["flaky"].id, 60)
-        await engine.wait_for(jobs["hopeless"].id, 10)
-        await engine.wait_for(jobs["etl"].id, 10)
+        await engine.wait_for(jobs["hopeless"].id, 60)
+        await engine.wait_for(jobs["etl"].id, 60)
         worker.stop()
         await asyncio.wait_for(run, 60)
         hello = await engine.get_job(jobs["hello"].id)

@@ -140,7 +140,7 @@ async def test_a_scheduler_and_a_worker_sync_as_they_start(engine: Engine, clock
     declaring("0 8 * * *", name="by-worker")(app)
     async with app:
         running = asyncio.create_task(app.run_worker(poll_interval=0.05))
-        deadline = asyncio.get_running_loop().time() + 30
+        deadline = asyncio.get_running_loop().time() + 60
         try:
             while not [s for s in await engine.schedules.list(ScheduleFilter()) if s.name == "by-worker"]:
                 assert asyncio.get_running_loop().time() < deadline, "the worker did not declare its schedule"

@@ -157,3 +157,18 @@ async def test_reconcile_catches_up_after_a_crash(engine: Engine, clock: ManualC
     done = await engine.runs.get(run.id)
     assert (done.state, done.summary.succeeded) == (RunState.COMPLETED, 2)
     assert await engine.scheduler.reconcile_runs() == 0
+
+
+async def test_a_cancel_counts_a_job_that_ended_unrecorded_before_it(engine: Engine, clock: ManualClock) -> None:
+    """A worker killed between the commit of its job and the run's bookkeeping: the run, cancelled next,
+    still counts that job, as reconcile no longer looks at an ended run."""
+    await engine.schedules.create(fan_out(2))
+    run = await engine.schedules.trigger("fan", reason="now", actor="bob")
+    now = clock.now()
+    (done,) = (await engine.store.fetch_jobs(["default"], 1, WorkerId("w"), 30, now)).jobs
+    await engine.store.complete_jobs([Completion(done.id, done.lease_token or "")], now)
+    cancelled = await engine.runs.cancel(run.id, actor="carol")
+    assert (cancelled.state, cancelled.summary.succeeded, cancelled.summary.cancelled) == (RunState.CANCELLED, 1, 1)
+    outcomes = {s.job_id: s.outcome for s in await engine.runs.segments(run.id)}
+    assert outcomes[done.id] is JobState.SUCCEEDED and set(outcomes.values()) == {JobState.SUCCEEDED,
+                                                                                  JobState.CANCELLED}  # fmt: skip
