@@ -100,7 +100,8 @@ async def test_the_client_raises_problems_and_gives_up_after_max_elapsed() -> No
         started = time.monotonic()
         with pytest.raises(httpx.ConnectError):
             await api.get("/x")
-        assert time.monotonic() - started < 2 and api.retries >= 2
+        # Gave up near max_elapsed (0.3 s), far below the default's minute: the bound leaves room for load.
+        assert time.monotonic() - started < 20 and api.retries >= 2
 
 
 @asynccontextmanager
@@ -205,7 +206,7 @@ async def test_a_remote_worker_shuts_down_gracefully(make_api: MakeApi) -> None:
         t0 = time.monotonic()
         worker.stop()
         await asyncio.wait_for(run, 60)
-        assert time.monotonic() - t0 < 3  # the long-poll did not hold the shutdown up
+        assert time.monotonic() - t0 < 15  # the 20 s long-poll did not hold the shutdown up
         released = await api.engine.get_job(job.id)
         assert released.state is JobState.QUEUED and released.attempt == 0  # given back, no attempt spent
 
