@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobengine.core import events as ev
 from jobengine.core.models import FailOutcome, NewJob, Phase, PhaseState, PhaseUpdate
 from jobengine.core.states import JobState
+from jobengine.core.transitions import expired_failure
 from jobengine.ports.store import Store
 
 from .helpers import T0, claim, completion, enqueue, failure, get, token
@@ -114,3 +115,14 @@ async def test_retry_is_scoped_to_the_tenant(store: Store) -> None:
     result = await store.retry_jobs([mine.id, theirs.id], T0 + 1, tenant="them")
     assert [j.id for j in result.jobs] == [theirs.id]
     assert (await get(store, mine.id)).state is JobState.CANCELLED
+
+
+async def test_a_running_job_asked_to_cancel_ends_cancelled_when_its_worker_is_lost(store: Store) -> None:
+    await enqueue(store, NewJob(task="t", max_attempts=3))
+    (running,) = await claim(store, T0)  # lease until T0 + 30
+    (flagged,) = (await store.cancel_jobs([running.id], "stop please", T0 + 1)).jobs
+    lost = expired_failure(flagged, T0 + 31)
+    assert lost is not None
+    (rescued,) = (await store.fail_jobs([lost], T0 + 31)).jobs
+    assert rescued.state is JobState.CANCELLED and rescued.lease_token is None
+    assert await claim(store, T0 + 40) == []  # not run again by another worker

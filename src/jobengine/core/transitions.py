@@ -109,11 +109,14 @@ def lost_attempt(
 ) -> Failure | None:
     """The failed attempt of a running job whose worker is gone (its lease expired, its process died): it
     runs again now, keeping its place in line (the worker failed, not the job's turn), or goes dead after its
-    last attempt. None: the job holds no lease."""
+    last attempt; a job whose cancel was requested ends cancelled. None: the job holds no lease."""
     if job.lease_token is None:
         return None
     error = AttemptError(job.attempt, now, error_type, message, None, job.lease_worker)
-    outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
+    if job.cancel_requested:  # the cancel it was asked for stands: a lost worker must not run it again
+        outcome = FailOutcome.CANCELLED
+    else:
+        outcome = FailOutcome.RETRY if job.attempt < job.max_attempts else FailOutcome.DEAD
     return Failure(job.id, job.lease_token, error, outcome, min(now, job.run_at), only_if_expired_at)
 
 
