@@ -27,10 +27,12 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from bench.stores import fresh_store
 from jobengine.core.ids import JobId
+from jobengine.core.queue_config import QueueConfig
 from jobengine.engine import Engine
 from jobengine.engine.canvas import chain, chord
 from jobengine.engine.handles import Task
@@ -43,9 +45,13 @@ T = TypeVar("T")
 _POLL = 0.05
 
 
-def _engine(database: str) -> tuple[Engine, Task[Any, Any]]:
-    """An engine at the product's defaults and its no-op task."""
-    engine = Engine.from_settings(Settings(database=database))
+def _engine(database: str, queue: str | None = None) -> tuple[Engine, Task[Any, Any]]:
+    """An engine at the product's defaults and its no-op task. ``queue``: the ``queue:`` settings as JSON, a
+    broker transport (see bench/transports.py); None keeps the database transport."""
+    settings = Settings(database=database)
+    if queue:
+        settings = replace(settings, queue=QueueConfig.load(json.loads(queue)))
+    engine = Engine.from_settings(settings)
 
     @engine.task
     async def noop(ctx: JobContext, i: int = 0) -> None:
@@ -107,8 +113,8 @@ async def _drain(database: str, n: int, timeout: float) -> float:
         return await _with_worker(engine, run)
 
 
-async def _chain_graph(database: str, n: int, timeout: float) -> float:
-    engine, noop = _engine(database)
+async def _chain_graph(database: str, n: int, timeout: float, queue: str | None = None) -> float:
+    engine, noop = _engine(database, queue)
     async with engine:
         graph = chain(*(noop.s(i) for i in range(n)))
 
@@ -122,8 +128,8 @@ async def _chain_graph(database: str, n: int, timeout: float) -> float:
         return await _with_worker(engine, run) / (n - 1)
 
 
-async def _chain_jobs(database: str, n: int, timeout: float) -> float:
-    engine, _ = _engine(database)
+async def _chain_jobs(database: str, n: int, timeout: float, queue: str | None = None) -> float:
+    engine, _ = _engine(database, queue)
     async with engine:
 
         async def run() -> float:
