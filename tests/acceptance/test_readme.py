@@ -48,8 +48,15 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*(.*?)\s*-->")
 SHELL = {"sh", "bash", "shell", "console"}
-#: The blocks a marker leaves out, reviewed: each runs until stopped or runs the whole suite.
-SKIPPED = {"make up", "make test"}
+#: The blocks a marker leaves out, reviewed: each runs until stopped, runs the whole suite, or needs a run
+#: that a worker must finish while the README's workers only start (the pack simulation).
+SKIPPED = {
+    "make up",
+    "make test",
+    "jobengine worker --packs hello@1.1.0 --pending-packs  # a worker for the simulation\n"
+    "jobengine pack simulate hello@1.1.0 --task greet --key $REVIEWER\n"
+    "jobengine pack approve hello@1.1.0 --key $REVIEWER --yes  # prints the diff; without --yes, asks first",
+}
 #: Languages shown and never run: data, not commands.
 NOT_RUN = {"yaml", "json", "toml", "text"}
 

@@ -82,8 +82,8 @@ class Authenticator:
                 del self._cache[digest]
 
 
-def require(scope: str) -> Callable[..., Awaitable[Principal]]:
-    """A dependency: the request's principal, which must hold ``scope``."""
+def require(scope: str, *alternatives: str) -> Callable[..., Awaitable[Principal]]:
+    """A dependency: the request's principal, which must hold ``scope`` (or one of ``alternatives``)."""
 
     async def dependency(
         request: Request,
@@ -96,8 +96,9 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
         principal = await context(request).auth.resolve(text.strip())
         if principal is None:
             raise ProblemError(401, "the API key is unknown or revoked", headers=_CHALLENGE)
-        if not principal.allows(scope):
-            raise ProblemError(403, f"the API key lacks the scope {scope!r}", extra={"required_scope": scope})
+        if not any(principal.allows(s) for s in (scope, *alternatives)):
+            also = "".join(f" (or {s!r})" for s in alternatives)
+            raise ProblemError(403, f"the API key lacks the scope {scope!r}{also}", extra={"required_scope": scope})
         request.state.principal = principal
         return principal
 

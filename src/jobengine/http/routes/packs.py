@@ -45,6 +45,8 @@ Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="sha256 of t
 Reader = Annotated[Principal, Depends(require("packs:read"))]
 Writer = Annotated[Principal, Depends(require("packs:write"))]
 Approver = Annotated[Principal, Depends(require("packs:approve"))]
+#: A reviewer reads the simulation it approves with the key it approves with.
+Reviewer = Annotated[Principal, Depends(require("packs:read", "packs:approve"))]
 
 UPLOAD = problem_responses(400, 401, 403, 409, 413, 415, 422, 503)
 ACTION = problem_responses(400, 401, 403, 404, 409, 413, 415, 422, 503)
@@ -255,7 +257,7 @@ async def simulate(
             summary="The newest simulation of a version and its diff (what its approval shows)")  # fmt: skip
 async def simulation(
     request: Request,
-    principal: Reader,
+    principal: Reviewer,
     name: Name,
     version: VersionRef,
     limit: Annotated[int, Query(ge=0, le=1000, description="How many changed items to list")] = 50,
