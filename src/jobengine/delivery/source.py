@@ -323,6 +323,12 @@ class BrokeredSource:
                 await self._quietly(self.transport.dead_letter(ds, errors[f.job_id]), "dead-lettering")
             else:
                 await self._quietly(self.transport.ack(ds), "acknowledging")
+        # Graph nodes a failure policy lets run (``continue``, ``always``) were queued again in the failure's
+        # own transaction: no worker hears of them unless they are published like unblocked dependents.
+        failed = {f.job_id for f in failures}
+        revived = [j for j in by_id.values() if j.id not in failed and j.state in (JobState.QUEUED, JobState.SCHEDULED)]
+        if revived:
+            await self._quietly(self._publish(revived, "unblocked"), "publishing the nodes a failure lets run")
         return changed
 
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
