@@ -62,6 +62,9 @@ async def session(dsn: str, connect_timeout: float = 5.0) -> psycopg.AsyncConnec
         if conn.broken:
             await conn.close()
             raise
+    except BaseException:  # cancelled while asking (a close during the connect): nobody else would close it
+        await conn.close()
+        raise
     return conn
 
 
