@@ -238,10 +238,9 @@ class Graphs:
         when the lease is no longer held. InvalidJob naming the field when they cannot be added (a node
         that is not in a graph, a name taken, ``after`` / ``before`` that do not fit, a limit), or what an
         enqueue raises for a node's job; nothing is stored then."""
-        found = await self.repo.node_of(completion.job_id)
-        if found is None:
+        adding = (await self.repo.node_names([completion.job_id])).get(completion.job_id)
+        if adding is None:
             raise InvalidJob("nodes", "only a node of a graph can add nodes to it")
-        _, adding = found
         nodes = check_added(adding, completion.nodes)
         owner = await self.store.get_jobs([completion.job_id])
         if not owner:

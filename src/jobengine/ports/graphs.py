@@ -43,10 +43,6 @@ class GraphStore(Protocol):
         """The graph's nodes with their jobs as they are now."""
         ...
 
-    async def node_of(self, job_id: JobId) -> tuple[GraphId, str] | None:
-        """The graph and node name of job ``job_id`` (None: it is no node)."""
-        ...
-
     async def expand(
         self,
         completion: Completion,

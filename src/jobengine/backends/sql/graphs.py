@@ -165,13 +165,6 @@ class SqlGraphs:
 
         return await self.db.read(lambda tx: _nodes(tx, graph_id))
 
-    async def node_of(self, job_id: JobId) -> tuple[GraphId, str] | None:
-        """The graph and node name of job ``job_id`` (None: it is no node)."""
-        rows = await self.db.read(
-            lambda tx: tx.rows("SELECT graph_id, node FROM {s}graph_nodes WHERE job_id = ?", (job_id,))
-        )
-        return (GraphId(rows[0][0]), rows[0][1]) if rows else None
-
     async def expand(
         self,
         completion: Completion,
