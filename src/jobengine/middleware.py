@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, Protocol, runtime_checkable
 
 from jobengine.core.models import Job, Json, NewJob
 
@@ -38,8 +38,8 @@ log = logging.getLogger("jobengine.middleware")
 
 #: The hooks, in the order they can happen to one job.
 HOOKS: Final = (
-    "before_enqueue", "after_enqueue", "before_run", "after_run", "on_failure", "on_retry", "on_dead",
-    "after_attempt",
+    "before_enqueue", "after_enqueue", "before_run", "before_phase", "after_phase", "after_run", "on_failure",
+    "on_retry", "on_dead", "after_attempt",
 )  # fmt: skip
 
 
@@ -69,6 +69,17 @@ class Middleware:
         """An attempt of ``job`` (``job.attempt``) begins on this worker, before its task is called."""
         return None
 
+    def before_phase(self, job: Job, phase: str, index: int) -> Awaitable[None] | None:
+        """A phase of a task with named phases begins (``index`` counts from 0), in the task's context like
+        ``before_run``. Not called for a task with one implicit phase, nor for a phase an earlier attempt
+        finished (it is skipped)."""
+        return None
+
+    def after_phase(self, job: Job, phase: str, index: int, error: BaseException | None) -> Awaitable[None] | None:
+        """The phase that ``before_phase`` announced ended: ``error`` is what failed it, None when it succeeded.
+        Called also when the attempt is cancelled or stopped during the phase (with that error)."""
+        return None
+
     def after_run(self, job: Job, result: Json) -> Awaitable[None] | None:
         """The attempt succeeded with ``result`` (reported to the store in the worker's next batch)."""
         return None
@@ -93,6 +104,31 @@ class Middleware:
         ``cancelled``, ``released`` (handed back at a stop, no attempt spent) or ``lease_lost`` (another
         worker runs it now); ``seconds`` it ran; ``error`` what failed it, if anything."""
         return None
+
+
+class DeliveryTrace(Protocol):
+    """The span of one webhook delivery attempt, begun: ``headers`` go on the request (``traceparent``), and
+    ``ended`` ends the span with the attempt's HTTP status (None: no answer) and error."""
+
+    headers: Mapping[str, str]
+
+    def ended(self, status: int | None, error: str | None) -> None: ...
+
+
+@runtime_checkable
+class Traces(Protocol):
+    """What a tracing middleware offers beyond its hooks, for the parts of a trace that are not an enqueue or
+    an attempt; the graphs service and the webhook dispatcher use the first middleware of the engine that
+    has it (:meth:`MiddlewareChain.traces`). :class:`jobengine.tracing.TracingMiddleware` has it."""
+
+    def graph_trace(self, name: str, graph_id: str, tenant: str) -> str | None:
+        """The W3C ``traceparent`` a new graph's nodes are enqueued under (None: no trace)."""
+        ...
+
+    def delivery(self, event_type: str, parent: str | None, attributes: Mapping[str, str | int]) -> DeliveryTrace:
+        """Begin the span of an attempt to deliver an event of ``event_type`` to a webhook endpoint, under
+        ``parent`` (the stored traceparent of the event's job; None: a trace of its own)."""
+        ...
 
 
 class MiddlewareChain:
@@ -125,6 +161,10 @@ class MiddlewareChain:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def traces(self) -> Traces | None:
+        """The first middleware that traces the parts of a trace beyond enqueues and attempts, if any."""
+        return next((m for m in self._items if isinstance(m, Traces)), None)
 
     def wants(self, hook: str) -> bool:
         """Whether any middleware overrides ``hook``."""

@@ -5,6 +5,7 @@ exporter: without one every span is a no-op). Turn it on with the setting ``trac
 (``JOBENGINE_TRACING=1``), or give the middleware yourself::
 
     from opentelemetry import trace
+from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
 
     trace.set_tracer_provider(TracerProvider())          # plus a span processor and an exporter
@@ -26,11 +27,13 @@ Failure policy: tracing never changes a job's outcome; its hooks are observers (
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from contextvars import Token
 from dataclasses import replace
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -76,17 +79,22 @@ class TracingMiddleware(Middleware):
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("jobengine", __version__, tracer_provider)
-        # The open run span of each job running on this worker (one attempt at a time per job).
+        # The open run span of each job running on this worker (one attempt at a time per job), and of its
+        # running phase with the token that makes the run span current again when the phase ends.
         self._runs: dict[str, Span] = {}
+        self._phases: dict[str, tuple[Span, Token[Context]]] = {}
 
     def before_enqueue(self, job: NewJob) -> NewJob:
-        """The span of creating the job, ended at once; the job carries its traceparent."""
+        """The span of creating the job, ended at once; the job carries its traceparent. A job that comes
+        with a traceparent already (a graph's node: its graph's, or the adding node's) is enqueued under it,
+        else under the current span."""
+        parent = _W3C.extract({"traceparent": job.trace}) if job.trace else None
         span = self._tracer.start_span(
-            f"enqueue {job.task}", kind=SpanKind.PRODUCER, attributes=_attributes(job, "create")
+            f"enqueue {job.task}", parent, SpanKind.PRODUCER, attributes=_attributes(job, "create")
         )
         span.end()
-        parent = traceparent(span)
-        return replace(job, trace=parent) if parent is not None else job
+        stored = traceparent(span)
+        return replace(job, trace=stored) if stored is not None else job
 
     def before_run(self, job: Job) -> None:
         """Start the attempt's span under the job's stored trace and make it current for the task."""
@@ -97,6 +105,45 @@ class TracingMiddleware(Middleware):
         self._runs[job.id] = span
         # Never detached: the hook runs in the attempt's own context, which ends with the attempt.
         otel_context.attach(trace.set_span_in_context(span, parent))
+
+    def before_phase(self, job: Job, phase: str, index: int) -> None:
+        """Start the phase's span under the attempt's and make it current while the phase runs."""
+        run = self._runs.get(job.id)
+        if run is None:
+            return
+        attributes: dict[str, Any] = {"jobengine.job.id": job.id, "jobengine.phase": phase,
+                                      "jobengine.phase.index": index}  # fmt: skip
+        span = self._tracer.start_span(f"phase {phase}", trace.set_span_in_context(run), attributes=attributes)
+        self._phases[job.id] = (span, otel_context.attach(trace.set_span_in_context(span)))
+
+    def after_phase(self, job: Job, phase: str, index: int, error: BaseException | None) -> None:
+        """End the phase's span (ERROR with the exception when the phase failed); the run span is current
+        again."""
+        opened = self._phases.pop(job.id, None)
+        if opened is None:
+            return
+        span, token = opened
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
+        # Called in the context before_phase attached in (the attempt's own): detaching there is exact.
+        otel_context.detach(token)
+
+    def graph_trace(self, name: str, graph_id: str, tenant: str) -> str | None:
+        """The span of creating a graph (ended at once) under the current span; its traceparent is what the
+        graph's nodes are enqueued under, so the graph is one trace."""
+        attributes = {"jobengine.graph.id": graph_id, "jobengine.graph.name": name, "jobengine.tenant": tenant}
+        span = self._tracer.start_span(f"graph {name}", kind=SpanKind.PRODUCER, attributes=attributes)
+        span.end()
+        return traceparent(span)
+
+    def delivery(self, event_type: str, parent: str | None, attributes: Mapping[str, str | int]) -> _Delivery:
+        """The span of one attempt to deliver a webhook, begun under the job's stored traceparent; the
+        request carries the span's traceparent so the receiver can go on with the trace."""
+        context = _W3C.extract({"traceparent": parent}) if parent else None
+        span = self._tracer.start_span(f"webhook {event_type}", context, SpanKind.CLIENT, dict(attributes))
+        return _Delivery(span)
 
     def on_failure(self, job: Job, error: BaseException) -> None:
         """Mark the attempt's span failed, with the exception."""
@@ -111,6 +158,22 @@ class TracingMiddleware(Middleware):
         if span is not None:
             span.set_attribute("jobengine.outcome", outcome)
             span.end()
+
+
+class _Delivery:
+    """A begun webhook delivery span (:class:`jobengine.middleware.DeliveryTrace`)."""
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        outgoing = traceparent(span)
+        self.headers: Mapping[str, str] = {"traceparent": outgoing} if outgoing is not None else {}
+
+    def ended(self, status: int | None, error: str | None) -> None:
+        if status is not None:
+            self._span.set_attribute("http.response.status_code", status)
+        if error is not None:
+            self._span.set_status(Status(StatusCode.ERROR, error))
+        self._span.end()
 
 
 class TraceHeaders:

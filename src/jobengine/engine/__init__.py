@@ -368,6 +368,7 @@ class Engine:
         return Graphs(
             self.store, self.store.graphs(), self.clock, new_job=self.new_job, prepare=self._prepare,
             published=self._published, jobs_created=self._jobs_created, runs=lambda: self.runs,
+            traces=self.middleware.traces,
         )  # fmt: skip
 
     @cached_property

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from jobengine.core.clock import Clock
     from jobengine.engine.canvas import Graph, TaskCall
     from jobengine.engine.transitions import RunHooks
+    from jobengine.middleware import Traces
     from jobengine.ports.graphs import GraphRow, GraphStore
     from jobengine.ports.store import Store
 
@@ -124,7 +125,8 @@ class Graphs:
     defaults, ``prepare`` runs every enqueue's checks on the node jobs (unknown tasks, payloads, flow
     control) and gives their phases; ``published`` puts events on the bus; ``jobs_created`` wakes
     workers (and publishes to a broker) for jobs written or queued again here; ``runs`` gives the run
-    hooks told of the nodes that end or run again here (those of a graph a schedule fired)."""
+    hooks told of the nodes that end or run again here (those of a graph a schedule fired); ``traces`` the
+    engine's tracing middleware, if any, under whose graph span a new graph's nodes are enqueued."""
 
     def __init__(
         self,
@@ -137,6 +139,7 @@ class Graphs:
         published: Callable[[Sequence[Event]], None],
         jobs_created: Callable[[Sequence[Job]], Awaitable[None]],
         runs: Callable[[], RunHooks] | None = None,
+        traces: Callable[[], Traces | None] = lambda: None,
     ) -> None:
         self.store = store
         self.repo = graphs
@@ -146,6 +149,7 @@ class Graphs:
         self._published = published
         self._jobs_created = jobs_created
         self._runs = runs
+        self._traces = traces
 
     # -- submit -------------------------------------------------------------------------------------
     def spec(self, graph: Graph, *, tenant: str = "default", name: str | None = None) -> GraphSpec:
@@ -170,11 +174,19 @@ class Graphs:
 
     async def submit_spec(self, spec: GraphSpec) -> GraphHandle:
         """:meth:`submit` for a graph already built as a :class:`GraphSpec` (the HTTP API's)."""
-        jobs, phases = await self._prepare(spec.jobs())
+        jobs, phases = await self._prepare(self._traced(spec.jobs(), spec))
         inserted = await self.repo.insert_graph(spec, jobs, phases, self.clock.now())
         self._published(inserted.events)
         await self._jobs_created([j for j in inserted.jobs if j.state is JobState.QUEUED])
         return GraphHandle(self, spec.id, spec.tenant)
+
+    def _traced(self, jobs: list[NewJob], spec: GraphSpec) -> list[NewJob]:
+        """With tracing on, every node job carries the traceparent of the graph's span, so each node's
+        enqueue span is its child and the graph is one trace (else each node would start its own when no
+        span is current)."""
+        traces = self._traces()
+        parent = traces.graph_trace(spec.name, spec.id, spec.tenant) if traces is not None else None
+        return [replace(j, trace=j.trace or parent) for j in jobs] if parent is not None else jobs
 
     # -- reads --------------------------------------------------------------------------------------
     async def get(self, graph_id: str, tenant: str | None = None, *, nodes: bool = False) -> GraphStatus:
@@ -246,6 +258,8 @@ class Graphs:
         if not owner:
             return Changed()
         ids: dict[str, str] = {adding: completion.job_id}
+        # Added nodes join the adding node's trace (its enqueue span is their parent) when tracing is on.
+        trace = owner[0].trace if self._traces() is not None else None
         built: list[NewJob] = []
         for n in nodes:
             job = self._new_job(
@@ -253,7 +267,7 @@ class Graphs:
                 timeout=n.timeout, tenant=owner[0].tenant,
             )  # fmt: skip
             ids[n.name] = job.id
-            built.append(replace(job, depends_on=tuple(JobId(ids[p]) for p in n.after)))
+            built.append(replace(job, depends_on=tuple(JobId(ids[p]) for p in n.after), trace=trace))
         jobs, phases = await self._prepare(built)
         return await self.repo.expand(completion, adding, nodes, jobs, phases, self.clock.now())
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -20,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from jobengine.core.ids import RunId, uuid7
+from jobengine.core.ids import JobId, RunId, uuid7
 from jobengine.core.models import Event
 from jobengine.core.run_modes import RunMode, mode_of
 from jobengine.core.run_requests import request_of
 from jobengine.core.webhooks import signing
 from jobengine.core.webhooks.model import FAILED, PENDING, SUCCEEDED, Attempt, Delivery, Endpoint, InvalidWebhook
 from jobengine.core.webhooks.policy import GONE, SUCCESS, judge, next_attempt_at
+from jobengine.middleware import DeliveryTrace
 from jobengine.webhooks.config import retry_schedule
 from jobengine.webhooks.manager import CURSOR, delivery_body
 from jobengine.webhooks.ssrf import check_url
@@ -129,8 +131,11 @@ class WebhookDispatcher:
             if not batch:
                 return made
             endpoints = {e.id: e for e in await self.webhooks.store.list_endpoints(None)}  # one read per batch
+            traces = self.engine.middleware.traces()
+            parents = await self._job_traces(batch) if traces is not None else {}
             results = await asyncio.gather(
-                *(self._deliver(d, endpoints.get(d.endpoint_id)) for d in batch), return_exceptions=True
+                *(self._deliver(d, endpoints.get(d.endpoint_id), parents.get(d.id)) for d in batch),
+                return_exceptions=True,
             )
             for r in results:
                 if isinstance(r, BaseException):
@@ -187,13 +192,29 @@ class WebhookDispatcher:
             found.update(r.id for r in runs if request_of(r.trigger_data).get("mode") == RunMode.SIMULATE.value)
         return found
 
-    async def _deliver(self, d: Delivery, endpoint: Endpoint | None) -> bool:
-        """One attempt of a leased delivery (or giving it back when rate limited). True if attempted."""
+    async def _job_traces(self, batch: Sequence[Delivery]) -> dict[str, str]:
+        """The stored traceparent of the job each delivery's event is about, by delivery id (with tracing on:
+        a delivery's span joins its job's trace). One read per batch; a job already deleted has none."""
+        job_of: dict[str, JobId] = {}
+        for d in batch:
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                job_id = json.loads(d.body)["data"].get("job_id")
+                if isinstance(job_id, str):
+                    job_of[d.id] = JobId(job_id)
+        if not job_of:
+            return {}
+        jobs = await self.engine.store.get_jobs(list(set(job_of.values())))
+        traces = {j.id: j.trace for j in jobs}
+        return {d: t for d, job_id in job_of.items() if (t := traces.get(job_id)) is not None}
+
+    async def _deliver(self, d: Delivery, endpoint: Endpoint | None, parent: str | None = None) -> bool:
+        """One attempt of a leased delivery (or giving it back when rate limited). True if attempted.
+        ``parent``: the traceparent of the event's job, for the attempt's span (with tracing on)."""
         store = self.webhooks.store
         if endpoint is None:
             return False
         assert d.lease_token is not None
-        sent = await self._send(endpoint, d)
+        sent = await self._send(endpoint, d, parent)
         if sent is None:  # rate limited: given back, due when the window has room
             return False
         status, headers, error, latency_ms = sent
@@ -244,7 +265,7 @@ class WebhookDispatcher:
             self._soonest = at
 
     async def _send(
-        self, endpoint: Endpoint, d: Delivery
+        self, endpoint: Endpoint, d: Delivery, parent: str | None = None
     ) -> tuple[int | None, dict[str, str], str | None, float] | None:
         """(status or None, lower-cased headers, error, latency in ms), or None when the rate limit gave the
         delivery back. The limiter is asked once the connection is open, right before the request is written,
@@ -276,10 +297,26 @@ class WebhookDispatcher:
         extensions: dict[str, Any] = {"trace": on_the_wire}
         if target.scheme == "https":
             extensions["sni_hostname"] = target.host
+        span = self._span(endpoint, d, parent)
+        if span is not None:  # the receiver goes on with the trace (the signature covers the body only)
+            headers.update(span.headers)
+        sent: tuple[int | None, dict[str, str], str | None, float] | None = None
+        try:
+            sent = await self._post(target.connect_url, d, headers, extensions)
+        finally:
+            if span is not None:  # a rate-limited attempt (given back) ends without a status or an error
+                status, _, error, _ = sent if sent is not None else (None, {}, None, 0.0)
+                span.ended(status, error)
+        return sent
+
+    async def _post(
+        self, url: str, d: Delivery, headers: dict[str, str], extensions: dict[str, Any]
+    ) -> tuple[int | None, dict[str, str], str | None, float] | None:
+        """Send the request of :meth:`_send`; its answer as :meth:`_send` gives it."""
+        assert self._client is not None and d.lease_token is not None
         started = time.perf_counter()
         try:
-            response = await self._client.post(target.connect_url, content=d.body.encode(), headers=headers,
-                                                extensions=extensions)  # fmt: skip
+            response = await self._client.post(url, content=d.body.encode(), headers=headers, extensions=extensions)
         except _RateLimited as limited:  # given back, due when the window has room: it waits, it is not dropped
             at = self.engine.clock.now() + limited.wait
             await self.webhooks.store.postpone(d.id, d.lease_token, at)
@@ -295,6 +332,18 @@ class WebhookDispatcher:
         error = None if 200 <= status < 300 else f"HTTP {status}" + (
             f" (redirect to {answer.get('location', '?')} not followed)" if 300 <= status < 400 else "")  # fmt: skip
         return status, answer, error, latency
+
+    def _span(self, endpoint: Endpoint, d: Delivery, parent: str | None) -> DeliveryTrace | None:
+        """The attempt's span, with tracing on: a child of the event's job's trace."""
+        traces = self.engine.middleware.traces()
+        if traces is None:
+            return None
+        attributes: dict[str, str | int] = {
+            "jobengine.webhook.delivery_id": d.id, "jobengine.webhook.endpoint_id": endpoint.id,
+            "jobengine.webhook.event_id": d.event_id, "jobengine.webhook.attempt": d.attempts + 1,
+            "jobengine.tenant": d.tenant, "http.request.method": "POST",
+        }  # fmt: skip
+        return traces.delivery(d.event_type, parent, attributes)
 
 
 class _RateLimited(Exception):

@@ -479,6 +479,8 @@ class Worker:
             return await self._call(spec.phases[0], run)
         stored = {p.name: p for p in s.phases}
         s.phases = [stored.get(ps.name) or Phase(ps.name) for ps in spec.phases]
+        hooks = self._hooks
+        told = hooks.wants("before_phase") or hooks.wants("after_phase")  # a phase costs no hook call otherwise
         for i, ps in enumerate(spec.phases):
             rec = s.phases[i]
             if rec.state is PhaseState.SUCCEEDED:
@@ -488,9 +490,15 @@ class Worker:
             now = self.source.clock.now()
             s.phases[i] = replace(rec, state=PhaseState.RUNNING, started_at=now, finished_at=None, message=None)
             await self._persist(s, "started")
+            if told:
+                await hooks.call("before_phase", s.job, ps.name, i)
             try:
                 result = check_json("result", await self._call(ps, run))
-            except Exception as exc:
+            except BaseException as exc:
+                if told:  # a cancellation or a stop ends the phase too: the hook hears of every one it saw begin
+                    await hooks.call("after_phase", s.job, ps.name, i, exc)
+                if not isinstance(exc, Exception):
+                    raise
                 s.phases[i] = replace(
                     s.phases[i],
                     state=PhaseState.FAILED,
@@ -501,6 +509,8 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await self._persist(s, "failed")
                 raise
+            if told:
+                await hooks.call("after_phase", s.job, ps.name, i, None)
             s.phases[i] = replace(
                 s.phases[i], state=PhaseState.SUCCEEDED, result=result, progress=1.0,
                 finished_at=self.source.clock.now(), message=None,
