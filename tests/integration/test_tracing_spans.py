@@ -25,6 +25,7 @@ from jobengine.worker.context import JobContext
 from tests.integration.webhooks.conftest import FAST, dispatching
 from tests.support.webhook_receiver import Receiver
 
+
 def recorder() -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -103,7 +104,7 @@ async def test_phases_are_child_spans_of_the_run_and_the_webhook_delivery_joins_
     assert done.trace is not None
 
     (caller,) = named(exporter, "caller")
-    (enqueue,) = [s for s in named(exporter, "enqueue video")]
+    (enqueue,) = named(exporter, "enqueue video")
     (running,) = named(exporter, "run video")
     fetch_spans = {(s.attributes or {})["jobengine.job.id"]: s for s in named(exporter, "phase fetch")}
     (converting,) = named(exporter, "phase convert")
@@ -159,8 +160,8 @@ async def test_a_graph_and_the_nodes_a_node_adds_are_one_trace(tmp_path: Path) -
         run = asyncio.create_task(worker.run())
         try:
             status = await handle.wait(timeout=30)
-            await until(lambda: {"run split", "run total", "run leaf"} <= {s.name for s in exporter.get_finished_spans()},
-                        "the run spans")  # fmt: skip
+            runs = {"run split", "run total", "run leaf"}
+            await until(lambda: runs <= {s.name for s in exporter.get_finished_spans()}, "the run spans")
         finally:
             worker.stop()
             await asyncio.wait_for(run, 30)
