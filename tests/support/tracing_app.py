@@ -1,6 +1,7 @@
-"""An app whose process records its spans, for the test that a run span on a worker process joins the trace
-of the HTTP request that enqueued the job: each finished span is appended to the file ``$SPANS`` as a JSON
-line of name, trace id, span id and parent span id. Settings come from ``JOBENGINE_*`` (``tracing`` on)."""
+"""An app whose process records its spans, for the tests that a run span on a worker process (and the spans
+of its phases) join the trace of the HTTP request that enqueued the job: each finished span is appended to
+the file ``$SPANS`` as a JSON line of name, trace id, span id, parent span id, status and attributes.
+Settings come from ``JOBENGINE_*``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from jobengine.engine import Engine
 from jobengine.settings import Settings
+from jobengine.tasks import phase
 from jobengine.tracing import TracingMiddleware
+from jobengine.worker.context import JobContext
 
 
 class FileExporter(SpanExporter):
@@ -22,8 +25,11 @@ class FileExporter(SpanExporter):
             for s in spans:
                 assert s.context is not None
                 parent = format(s.parent.span_id, "016x") if s.parent is not None else None
-                f.write(json.dumps({"name": s.name, "trace": format(s.context.trace_id, "032x"),
-                                    "span": format(s.context.span_id, "016x"), "parent": parent}) + "\n")  # fmt: skip
+                f.write(json.dumps({
+                    "name": s.name, "trace": format(s.context.trace_id, "032x"),
+                    "span": format(s.context.span_id, "016x"), "parent": parent,
+                    "status": s.status.status_code.name, "attributes": dict(s.attributes or {}),
+                }) + "\n")  # fmt: skip
         return SpanExportResult.SUCCESS
 
 
@@ -36,3 +42,14 @@ app = Engine.from_settings(Settings.load(), middleware=[TracingMiddleware(provid
 async def thumbnail(width: int) -> int:
     with provider.get_tracer("app").start_as_current_span("thumbnail.render"):
         return width // 2
+
+
+async def probe(ctx: JobContext) -> int:
+    return 25
+
+
+def encode(ctx: JobContext) -> str:  # a sync phase, in the worker's threads
+    return f"{ctx.results['probe']} fps"
+
+
+app.add_task("transcode", phases=[phase("probe", probe), phase("encode", encode)])
