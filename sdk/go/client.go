@@ -180,6 +180,9 @@ func (c *Client) try(ctx context.Context, method, path, target string, payload [
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
+	if tp := TraceParent(ctx); tp != "" {
+		req.Header.Set("traceparent", tp)
+	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}

@@ -30,6 +30,17 @@ type Job struct {
 	added   []AddedNode // nodes this attempt adds to its graph (AddNode)
 }
 
+// TraceParent is the W3C traceparent the job was enqueued under, or "" when it has none (the server's
+// tracing is off). The context the Worker gives the handler carries it (see WithTraceParent): the calls the
+// handler makes with that context, and the worker's calls about this job, send it, so they join the job's
+// trace; a handler that makes spans of its own can start them under it.
+func (j *Job) TraceParent() string {
+	if j.Trace == nil || !validTraceParent(*j.Trace) {
+		return ""
+	}
+	return *j.Trace
+}
+
 // Decode unmarshals the job's payload into v.
 func (j *Job) Decode(v any) error {
 	payload := j.Payload

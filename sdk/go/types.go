@@ -44,6 +44,8 @@ type JobInfo struct {
 	ScheduleID      *string         `json:"schedule_id"`
 	// GraphID is the graph this job is a node of (nil for any other job).
 	GraphID *string `json:"graph_id"`
+	// Trace is the W3C traceparent the job was enqueued under (nil when the server's tracing is off).
+	Trace *string `json:"trace"`
 }
 
 // LeaseInfo is who holds a running job, as the API shows it (never the token).

@@ -259,7 +259,8 @@ func (w *Worker) claimLoop(ctx context.Context, tasks []string) error {
 func (w *Worker) start(c ClaimedJob) {
 	job := &Job{JobInfo: c.Job, Token: c.Lease.Token, Graph: c.Graph, client: w.client, persist: w.persist, phases: append([]PhaseRecord(nil),
 		c.Job.Phases...), results: map[string]json.RawMessage{}}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The handler's context carries the job's trace: what it sends with it joins the job's trace.
+	ctx, cancel := context.WithCancel(WithTraceParent(context.Background(), job.TraceParent()))
 	r := &run{job: job, cancel: cancel}
 	job.run = r
 	w.mu.Lock()

@@ -78,6 +78,7 @@ def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:
         "run_id": job.run_id,
         "schedule_id": job.schedule_id,
         "graph_id": job.graph_id,
+        "trace": job.trace,
         "has_dependents": job.has_dependents,
         "waiting_for": waiting_for,
     }

@@ -4,7 +4,8 @@
   ``worker``, ``jobs:*`` and ``graph:*`` scopes through ``JOBENGINE_TEST_URL`` / ``JOBENGINE_TEST_KEY`` (they
   skip without them; here they must run, not skip): among them graphs submitted from Go, run by a Go worker,
   with failure policies, retry and cancel, a fan-in node summing its parents' results, and a Go node adding
-  nodes to its graph with its completion (a join declared in advance sums them; a refused add ends it dead);
+  nodes to its graph with its completion (a join declared in advance sums them; a refused add ends it dead),
+  and a job's traceparent reaching its Go handler, whose calls send it (the server's tracing is on);
 - the cross-language test: 500 jobs enqueued from Python, processed by two Go example worker processes
   (``sdk/go/examples/worker``), one SIGKILLed mid-way: every job succeeds, none runs to completion twice
   (a ledger the handlers append to), the killed worker's jobs run again once their lease expired; a job
@@ -72,6 +73,8 @@ GO_TESTS = [
     "TestSubmitGraphTurnsBeforeIntoEdges",
     "TestAGoSplitNodeAddsNodesThatAJoinDeclaredInAdvanceSums",
     "TestAnAddTheGraphRefusesEndsTheNodeDead",
+    "TestWithTraceParentSendsTheHeaderAndIgnoresAnInvalidOne",
+    "TestAJobCarriesItsTraceToTheHandlerAndTheHandlersCallsSendIt",
 ]
 
 pytestmark = pytest.mark.slow
@@ -108,6 +111,7 @@ class Server(Processes):
             "PYTHONPATH": str(ROOT),
             "JOBENGINE_DATABASE": str(tmp / "jobs.db"),
             "JOBENGINE_RESCUE_INTERVAL": "0.25",  # the server's rescuer of expired leases
+            "JOBENGINE_TRACING": "1",  # jobs store the traceparent they were enqueued under (the trace test)
         }, ROOT)  # fmt: skip
         self.url = ""
         self.key = ""

@@ -223,6 +223,9 @@ class JobOut(BaseModel):
     run_id: str | None = Field(None, description="The run whose segment this job is (jobs of a schedule)")
     schedule_id: str | None = None
     graph_id: str | None = Field(None, description="The graph this job is a node of")
+    trace: str | None = Field(
+        None, description="The W3C traceparent the job was enqueued under (null with tracing off; docs/tracing.md)"
+    )
     has_dependents: bool = Field(
         False, description="A job was enqueued depending on this one (a worker reports its outcome at once)"
     )

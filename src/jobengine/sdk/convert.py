@@ -49,5 +49,5 @@ def job_from_json(d: Mapping[str, Any], lease: Mapping[str, Any] | None = None) 
         run_id=RunId(d["run_id"]) if d.get("run_id") else None,
         schedule_id=ScheduleId(d["schedule_id"]) if d.get("schedule_id") else None,
         graph_id=GraphId(d["graph_id"]) if d.get("graph_id") else None,
-        has_dependents=bool(d.get("has_dependents")),
+        has_dependents=bool(d.get("has_dependents")), trace=d.get("trace"),
     )  # fmt: skip
