@@ -18,7 +18,7 @@ JOB_KEYS = [
     "id", "tenant", "queue", "task", "state", "outcome", "payload", "priority", "run_at", "attempt",
     "max_attempts", "idempotency_key", "depends_on", "timeout", "lease", "cancel_requested", "reason",
     "progress", "phases", "result", "errors", "created_at", "updated_at", "started_at", "finished_at", "run_id",
-    "schedule_id", "graph_id", "has_dependents", "waiting_for",
+    "schedule_id", "graph_id", "trace", "has_dependents", "waiting_for",
 ]  # fmt: skip
 
 
