@@ -415,3 +415,63 @@ async def test_middleware_added_later_is_what_the_next_worker_runs(calls: Calls)
         job = await noop.enqueue()
         await run_until_stopped(engine, job.id)
     assert [c[1] for c in calls] == ["before_enqueue", "after_enqueue", "before_run", "after_run", "after_attempt"]
+
+
+class PhaseRecorder(Middleware):
+    """Records the phase hooks and the attempts around them as ``(task, hook, phase or attempt, detail)``."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def before_run(self, job: Job) -> None:
+        self.calls.append((job.task, "before_run", str(job.attempt), ""))
+
+    def before_phase(self, job: Job, phase: str, index: int) -> None:
+        self.calls.append((job.task, "before_phase", phase, str(index)))
+
+    def after_phase(self, job: Job, phase: str, index: int, error: BaseException | None) -> None:
+        self.calls.append((job.task, "after_phase", phase, repr(error)))
+
+
+async def test_phase_hooks_bracket_each_phase_an_attempt_runs(calls: Calls) -> None:
+    """A phase an earlier attempt finished is skipped without hooks; a failing phase's ``after_phase`` gets
+    the error; a plain task (one implicit phase) gets no phase hooks."""
+    failed: list[bool] = []
+
+    def extract(ctx: SyncJobContext) -> int:
+        calls.append(("etl", "ran", "extract", ""))
+        return 1
+
+    async def load(ctx: JobContext) -> int:
+        calls.append(("etl", "ran", "load", ""))
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("disk full")
+        return 2
+
+    engine = Engine(open_store("memory"), middleware=[PhaseRecorder(calls)])
+    engine.add_task("etl", phases=[extract, load], max_attempts=2, retry=FAST)
+
+    @engine.task()
+    async def plain(ctx: JobContext) -> int:
+        return 3
+
+    async with engine:
+        job = await engine.enqueue("etl", None)
+        other = await engine.enqueue("plain", None)
+        done, simple = await run_until_stopped(engine, job.id, other.id)
+    assert done.state is JobState.SUCCEEDED and simple.state is JobState.SUCCEEDED
+    assert [c[1:] for c in calls if c[0] == "etl"] == [
+        ("before_run", "1", ""),
+        ("before_phase", "extract", "0"),
+        ("ran", "extract", ""),
+        ("after_phase", "extract", "None"),
+        ("before_phase", "load", "1"),
+        ("ran", "load", ""),
+        ("after_phase", "load", "RuntimeError('disk full')"),
+        ("before_run", "2", ""),  # extract succeeded in attempt 1: skipped, no hooks
+        ("before_phase", "load", "1"),
+        ("ran", "load", ""),
+        ("after_phase", "load", "None"),
+    ]
+    assert [c[1:] for c in calls if c[0] == "plain"] == [("before_run", "1", "")]
