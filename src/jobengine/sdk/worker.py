@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobengine.core.locations import redact_url
 from jobengine.core.retry import RetryPolicy
+from jobengine.middleware import Middleware
 from jobengine.sdk.client import ApiClient
 from jobengine.sdk.source import HttpWorkerSource
 from jobengine.tasks import PhaseSpec, TaskFn, TaskRegistry, make_spec
@@ -96,7 +97,10 @@ class RemoteWorker:
         worker_id: str | None = None,
         client: ApiClient | None = None,
         observer: WorkerObserver | None = None,
+        middleware: Iterable[Middleware] = (),
     ) -> None:
+        """``middleware``: hooks around each attempt (:mod:`jobengine.middleware`), such as
+        :class:`jobengine.tracing.TracingMiddleware`, whose run spans join the trace each claimed job carries."""
         registry = tasks if isinstance(tasks, TaskRegistry) else tasks.tasks
         if not isinstance(registry, TaskRegistry):
             raise TypeError("tasks: a TaskRegistry, or an object with one in .tasks (TaskApp, Engine)")
@@ -109,7 +113,7 @@ class RemoteWorker:
             worker_id=worker_id, observer=observer,
             setup=(("store", f"the server at {redact_url(url)}"), ("transport", "http (the server's API)")),
         )  # fmt: skip
-        self.worker = Worker(self.source, options)
+        self.worker = Worker(self.source, options, middleware)
 
     def stop(self) -> None:
         """First call: graceful; second: release jobs in flight now."""

@@ -12,6 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from jobengine.core.graphs import GraphState
 from jobengine.core.states import JobState
@@ -20,6 +23,7 @@ from jobengine.errors import NonRetryable
 from jobengine.http.server import ApiService
 from jobengine.sdk import ApiClient, ApiError, RemoteWorker, TaskApp
 from jobengine.tasks import phase
+from jobengine.tracing import TracingMiddleware
 from jobengine.worker import JobContext, SyncJobContext
 
 from .conftest import Api, MakeApi
@@ -273,3 +277,39 @@ async def test_a_remote_worker_sends_the_graph_nodes_a_task_adds(make_api: MakeA
         nodes = {n.name: n for n in (await handle.status(nodes=True)).nodes}
         assert nodes["join"].parents == ("split", "work-0", "work-1", "work-2")
         assert [nodes[f"work-{i}"].job.result for i in range(3)] == [0, 1, 2]
+
+
+async def test_a_remote_workers_run_and_phase_spans_join_the_trace_the_claimed_job_carries(
+    make_api: MakeApi,
+) -> None:
+    """The server (tracing on, no tracer provider: the caller's trace passes through) stores the request's
+    traceparent with the job; the API's job JSON carries it to the remote worker, whose tracing middleware
+    starts the run span under it and a span per phase under that."""
+    incoming = "00-6bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with make_api(tracing=True) as api, served(api) as url:
+        async with api.client() as client:
+            r = await client.post("/api/v1/jobs", json={"task": "etl"}, headers={"traceparent": incoming})
+            assert r.status_code == 201, r.text
+            assert r.json()["trace"] == incoming
+        worker = RemoteWorker(url, key=await api.key("acme", "worker"), tasks=remote_app({}), long_poll=1.0,
+                              middleware=[TracingMiddleware(provider)])  # fmt: skip
+        run = asyncio.create_task(worker.run())
+        try:
+            done = await api.engine.wait_for(r.json()["id"], 60)
+            async with asyncio.timeout(30):  # the run span ends after the outcome is reported
+                while "run etl" not in {s.name for s in exporter.get_finished_spans()}:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(run, 60)
+    assert done.state is JobState.SUCCEEDED
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    running = spans["run etl"]
+    assert running.context is not None and running.parent is not None
+    assert format(running.context.trace_id, "032x") == incoming[3:35]
+    assert format(running.parent.span_id, "016x") == incoming[36:52]
+    for name in ("phase extract", "phase load"):
+        assert spans[name].parent is not None and spans[name].parent.span_id == running.context.span_id, name
