@@ -1,7 +1,8 @@
 """The parts of a trace beyond an enqueue and a run, recorded by the SDK's in-memory exporter: each phase of
 a phased task is a child span of its attempt's run span (a failed phase with status ERROR), a webhook
 delivery about a job is a span in the job's trace whose request carries its ``traceparent`` to a real
-receiver, and a graph's nodes, the ones a node adds too, are one trace under the graph's span."""
+receiver, and a graph's nodes, the ones a node adds too, are one trace under the graph's span. On SQLite and
+PostgreSQL (the stored traceparent goes through each store's insert paths: graph nodes, added nodes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,12 +20,18 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.canvas import chain
+from jobengine.secretbox import new_key
 from jobengine.settings import Settings
 from jobengine.tasks import phase
 from jobengine.tracing import TracingMiddleware
 from jobengine.worker.context import JobContext
 from tests.integration.webhooks.conftest import FAST, dispatching
 from tests.support.webhook_receiver import Receiver
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return request.getfixturevalue("postgres_dsn") if request.param == "postgres" else str(tmp_path / "t.db")
 
 
 def recorder() -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -61,9 +69,10 @@ def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
-async def test_phases_are_child_spans_of_the_run_and_the_webhook_delivery_joins_the_jobs_trace(tmp_path: Path) -> None:
+async def test_phases_are_child_spans_of_the_run_and_the_webhook_delivery_joins_the_jobs_trace(database: str) -> None:
     provider, exporter = recorder()
-    settings = replace(Settings(database=str(tmp_path / "t.db")), **FAST)  # type: ignore[arg-type]
+    # A database that is not a local file keeps webhook secrets sealed: it needs a key.
+    settings = replace(Settings(database=database, secret_keys=(new_key(),)), **FAST)  # type: ignore[arg-type]
     engine = Engine.from_settings(settings, middleware=[TracingMiddleware(provider)])
     app_tracer = provider.get_tracer("app")
 
@@ -137,9 +146,9 @@ async def test_phases_are_child_spans_of_the_run_and_the_webhook_delivery_joins_
     assert request.headers["traceparent"].startswith(f"00-{trace_of(caller)}-{span_id(delivery)}-")
 
 
-async def test_a_graph_and_the_nodes_a_node_adds_are_one_trace(tmp_path: Path) -> None:
+async def test_a_graph_and_the_nodes_a_node_adds_are_one_trace(database: str) -> None:
     provider, exporter = recorder()
-    engine = Engine.from_settings(Settings(database=str(tmp_path / "t.db")), middleware=[TracingMiddleware(provider)])
+    engine = Engine.from_settings(Settings(database=database), middleware=[TracingMiddleware(provider)])
 
     @engine.task
     async def split(ctx: JobContext) -> int:
