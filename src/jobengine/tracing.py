@@ -1,11 +1,11 @@
-"""OpenTelemetry tracing: a span for each enqueue and each job run, joined into one trace across processes.
+"""OpenTelemetry tracing: spans for each enqueue, job run, phase, graph and webhook delivery, joined into one
+trace across processes.
 
 Needs the ``otel`` extra (``opentelemetry-api``) and a tracer provider the application sets up (the SDK and an
 exporter: without one every span is a no-op). Turn it on with the setting ``tracing: true``
 (``JOBENGINE_TRACING=1``), or give the middleware yourself::
 
     from opentelemetry import trace
-from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
 
     trace.set_tracer_provider(TracerProvider())          # plus a span processor and an exporter
@@ -18,6 +18,12 @@ How a trace crosses processes:
 - ``run <task>`` (kind CONSUMER), one per attempt on whichever worker claims the job, is a child of that
   enqueue span, and is the current span while the task runs (a sync task's thread too), so the spans a task
   makes are its children. A failed attempt has status ERROR and the exception recorded.
+- ``phase <name>`` (INTERNAL), one per named phase an attempt runs, is a child of the run span and current
+  while the phase runs; a failed phase has status ERROR.
+- ``graph <name>`` (PRODUCER) stands for submitting a graph; its nodes are enqueued under it (a job that comes
+  with a ``trace`` is enqueued under that), and nodes a node adds under the adding node's enqueue span.
+- ``webhook <event type>`` (CLIENT), one per delivery attempt, is a child of the event's job's stored
+  traceparent, and the request carries its own ``traceparent`` to the receiver.
 - The HTTP API (with the setting on) reads an incoming ``traceparent`` header, makes a SERVER span under it
   for the request, and answers with that span's ``traceparent``.
 
