@@ -273,11 +273,10 @@ class Transitions:
         if prints is not None:
             await self._signatures().record(prints, changed)
         if finished and any(j.run_id is not None for j in changed.jobs):
-            # A graph node the transaction cancelled and then queued again under its failure policy is
-            # listed twice; its last state is the one its run counts.
-            latest = list({j.id: j for j in changed.jobs}.values())
-            await self._runs().ended(latest)
-            if revived := [j for j in latest if j.graph_id is not None and not j.terminal]:
+            await self._runs().ended(changed.jobs)
+            # A graph node the transaction cancelled and then queued again under its failure policy: its
+            # run no longer counts the outcome it had.
+            if revived := [j for j in changed.jobs if j.graph_id is not None and not j.terminal]:
                 await self._runs().reopened(revived)
         if finished and any(j.graph_id is not None and j.terminal for j in changed.jobs):
             await self._graphs().ended(changed.jobs)
