@@ -6,23 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from jobengine.cli.main import main
-from jobengine.cli.packs import load_local
+from jobengine.cli.packs import load_local, load_remote
 from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunState
 from jobengine.engine import Engine
-from jobengine.errors import IllegalState, InvalidJob, NotFound
+from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.http.server import ApiService
 from jobengine.packs.archive import build
 from jobengine.packs.errors import PackConflict
 from jobengine.packs.loader import RegistryFetcher, load_packs
 from jobengine.secretbox import new_key
 from jobengine.settings import Settings
+from jobengine.tasks import TaskRegistry
 from jobengine.webhooks.dispatcher import WebhookDispatcher
 from tests.support.packs import write_pack
 from tests.support.webhook_receiver import Receiver
@@ -170,9 +174,44 @@ async def test_what_cannot_be_simulated_is_refused_naming_why(engine: Engine, tm
     await load_local(engine, ("scores@1.1.0",), pending=True)
 
 
-def test_a_remote_worker_refuses_pending_packs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "worker", "--packs", "scores@1.1.0", "--pending-packs", "--remote", "http://x")
-    assert code == 2 and "pending-packs: a remote worker loads approved versions only" in err
+async def test_a_remote_worker_with_pending_packs_runs_the_simulation(engine: Engine, tmp_path: Path) -> None:
+    await publish(engine, tmp_path, "1.0.0", APPROVED, approve=True)
+    full = RunRequest(task="scores@1.0.0:score", items=tuple(range(200)), segment_size=50)
+    await run_to_end(engine, await engine.runs.start(full))
+    await publish(engine, tmp_path, "1.1.0", PENDING, approve=False)
+    sim = await engine.pack_runs.simulate("scores", "1.1.0", actor="key:reviewer")
+    _, reader = await engine.keys.create("default", ["worker", "packs:read"], "worker")
+    _, simulator = await engine.keys.create("default", ["worker", "packs:read", "packs:simulate"], "simulator")
+    api = ApiService(engine, engine.settings, host="127.0.0.1", port=0)
+    await api.start()
+    try:
+        # Approved versions only unless asked; pending code only for a key that may simulate it.
+        with pytest.raises(ConfigError, match="pending_approval: only approved versions run"):
+            await load_remote(TaskRegistry(), api.url, simulator, ("scores@1.1.0",), tmp_path / "r0")
+        with pytest.raises(ConfigError, match=r"409: .*packs:simulate"):
+            await load_remote(TaskRegistry(), api.url, reader, ("scores@1.1.0",), tmp_path / "r1", pending=True)
+        # The command a remote simulating worker runs, in its own process (the server runs on this loop).
+        env = {**os.environ, "JOBENGINE_STATE_DIR": str(tmp_path / "remote"), "JOBENGINE_API_KEY": simulator}
+        argv = ["-m", "jobengine", "worker", "--remote", api.url, "--packs", "scores@1.1.0", "--pending-packs"]
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(90):
+                while not (sim := await engine.runs.get(sim.id)).ended:
+                    assert worker.returncode is None
+                    await asyncio.sleep(0.1)
+        finally:
+            if worker.returncode is None:
+                worker.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.wait_for(worker.communicate(), 60)
+    finally:
+        await api.stop()
+    assert worker.returncode == 0, output.decode(errors="replace")
+    assert sim.state is RunState.COMPLETED
+    review = await engine.pack_runs.review("scores", "1.1.0")
+    assert review.diff is not None and review.diff.counts == {"same": 198, "changed": 2, "new": 0, "gone": 0}
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -323,13 +323,16 @@ async def load_local(engine: Any, refs: tuple[str, ...], *, pending: bool = Fals
     _report(loaded)
 
 
-async def load_remote(tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: Path) -> None:
-    """Load approved packs over the HTTP API (scope packs:read) into the task registry ``tasks``."""
+async def load_remote(
+    tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: Path, *, pending: bool = False
+) -> None:
+    """Load approved packs over the HTTP API (scope packs:read) into the task registry ``tasks``;
+    ``pending``: versions awaiting approval too, for their simulations (scope packs:simulate as well)."""
     from jobengine.packs.loader import HttpFetcher, load_packs
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
-        _report(await load_packs(tasks, HttpFetcher(client), refs, directory))
+        _report(await load_packs(tasks, HttpFetcher(client, pending=pending), refs, directory))
 
 
 def _report(loaded: Any) -> None:
