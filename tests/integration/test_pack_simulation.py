@@ -28,6 +28,7 @@ from jobengine.secretbox import new_key
 from jobengine.settings import Settings
 from jobengine.tasks import TaskRegistry
 from jobengine.webhooks.dispatcher import WebhookDispatcher
+from tests.support import simulations
 from tests.support.packs import write_pack
 from tests.support.webhook_receiver import Receiver
 
@@ -53,7 +54,6 @@ def score(ctx):
         raise RuntimeError("a pending version ran for real")
     return [i * 2 + (1 if i % 100 == 0 else 0) for i in ctx.payload["items"]]
 """
-CHANGED = list(range(0, 1000, 100))
 
 
 @pytest.fixture
@@ -81,16 +81,7 @@ async def publish(engine: Engine, root: Path, version: str, code: str, *, approv
 
 
 async def run_to_end(engine: Engine, run: Run) -> Run:
-    worker = engine.worker(queues=("packs",), concurrency=4, poll_interval=0.05, heartbeat_every=1.0)
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(60):
-            while not (run := await engine.runs.get(run.id)).ended:  # noqa: ASYNC110 (polling the store)
-                await asyncio.sleep(0.05)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 60)
-    return run
+    return await simulations.run_to_end(engine, run, queues=("packs",))
 
 
 async def test_a_pending_version_is_simulated_on_the_last_runs_inputs(
@@ -109,7 +100,7 @@ async def test_a_pending_version_is_simulated_on_the_last_runs_inputs(
 async def simulate_and_check(
     engine: Engine, tmp_path: Path, receiver: Receiver, hooks: WebhookDispatcher, endpoint: str
 ) -> None:
-    full = RunRequest(task="scores@stable:score", items=tuple(range(1000)), segment_size=100, environment={"r": "eu"})
+    full = simulations.full_request("scores@stable:score", environment={"r": "eu"})
     base = await run_to_end(engine, await engine.runs.start(full))
     assert base.state is RunState.COMPLETED and base.summary.succeeded == 10
     cursor = await engine.store.scheduling().get_cursor("default", "scores@*:score default")
@@ -133,11 +124,8 @@ async def simulate_and_check(
 
     review = await engine.pack_runs.review("scores", "1.1.0")
     assert review.run is not None and review.run.id == sim.id and review.diff is not None
-    assert review.diff.base_run_id == base.id and review.diff.unfinished == 0
-    assert review.diff.counts == {"same": 990, "changed": 10, "new": 0, "gone": 0}
-    changed = review.changed()
-    assert [e["item"] for e in changed] == CHANGED
-    assert [(e["before"], e["after"]) for e in changed[:2]] == [(0, 1), (200, 201)]
+    simulations.check_diff(review.diff, base)
+    assert [e["item"] for e in review.changed()] == simulations.CHANGED
     assert "990 same, 10 changed, 0 new, 0 gone" in review.hint
     assert [e.type for e in await engine.packs.history("scores", "1.1.0")] == ["pack.uploaded", "pack.simulated"]
 
