@@ -141,6 +141,9 @@ async def test_a_name_the_graph_has_fails_the_adding_node(engine: Engine) -> Non
     assert nodes["split"].state is JobState.DEAD
     assert nodes["split"].errors[-1].type == "InvalidJob"
     assert "'join' is already in the graph" in nodes["split"].errors[-1].message
+    # The refusal is the error of the attempt that added the nodes, on the worker that ran it.
+    assert nodes["split"].attempt == 1 and [e.attempt for e in nodes["split"].errors] == [1]
+    assert nodes["split"].errors[-1].worker is not None
 
 
 async def test_added_nodes_run_after_each_other(engine: Engine) -> None:

@@ -6,24 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from jobengine.cli.main import main
-from jobengine.cli.packs import load_local
+from jobengine.cli.packs import load_local, load_remote
 from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunState
 from jobengine.engine import Engine
-from jobengine.errors import IllegalState, InvalidJob, NotFound
+from jobengine.errors import ConfigError, IllegalState, InvalidJob, NotFound
 from jobengine.http.server import ApiService
 from jobengine.packs.archive import build
 from jobengine.packs.errors import PackConflict
 from jobengine.packs.loader import RegistryFetcher, load_packs
 from jobengine.secretbox import new_key
 from jobengine.settings import Settings
+from jobengine.tasks import TaskRegistry
 from jobengine.webhooks.dispatcher import WebhookDispatcher
+from tests.support import simulations
 from tests.support.packs import write_pack
 from tests.support.webhook_receiver import Receiver
 
@@ -49,7 +54,6 @@ def score(ctx):
         raise RuntimeError("a pending version ran for real")
     return [i * 2 + (1 if i % 100 == 0 else 0) for i in ctx.payload["items"]]
 """
-CHANGED = list(range(0, 1000, 100))
 
 
 @pytest.fixture
@@ -77,16 +81,7 @@ async def publish(engine: Engine, root: Path, version: str, code: str, *, approv
 
 
 async def run_to_end(engine: Engine, run: Run) -> Run:
-    worker = engine.worker(queues=("packs",), concurrency=4, poll_interval=0.05, heartbeat_every=1.0)
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(60):
-            while not (run := await engine.runs.get(run.id)).ended:  # noqa: ASYNC110 (polling the store)
-                await asyncio.sleep(0.05)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 60)
-    return run
+    return await simulations.run_to_end(engine, run, queues=("packs",))
 
 
 async def test_a_pending_version_is_simulated_on_the_last_runs_inputs(
@@ -105,7 +100,7 @@ async def test_a_pending_version_is_simulated_on_the_last_runs_inputs(
 async def simulate_and_check(
     engine: Engine, tmp_path: Path, receiver: Receiver, hooks: WebhookDispatcher, endpoint: str
 ) -> None:
-    full = RunRequest(task="scores@stable:score", items=tuple(range(1000)), segment_size=100, environment={"r": "eu"})
+    full = simulations.full_request("scores@stable:score", environment={"r": "eu"})
     base = await run_to_end(engine, await engine.runs.start(full))
     assert base.state is RunState.COMPLETED and base.summary.succeeded == 10
     cursor = await engine.store.scheduling().get_cursor("default", "scores@*:score default")
@@ -129,11 +124,8 @@ async def simulate_and_check(
 
     review = await engine.pack_runs.review("scores", "1.1.0")
     assert review.run is not None and review.run.id == sim.id and review.diff is not None
-    assert review.diff.base_run_id == base.id and review.diff.unfinished == 0
-    assert review.diff.counts == {"same": 990, "changed": 10, "new": 0, "gone": 0}
-    changed = review.changed()
-    assert [e["item"] for e in changed] == CHANGED
-    assert [(e["before"], e["after"]) for e in changed[:2]] == [(0, 1), (200, 201)]
+    simulations.check_diff(review.diff, base)
+    assert [e["item"] for e in review.changed()] == simulations.CHANGED
     assert "990 same, 10 changed, 0 new, 0 gone" in review.hint
     assert [e.type for e in await engine.packs.history("scores", "1.1.0")] == ["pack.uploaded", "pack.simulated"]
 
@@ -170,9 +162,44 @@ async def test_what_cannot_be_simulated_is_refused_naming_why(engine: Engine, tm
     await load_local(engine, ("scores@1.1.0",), pending=True)
 
 
-def test_a_remote_worker_refuses_pending_packs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "worker", "--packs", "scores@1.1.0", "--pending-packs", "--remote", "http://x")
-    assert code == 2 and "pending-packs: a remote worker loads approved versions only" in err
+async def test_a_remote_worker_with_pending_packs_runs_the_simulation(engine: Engine, tmp_path: Path) -> None:
+    await publish(engine, tmp_path, "1.0.0", APPROVED, approve=True)
+    full = RunRequest(task="scores@1.0.0:score", items=tuple(range(200)), segment_size=50)
+    await run_to_end(engine, await engine.runs.start(full))
+    await publish(engine, tmp_path, "1.1.0", PENDING, approve=False)
+    sim = await engine.pack_runs.simulate("scores", "1.1.0", actor="key:reviewer")
+    _, reader = await engine.keys.create("default", ["worker", "packs:read"], "worker")
+    _, simulator = await engine.keys.create("default", ["worker", "packs:read", "packs:simulate"], "simulator")
+    api = ApiService(engine, engine.settings, host="127.0.0.1", port=0)
+    await api.start()
+    try:
+        # Approved versions only unless asked; pending code only for a key that may simulate it.
+        with pytest.raises(ConfigError, match="pending_approval: only approved versions run"):
+            await load_remote(TaskRegistry(), api.url, simulator, ("scores@1.1.0",), tmp_path / "r0")
+        with pytest.raises(ConfigError, match=r"409: .*packs:simulate"):
+            await load_remote(TaskRegistry(), api.url, reader, ("scores@1.1.0",), tmp_path / "r1", pending=True)
+        # The command a remote simulating worker runs, in its own process (the server runs on this loop).
+        env = {**os.environ, "JOBENGINE_STATE_DIR": str(tmp_path / "remote"), "JOBENGINE_API_KEY": simulator}
+        argv = ["-m", "jobengine", "worker", "--remote", api.url, "--packs", "scores@1.1.0", "--pending-packs"]
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(90):
+                while not (sim := await engine.runs.get(sim.id)).ended:
+                    assert worker.returncode is None
+                    await asyncio.sleep(0.1)
+        finally:
+            if worker.returncode is None:
+                worker.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.wait_for(worker.communicate(), 60)
+    finally:
+        await api.stop()
+    assert worker.returncode == 0, output.decode(errors="replace")
+    assert sim.state is RunState.COMPLETED
+    review = await engine.pack_runs.review("scores", "1.1.0")
+    assert review.diff is not None and review.diff.counts == {"same": 198, "changed": 2, "new": 0, "gone": 0}
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

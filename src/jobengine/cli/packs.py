@@ -58,11 +58,12 @@ def _check(r: httpx.Response) -> httpx.Response:
         problem: dict[str, Any] = r.json()
     except ValueError:
         problem = {}
-    detail = str(problem.get("detail") or r.reason_phrase or f"HTTP {r.status_code}")
-    field = problem.get("field")
+    from jobengine.sdk.client import problem_detail  # the SDK (and its worker) loads only when a call fails
+
+    field, detail = problem_detail(r.status_code, problem or {"detail": r.reason_phrase})
     if r.status_code in (400, 409, 413, 415, 422):
-        raise InvalidJob(str(field or "request"), f"{detail} (HTTP {r.status_code})")
-    raise RegistryError(f"HTTP {r.status_code}: {detail}")
+        raise InvalidJob(field or "request", f"{detail} (HTTP {r.status_code})")
+    raise RegistryError(f"HTTP {r.status_code}: {field}: {detail}" if field else f"HTTP {r.status_code}: {detail}")
 
 
 def _call(url: str, key: str | None, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -322,13 +323,16 @@ async def load_local(engine: Any, refs: tuple[str, ...], *, pending: bool = Fals
     _report(loaded)
 
 
-async def load_remote(tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: Path) -> None:
-    """Load approved packs over the HTTP API (scope packs:read) into the task registry ``tasks``."""
+async def load_remote(
+    tasks: Any, url: str, key: str | None, refs: tuple[str, ...], directory: Path, *, pending: bool = False
+) -> None:
+    """Load approved packs over the HTTP API (scope packs:read) into the task registry ``tasks``;
+    ``pending``: versions awaiting approval too, for their simulations (scope packs:simulate as well)."""
     from jobengine.packs.loader import HttpFetcher, load_packs
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
-        _report(await load_packs(tasks, HttpFetcher(client), refs, directory))
+        _report(await load_packs(tasks, HttpFetcher(client, pending=pending), refs, directory))
 
 
 def _report(loaded: Any) -> None:

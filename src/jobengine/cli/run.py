@@ -172,7 +172,8 @@ def worker(
         bool,
         typer.Option(
             "--pending-packs",
-            help="Load --packs versions awaiting approval too, to run their simulations (`jobengine pack simulate`).",
+            help="Load --packs versions awaiting approval too, to run their simulations (`jobengine pack simulate`;"
+            " with --remote, the key needs scope packs:simulate).",
         ),
     ] = False,
     metrics_port: Annotated[
@@ -191,8 +192,6 @@ def worker(
     With --packs, it also downloads, verifies and runs those approved task packs (see `jobengine pack`);
     with --pending-packs, versions among them that await approval too (only simulate runs name those).
     With --config, the settings come from that file (and ``JOBENGINE_*``), also for an --app engine."""
-    if pending_packs and remote is not None:
-        raise ConfigError("pending-packs: a remote worker loads approved versions only; run it on the database")
     early = EarlySignals.install()
     refs = None
     if packs:
@@ -202,7 +201,8 @@ def worker(
     if app is None and not refs and not load_settings(config).worker_packs:
         raise ConfigError("app: give --app module:attribute, --packs name@version, or both")
     if remote is not None:
-        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, config, early, metrics_port)
+        _remote_worker(app, remote, key, db, queues, concurrency, lease, grace, refs, config, early, metrics_port,
+                       pending_packs)  # fmt: skip
         return
     if app is None:
         engine = Engine.from_settings(load_settings(config, database=db))
@@ -238,7 +238,7 @@ def worker(
 def _remote_worker(
     app: str | None, url: str, key: str | None, db: str | None, queues: str | None, concurrency: int | None,
     lease: float | None, grace: float | None, packs: tuple[str, ...] | None = None, config: Path | None = None,
-    early: EarlySignals | None = None, metrics_port: int | None = None,
+    early: EarlySignals | None = None, metrics_port: int | None = None, pending: bool = False,
 ) -> None:  # fmt: skip
     from jobengine.cli.remote import load_tasks, run_remote
 
@@ -264,7 +264,7 @@ def _remote_worker(
         if refs:
             from jobengine.cli.packs import cache_dir, load_remote
 
-            await load_remote(tasks, url, key, refs, cache_dir(settings))
+            await load_remote(tasks, url, key, refs, cache_dir(settings), pending=pending)
             if not options["queues"]:
                 options["queues"] = tuple(tasks.queues())
         observe, metrics = worker_metrics(settings)

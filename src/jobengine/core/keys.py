@@ -31,6 +31,7 @@ SCOPES: Final = (
     "packs:read",  # task packs: list, show, download approved versions (workers that load packs)
     "packs:write",  # task packs: upload
     "packs:approve",  # task packs: approve, reject, deprecate, archive; download any version to review it
+    "packs:simulate",  # task packs: download versions awaiting approval (remote workers that simulate them)
     "admin",
 )
 

@@ -367,6 +367,14 @@ class Changed:
     jobs: list[Job] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
+    def then(self, later: Changed) -> Changed:
+        """This transition followed by ``later`` in the same transaction: the events of both, and each job
+        once, where it was first listed, in the state ``later`` left it (a graph node cancelled and then
+        queued again under its failure policy is listed queued)."""
+        last = {j.id: j for j in later.jobs}
+        jobs = [last.pop(j.id, j) for j in self.jobs]
+        return Changed([*jobs, *last.values()], [*self.events, *later.events])
+
 
 @value
 class Inserted:

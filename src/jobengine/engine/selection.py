@@ -128,20 +128,20 @@ class JobSelection:
         cancelled = await eng.store.cancel_jobs(ids, reason, eng.clock.now(), tenant)
         if cancelled.events:
             eng.bus.publish(cancelled.events)
-        # A graph node an ``always`` policy lets run was queued again in the cancel's transaction (listed
-        # twice: cancelled, then queued): its run counts its last state, and a worker must hear of it.
-        latest = list({j.id: j for j in cancelled.jobs}.values())
-        revived = [j for j in latest if j.graph_id is not None and j.state is JobState.QUEUED]
-        if any(j.run_id is not None for j in latest):
-            await eng.runs.ended(latest)
+        # A graph node an ``always`` policy lets run was queued again in the cancel's transaction: its run
+        # no longer counts an outcome for it, and a worker must hear of it.
+        jobs = cancelled.jobs
+        revived = [j for j in jobs if j.graph_id is not None and j.state is JobState.QUEUED]
+        if any(j.run_id is not None for j in jobs):
+            await eng.runs.ended(jobs)
             await eng.runs.reopened([j for j in revived if j.run_id is not None])
         if revived:
             if eng.settings.queue.broker:
                 await eng.transports.publish_jobs(revived, "unblocked")
             eng.notifier().notify()
-        if any(j.graph_id is not None for j in latest):
-            await eng.graphs.ended(latest)
-        return latest
+        if any(j.graph_id is not None for j in jobs):
+            await eng.graphs.ended(jobs)
+        return jobs
 
     async def requeue(self, ids: Sequence[JobId], tenant: str | None = None) -> list[Job]:
         """Queue these finished jobs again with a fresh attempt budget; the jobs that changed. A broker hears

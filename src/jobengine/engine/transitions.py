@@ -82,10 +82,11 @@ class SignatureHooks(Protocol):
     async def record(self, prints: Mapping[JobId, Fingerprint], changed: Changed) -> None: ...
 
 
-def _refused(completion: Completion, exc: JobEngineError, now: float) -> Failure:
+def _refused(completion: Completion, exc: JobEngineError, now: float, job: Job | None) -> Failure:
     """The failure of a node whose completion added nodes its graph refused: dead, with that error (a retry
-    would add the same nodes)."""
-    error = AttemptError(0, now, type(exc).__name__, str(exc), None, None)
+    would add the same nodes), recorded on the attempt and worker that hold ``job``'s lease."""
+    attempt, worker = (job.attempt, job.lease_worker) if job is not None else (0, None)
+    error = AttemptError(attempt, now, type(exc).__name__, str(exc), None, worker)
     return Failure(completion.job_id, completion.token, error, FailOutcome.DEAD)
 
 
@@ -179,7 +180,7 @@ class Transitions:
         the HTTP worker protocol answers 422 and its worker reports again)."""
         plain = [c for c in completions if not c.nodes]
         changed = await self.store.complete_jobs(plain, self.clock.now()) if plain else Changed()
-        refusals: list[Failure] = []
+        refusals: list[tuple[Completion, JobEngineError]] = []
         for c in completions:
             if c.nodes:
                 try:
@@ -189,14 +190,16 @@ class Transitions:
                 except JobEngineError as exc:
                     if refused == "raise":
                         raise
-                    refusals.append(_refused(c, exc, self.clock.now()))
+                    refusals.append((c, exc))
                     continue
                 changed = Changed([*changed.jobs, *more.jobs], [*changed.events, *more.events])
         # More jobs than completions, or a queued one: dependents became runnable.
         woke = len(changed.jobs) > len(completions) or any(j.state is JobState.QUEUED for j in changed.jobs)
         await self._after(changed, finished=True, wake=woke)
         if refusals:
-            failed = await self.fail_jobs(refusals)
+            held = {j.id: j for j in await self.store.get_jobs([c.job_id for c, _ in refusals])}
+            now = self.clock.now()
+            failed = await self.fail_jobs([_refused(c, exc, now, held.get(c.job_id)) for c, exc in refusals])
             changed = Changed([*changed.jobs, *failed.jobs], [*changed.events, *failed.events])
         return changed
 
@@ -273,11 +276,10 @@ class Transitions:
         if prints is not None:
             await self._signatures().record(prints, changed)
         if finished and any(j.run_id is not None for j in changed.jobs):
-            # A graph node the transaction cancelled and then queued again under its failure policy is
-            # listed twice; its last state is the one its run counts.
-            latest = list({j.id: j for j in changed.jobs}.values())
-            await self._runs().ended(latest)
-            if revived := [j for j in latest if j.graph_id is not None and not j.terminal]:
+            await self._runs().ended(changed.jobs)
+            # A graph node the transaction cancelled and then queued again under its failure policy: its
+            # run no longer counts the outcome it had.
+            if revived := [j for j in changed.jobs if j.graph_id is not None and not j.terminal]:
                 await self._runs().reopened(revived)
         if finished and any(j.graph_id is not None and j.terminal for j in changed.jobs):
             await self._graphs().ended(changed.jobs)

@@ -77,14 +77,18 @@ class RegistryFetcher:
 
 
 class HttpFetcher:
-    """Reads the registry over the HTTP API (``jobengine worker --remote URL --packs``; scope packs:read)."""
+    """Reads the registry over the HTTP API (``jobengine worker --remote URL --packs``; scope packs:read).
+    ``pending``: versions awaiting approval load too, as with :class:`RegistryFetcher` (the key needs
+    packs:simulate as well: the server refuses their content otherwise)."""
 
-    def __init__(self, client: Any) -> None:  # an httpx.AsyncClient with base_url and the key's headers
+    def __init__(self, client: Any, *, pending: bool = False) -> None:  # an httpx.AsyncClient, base_url and key
         self.client = client
+        self.pending = pending
 
     async def resolve(self, name: str, ref: str) -> Resolved:
         body = _checked(await self.client.get(f"/api/v1/packs/{name}/versions/{ref}"), f"{name}@{ref}").json()
-        if body["status"] not in ("approved", "deprecated"):
+        runs = ("approved", "deprecated", "pending_approval") if self.pending else ("approved", "deprecated")
+        if body["status"] not in runs:
             raise ConfigError(f"packs: {name}@{body['version']} is {body['status']}: only approved versions run")
         return Resolved(body["name"], body["version"], body["sha256"])
 

@@ -194,11 +194,17 @@ class Runs:
         return None
 
     async def _item_results(self, run: Run) -> tuple[ItemResults, int]:
-        """Each item's result in ``run``'s succeeded segments, and how many items its other segments had."""
+        """Each item's result in ``run``'s succeeded segments, and how many items its other segments had. A
+        retry run holds only the segments it did again: the results of the run it retried come first."""
         segments = await self._store.run_segments(run.id)
         done = [s for s in segments if s.outcome is JobState.SUCCEEDED]
         jobs = await self._jobs.get_jobs([s.job_id for s in done])
-        return item_results(jobs), sum(s.items for s in segments if s.outcome is not JobState.SUCCEEDED)
+        results = item_results(jobs)
+        if run.trigger is RunTrigger.RETRY and run.parent_id is not None:
+            parent = await self._store.get_runs([RunId(run.parent_id)], run.tenant)
+            if parent:
+                results = {**(await self._item_results(parent[0]))[0], **results}
+        return results, sum(s.items for s in segments if s.outcome is not JobState.SUCCEEDED)
 
     # -- actions ------------------------------------------------------------------------------------
     async def replay(
@@ -340,7 +346,13 @@ class Runs:
             actor=actor, parent_id=run.id,
         )  # fmt: skip
         items = tuple(s.items for s in failed)
-        retry = replace(retry, summary=RunSummary(total=len(copies)), items=sum(items))
+        # A run request's retry keeps its mode and request (a simulate run's retry is a simulation too,
+        # with the same base for its diff); it moves no cursor and never takes its stream.
+        old = run.trigger_data if isinstance(run.trigger_data, dict) else {}
+        kept = {k: v for k, v in old.items() if k in _KEPT_ON_RETRY}
+        data: Json = {**kept, "retry_of": run.id} if request_of(old) else None
+        retry = replace(retry, summary=RunSummary(total=len(copies)), items=sum(items), mode=run.mode,
+                        trigger_data=data)  # fmt: skip
         planned = PlannedRun(retry, copies, tuple(self._tasks.phase_names(j.task) for j in copies), items)
         fired = await self._store.insert_run(planned, now)
         self._published(fired.events)
@@ -392,6 +404,11 @@ class Runs:
             self._published(await self._store.record_outcomes(outcomes, self._clock.now()))
         except Exception as exc:
             log.warning("run summaries: could not record %d outcome(s) (%s); the scheduler will", len(outcomes), exc)
+
+
+#: What a retry run's trigger data keeps of the run it retries: the request, the run its diff is against,
+#: the pack version it runs.
+_KEPT_ON_RETRY: Final = frozenset({"request", "base_run_id", "pack"})
 
 
 def _items(job: Job) -> list[Json]:

@@ -38,12 +38,24 @@ TERMINAL_STATES = frozenset({"succeeded", "dead", "cancelled", "stale"})
 MAX_WAIT = 60.0
 
 
+def problem_detail(status: int, problem: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The field a problem+json names (None if it names none) and its detail without that field: the
+    server's detail starts with the field for a malformed request and not for a value the engine refused,
+    so a message that names the field once takes it from here."""
+    field = problem.get("field")
+    detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+    if not isinstance(field, str) or not field:
+        return None, detail
+    return field, detail.removeprefix(f"{field}: ")
+
+
 class ApiError(JobEngineError):
-    """The server refused a call. ``problem`` is its problem+json body (or a stand-in)."""
+    """The server refused a call. ``problem`` is its problem+json body (or a stand-in); the message is
+    ``HTTP <status>: [<field>: ]<detail>``, naming the field at fault once."""
 
     def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
-        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
-        super().__init__(f"HTTP {status}: {detail}")
+        field, detail = problem_detail(status, problem)
+        super().__init__(f"HTTP {status}: {field}: {detail}" if field else f"HTTP {status}: {detail}")
         self.status = status
         self.problem = dict(problem)
 

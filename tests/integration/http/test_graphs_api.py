@@ -7,14 +7,12 @@ import asyncio
 
 import httpx
 
-from jobengine import JobContext, NonRetryable
 from jobengine.engine import Engine
 from jobengine.http import create_app
 from jobengine.settings import Settings
+from tests.support.graph_tasks import TIMEOUT, register, running_worker
 
 from .conftest import Api, MakeApi
-
-TIMEOUT = 60.0
 
 FAN = {
     "name": "fan",
@@ -30,27 +28,6 @@ FAN = {
 }
 
 
-def _register(engine: Engine) -> list[str]:
-    calls: list[str] = []
-
-    @engine.task
-    async def number(n: int) -> int:
-        calls.append(f"number:{n}")
-        return n
-
-    @engine.task
-    async def total(ctx: JobContext) -> int:
-        calls.append("total")
-        return sum((await ctx.parent_results()).values())
-
-    @engine.task(max_attempts=1)
-    async def boom() -> None:
-        if "fixed" not in calls:
-            raise NonRetryable("boom")
-
-    return calls
-
-
 async def _until_ended(client: httpx.AsyncClient, graph_id: str) -> dict[str, object]:
     for _ in range(int(TIMEOUT / 0.05)):
         body = (await client.get(f"/api/v1/graphs/{graph_id}")).json()
@@ -61,7 +38,7 @@ async def _until_ended(client: httpx.AsyncClient, graph_id: str) -> dict[str, ob
 
 
 async def _lifecycle(engine: Engine, acme: httpx.AsyncClient, globex: httpx.AsyncClient) -> None:
-    calls = _register(engine)
+    calls = register(engine)
     created = await acme.post("/api/v1/graphs", json=FAN)
     assert created.status_code == 201, created.text
     graph = created.json()
@@ -74,9 +51,7 @@ async def _lifecycle(engine: Engine, acme: httpx.AsyncClient, globex: httpx.Asyn
     assert (await globex.post(f"/api/v1/graphs/{graph['id']}/cancel")).status_code == 404
     assert (await globex.get("/api/v1/graphs")).json()["items"] == []
 
-    worker = engine.worker(concurrency=4, poll_interval=0.05)
-    running = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(engine):
         ended = await _until_ended(acme, graph["id"])
         assert ended["state"] == "succeeded" and ended["done"] == 7 and ended["completed_at"] is not None
         nodes = {n["name"]: n for n in ended["nodes"]}  # type: ignore[attr-defined]
@@ -101,9 +76,6 @@ async def _lifecycle(engine: Engine, acme: httpx.AsyncClient, globex: httpx.Asyn
         assert retried.status_code == 200, retried.text
         assert (await _until_ended(acme, second["id"]))["state"] == "succeeded"
         assert calls.count("number:9") == 1
-    finally:
-        worker.stop()
-        await asyncio.wait_for(running, TIMEOUT)
     types = [e.type for e in await engine.events(limit=1000, tenant="acme") if e.type.startswith("graph.")]
     assert types == ["graph.completed", "graph.failed", "graph.completed"]
 
@@ -148,7 +120,7 @@ async def test_scopes(api: Api) -> None:
 
 async def test_bad_graphs_are_problems_naming_the_field(make_api: MakeApi) -> None:
     async with make_api(refuse_unknown_tasks=True) as api, api.client() as acme:
-        _register(api.engine)
+        register(api.engine)
         cases = {
             "edges": {"nodes": [{"name": "a", "task": "number"}], "edges": [["a", "a"]]},
             "nodes": {"nodes": [{"name": "a", "task": "number"}, {"name": "a", "task": "number"}]},

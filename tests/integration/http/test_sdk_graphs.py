@@ -10,48 +10,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from jobengine import JobContext, NonRetryable
 from jobengine.core.graphs import GraphState, Policy
-from jobengine.engine import Engine
 from jobengine.sdk import ApiClient, ApiError, GraphNode
+from tests.support.graph_tasks import TIMEOUT, register, running_worker
 
 from .conftest import Api
-
-TIMEOUT = 60.0
-
-
-def _register(engine: Engine) -> list[str]:
-    calls: list[str] = []
-
-    @engine.task
-    async def number(n: int) -> int:
-        calls.append(f"number:{n}")
-        return n
-
-    @engine.task
-    async def total(ctx: JobContext) -> int:
-        calls.append("total")
-        return sum((await ctx.parent_results()).values())
-
-    @engine.task(max_attempts=1)
-    async def boom() -> None:
-        calls.append("boom")
-        if "fixed" not in calls:
-            raise NonRetryable("boom")
-
-    @engine.task
-    async def cleanup(ctx: JobContext) -> list[str]:
-        calls.append("cleanup")
-        return sorted(await ctx.parent_results())
-
-    @engine.task
-    async def slow(ctx: JobContext) -> None:
-        calls.append("slow")
-        for _ in range(int(TIMEOUT / 0.05)):
-            ctx.raise_if_cancelled()
-            await asyncio.sleep(0.05)
-
-    return calls
 
 
 @pytest.fixture
@@ -62,23 +25,18 @@ async def sdk(api: Api) -> AsyncIterator[ApiClient]:
 
 @pytest.fixture
 def calls(api: Api) -> list[str]:
-    return _register(api.engine)
+    return register(api.engine)
 
 
 @pytest.fixture
 async def worker(api: Api, calls: list[str]) -> AsyncIterator[None]:
     """A worker running the nodes (it runs the tasks registered before it starts)."""
-    w = api.engine.worker(concurrency=4, poll_interval=0.05, heartbeat_every=0.2)
-    running = asyncio.create_task(w.run())
-    try:
+    async with running_worker(api.engine):
         yield
-    finally:
-        w.stop()
-        await asyncio.wait_for(running, TIMEOUT)
 
 
 async def test_submit_wait_get_and_list_a_fan_out_fan_in(api: Api, sdk: ApiClient) -> None:
-    calls = _register(api.engine)
+    calls = register(api.engine)
     nodes = [
         GraphNode("start", "number", {"n": 1}),
         *(GraphNode(f"n{i}", "number", {"n": i}, after=["start"], priority=i) for i in range(5)),
@@ -91,13 +49,8 @@ async def test_submit_wait_get_and_list_a_fan_out_fan_in(api: Api, sdk: ApiClien
     with pytest.raises(TimeoutError, match="still pending"):
         await sdk.graphs.wait(submitted.id, timeout=0.2)  # no worker yet
 
-    w = api.engine.worker(concurrency=4, poll_interval=0.05)
-    running = asyncio.create_task(w.run())
-    try:
+    async with running_worker(api.engine):
         done = await sdk.graphs.wait(submitted.id[:13], timeout=TIMEOUT)  # a unique prefix names it
-    finally:
-        w.stop()
-        await asyncio.wait_for(running, TIMEOUT)
     assert (done.id, done.state, done.done, done.progress) == (submitted.id, GraphState.SUCCEEDED, 7, 1.0)
     assert done.completed_at is not None and done.started_at is not None and done.counts == {"succeeded": 7}
     assert done.results["sum"] == 0 + 1 + 2 + 3 + 4 and calls.count("total") == 1
@@ -163,13 +116,16 @@ async def test_cancel_stops_a_running_graph(api: Api, sdk: ApiClient, worker: No
 
 
 async def test_bad_graphs_and_unknown_ones_are_api_errors(api: Api, sdk: ApiClient) -> None:
-    _register(api.engine)
+    register(api.engine)
     with pytest.raises(ApiError) as cycle:
         await sdk.graphs.submit([GraphNode("a", "number", after=["b"]), GraphNode("b", "number", after=["a"])])
     assert cycle.value.status == 422 and cycle.value.problem["field"] == "edges"
+    # The message names the field once: the engine's detail does not name it, the schema's does.
+    assert str(cycle.value).startswith("HTTP 422: edges: ") and str(cycle.value).count("edges") == 1
     with pytest.raises(ApiError) as policy:
         await sdk.graphs.submit([GraphNode("a", "number", policy="maybe")])
     assert policy.value.status == 422 and policy.value.problem["field"] == "nodes.0.policy"
+    assert str(policy.value).startswith("HTTP 422: nodes.0.policy: ") and str(policy.value).count("policy:") == 1
     with pytest.raises(ApiError) as missing:
         await sdk.graphs.get("no-such-graph")
     assert missing.value.status == 404
@@ -192,7 +148,7 @@ async def test_a_submit_retried_after_a_lost_answer_stores_one_graph(api: Api) -
                 return httpx.Response(503, json={"status": 503, "detail": "lost"})
             return response
 
-    _register(api.engine)
+    register(api.engine)
     async with ApiClient("http://api", api.keys["acme"], transport=LosesFirstAnswer(), backoff_base=0.01) as c:
         graph = await c.graphs.submit([GraphNode("a", "number", {"n": 1})])
         assert len(keys) == 2 and keys[0] == keys[1]

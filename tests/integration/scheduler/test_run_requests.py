@@ -4,6 +4,7 @@ only when every segment succeeded), idempotent run ids, and a preview that write
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -107,6 +108,31 @@ async def test_a_retried_run_counts_as_done(engine: Engine) -> None:
     again = await engine.runs.start(request)  # ...but nothing is left to do: born completed, cursor moved
     assert (again.state, again.no_work) == (RunState.COMPLETED, True)
     assert await cursor(engine, request) == 3
+
+
+async def test_a_retried_simulate_run_keeps_its_mode_and_its_diff_covers_every_item(engine: Engine) -> None:
+    full = RunRequest(task="score", items=(1, 2, 3), segment_size=1)
+    base = await engine.runs.start(full)
+    await complete(engine, await claim(engine))
+    simulate = replace(full, mode=RunMode.SIMULATE)
+    sim = await engine.runs.start(simulate)
+    first, *rest = await claim(engine)
+    doubled = [Completion(j.id, j.lease_token or "", [2 * i for i in j.payload["items"]]) for j in rest]  # type: ignore[index]
+    await engine.transitions.complete_jobs(doubled)
+    error = AttemptError(first.attempt, engine.clock.now(), "RuntimeError", "boom")
+    await engine.transitions.fail_jobs([Failure(first.id, first.lease_token or "", error, FailOutcome.DEAD, 0)])
+    assert (await engine.runs.get(sim.id)).state is RunState.ERROR
+
+    retried = await engine.runs.retry(sim.id)
+    assert (retried.trigger, retried.mode) == (RunTrigger.RETRY, "simulate")
+    assert [r.id for r in await engine.runs.list(RunFilter(mode="simulate"))] == [retried.id, sim.id]
+    (again,) = await claim(engine)
+    await engine.transitions.complete_jobs([Completion(again.id, again.lease_token or "", [2])])
+    diff = await engine.runs.diff(retried.id)
+    # The retry's own item and those of the run it retried, against the full run's (None: no result).
+    assert diff.base_run_id == base.id and diff.unfinished == 0
+    assert diff.counts == {"same": 0, "changed": 3, "new": 0, "gone": 0}
+    assert await cursor(engine, simulate) == 3  # moved by the full run only
 
 
 async def test_simulate_is_marked_and_moves_no_cursor(engine: Engine) -> None:

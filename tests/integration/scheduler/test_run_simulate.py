@@ -4,14 +4,12 @@ changed, it sends no webhook and moves no cursor; a replay is a new run over the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jobengine.core.run_diff import ItemChange
 from jobengine.core.run_requests import RunMode, RunRequest
 from jobengine.core.runs import Run, RunState
 from jobengine.engine import Engine
@@ -19,13 +17,14 @@ from jobengine.errors import IllegalState, NotFound
 from jobengine.secretbox import new_key
 from jobengine.webhooks.dispatcher import WebhookDispatcher
 from jobengine.worker import JobContext
+from tests.support import simulations
 
 from .conftest import settings_for
 
 pytestmark = pytest.mark.timeout(300)
 
 #: The items whose score the "new version" changes (the task reads it at run time).
-CHANGED = frozenset(range(0, 1000, 100))
+CHANGED = frozenset(simulations.CHANGED)
 NEW_VERSION = {"on": False}
 #: The ``ctx.mode`` each job of the test saw.
 SEEN_MODES: list[str] = []
@@ -50,16 +49,7 @@ async def live(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 async def run_to_end(engine: Engine, request: RunRequest | None = None, *, replay: str | None = None) -> Run:
     """Start ``request`` (or replay run ``replay``), run a worker until the run ended; the run then."""
     run = await engine.runs.start(request) if request is not None else await engine.runs.replay(replay or "")
-    worker = engine.worker(concurrency=4, poll_interval=0.05, heartbeat_every=1.0)
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(60):
-            while not (run := await engine.runs.get(run.id)).ended:  # noqa: ASYNC110 (polling the store)
-                await asyncio.sleep(0.05)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-    return run
+    return await simulations.run_to_end(engine, run)
 
 
 async def cursor(engine: Engine, request: RunRequest) -> Any:
@@ -70,15 +60,14 @@ async def cursor(engine: Engine, request: RunRequest) -> Any:
 async def test_a_simulate_run_diffs_exactly_the_changed_items_sends_no_webhook(live: Engine) -> None:
     hooks = WebhookDispatcher(live)
     endpoint = await live.webhooks.create_endpoint("default", "http://127.0.0.1:9/hook")
-    full = RunRequest(task="score", items=tuple(range(1000)), segment_size=100, version="v1")
+    full = simulations.full_request("score", version="v1")
     base = await run_to_end(live, full)
     assert base.state is RunState.COMPLETED and await cursor(live, full) == 999
     assert await hooks.fan_out() > 0  # a full run's events reach the endpoint
     before = len(await live.webhooks.list_deliveries("default", endpoint.id, limit=1000))
 
     NEW_VERSION["on"] = True
-    simulate = RunRequest(task="score", items=tuple(range(1000)), segment_size=100, version="v2",
-                          mode=RunMode.SIMULATE)  # fmt: skip
+    simulate = simulations.simulate_request("score", version="v2")
     sim = await run_to_end(live, simulate)
     assert sim.state is RunState.COMPLETED and sim.items == 1000
     assert SEEN_MODES == ["full"] * 10 + ["simulate"] * 10
@@ -87,11 +76,7 @@ async def test_a_simulate_run_diffs_exactly_the_changed_items_sends_no_webhook(l
     assert len(await live.webhooks.list_deliveries("default", endpoint.id, limit=1000)) == before
 
     diff = await live.runs.diff(sim.id)
-    assert diff.base_run_id == base.id and diff.unfinished == 0
-    assert diff.counts == {"same": 990, "changed": 10, "new": 0, "gone": 0}
-    changed = [e for e in diff.entries if e.change is ItemChange.CHANGED]
-    assert [e.item for e in changed] == sorted(CHANGED)
-    assert [(e.before, e.after) for e in changed[:2]] == [(0, 1), (200, 201)]
+    simulations.check_diff(diff, base)
     assert len(diff.to_json()["entries"]) == 10
 
 

@@ -58,9 +58,11 @@ class Collect:
             self.events.append(Event(r[0], self.now, r[1], job.tenant, job.id, job.queue, job.task, loads(r[2])))
 
     def merge(self, changed: Changed) -> None:
-        """Jobs and events built already (by a step written once for both SQL backends)."""
-        self.jobs.extend(changed.jobs)
-        self.events.extend(changed.events)
+        """Jobs and events built already (by a step written once for both SQL backends), later in the
+        transaction than those gathered: a job gathered already keeps its place in its new state."""
+        merged = Changed(self.jobs, self.events).then(changed)
+        self.jobs, self.events = merged.jobs, merged.events
+        self._by_id.update((j.id, j) for j in changed.jobs)
 
     def changed(self) -> Changed:
         self.events.sort(key=lambda e: e.id)

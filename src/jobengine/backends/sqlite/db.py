@@ -116,7 +116,7 @@ def cancel_jobs(conn: sqlite3.Connection, ids: Sequence[JobId], reason: str, now
     if not graphs:
         return changed
     settled = drive(settle_in(SqliteTx(conn), graphs, now))
-    return Changed([*changed.jobs, *settled.jobs], [*changed.events, *settled.events])
+    return changed.then(settled)
 
 
 class SqliteDb:

@@ -261,7 +261,7 @@ def _events_after(applied: Applied, own: list[Event], jobs: list[Job]) -> Change
 def _with_settled(applied: Applied, changed: Changed) -> Changed:
     if applied.settled is None:
         return changed
-    return Changed([*changed.jobs, *applied.settled.jobs], [*changed.events, *applied.settled.events])
+    return changed.then(applied.settled)
 
 
 def _cascade_rows(applied: Applied, own: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -32,7 +32,7 @@ from jobengine.http.problems import ProblemError, problem_responses
 from jobengine.http.responses import READ, READ_ONE, json_response
 from jobengine.packs.errors import ApprovalDenied, DigestMismatch
 from jobengine.packs.registry import PackIntegrityError, PackRegistry, event_to_json, version_to_json
-from jobengine.ports.packs import RUNNABLE, PackVersion
+from jobengine.ports.packs import RUNNABLE, PackStatus, PackVersion
 from jobengine.serialize import run_to_json
 
 router = APIRouter(prefix="/api/v1/packs", tags=["packs"])
@@ -171,10 +171,19 @@ async def download(request: Request, principal: Reader, name: Name, version: Ver
     return await _download(request, principal, found)
 
 
+def _may_download(principal: Principal, version: PackVersion) -> bool:
+    """An approved version: any reader. One awaiting approval: a worker that runs its simulations
+    (``packs:simulate``) or a reviewer. Any other: a reviewer (``packs:approve``)."""
+    if version.status in RUNNABLE or principal.allows("packs:approve"):
+        return True
+    return version.status is PackStatus.PENDING and principal.allows("packs:simulate")
+
+
 async def _download(request: Request, principal: Principal, version: PackVersion) -> Response:
-    if version.status not in RUNNABLE and not principal.allows("packs:approve"):
+    if not _may_download(principal, version):
         raise ProblemError(409, f"{version.name}@{version.version} is {version.status.value}: only approved "
-                           "versions can be downloaded (reviewers with packs:approve may read any)")  # fmt: skip
+                           "versions can be downloaded (keys with packs:simulate may read one awaiting approval, "
+                           "reviewers with packs:approve any)")  # fmt: skip
     etag = _etag(version)
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers={"ETag": etag})
