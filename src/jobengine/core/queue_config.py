@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, TypeVar
 
+from jobengine.core.redis_url import FORM as SENTINEL_FORM
+from jobengine.core.redis_url import is_sentinel_url, parse_sentinel_url
 from jobengine.errors import ConfigError
 
 KINDS: Final = ("database", "redis", "nats")
@@ -84,6 +86,12 @@ class RedisConfig:
     url: str = "redis://127.0.0.1:6379/0"
     planner: RedisQueue = field(default_factory=lambda: _redis_queue("planner"))
     runner: RedisQueue = field(default_factory=lambda: _redis_queue("runner"))
+
+    def __post_init__(self) -> None:
+        if is_sentinel_url(self.url):
+            parse_sentinel_url(self.url, "url")
+        elif not self.url.lower().startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"url: a redis://, rediss://, unix:// or {SENTINEL_FORM} URL (got {self.url!r})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from jobengine.ports.transport import (
 )
 
 from . import scripts
+from .client import open_client
 
 log = logging.getLogger("jobengine.transport.redis")
 
@@ -110,6 +111,10 @@ class RedisTransport:
         try:
             yield
         except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+            raise TransportUnavailable(f"redis {self.url}: {doing}: {exc}") from exc
+        except rx.ReadOnlyError as exc:
+            # A replica, or a master demoted by a failover: the master is elsewhere, so this is the broker
+            # being away (the caller retries; a Sentinel client finds the new master), not a refusal.
             raise TransportUnavailable(f"redis {self.url}: {doing}: {exc}") from exc
         except rx.ResponseError as exc:
             if "NOGROUP" in str(exc):
@@ -373,9 +378,11 @@ def _text(value: Any) -> str:
 def connect(url: str, name: str | None = None) -> Redis:
     """A client that fails fast while Redis is down (a couple of quick retries, then TransportUnavailable to the
     caller, whose loop retries with its own backoff) instead of blocking its caller for seconds. ``name``
-    names each of its connections (``CLIENT SETNAME``)."""
-    return Redis.from_url(
+    names each of its connections (``CLIENT SETNAME``). ``url`` is one server or a ``redis+sentinel://``
+    master (:mod:`jobengine.backends.redis.client`)."""
+    return open_client(
         url,
+        "queue.redis.url",
         client_name=name,
         decode_responses=False,
         socket_connect_timeout=2.0,
