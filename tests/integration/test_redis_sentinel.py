@@ -1,5 +1,6 @@
-"""The Redis transport through Sentinel: it finds the master, follows it through a failover, and counts a
-server that refuses writes (a replica, a demoted master) as unavailable, not as a refusal.
+"""The Redis transport through Sentinel: it finds the master, follows it through a failover (and says that
+the broker's history changed), and counts a server that refuses writes (a replica, a demoted master) as
+unavailable, not as a refusal.
 
 Each test starts its own master, replica and three Sentinels (tests/support/redis_sentinel.py).
 """
@@ -15,7 +16,7 @@ import pytest
 from jobengine.backends.redis.transport import RedisTransport
 from jobengine.core.queue_config import RedisConfig
 from jobengine.errors import TransportUnavailable
-from jobengine.ports.transport import Message
+from jobengine.ports.transport import Message, TransportOptions
 from support.redis_sentinel import redis_sentinel
 from support.services import RespConnection
 
@@ -33,6 +34,13 @@ def _stream_length(port: int) -> int:
         length = conn.command("XLEN", QUEUE.stream)
     assert isinstance(length, int)
     return length
+
+
+def _replication_id(port: int) -> str:
+    with RespConnection("127.0.0.1", port) as conn:
+        info = conn.command("INFO", "replication")
+    assert isinstance(info, bytes)
+    return next(line.split(":")[1] for line in info.decode().splitlines() if line.startswith("master_replid:"))
 
 
 async def _until(check: object, ceiling: float, what: str) -> None:
@@ -68,8 +76,10 @@ async def test_a_master_demoted_under_a_transport_is_unavailable_so_callers_retr
 
 async def test_the_transport_follows_the_master_through_a_failover(tmp_path: Path) -> None:
     with redis_sentinel(tmp_path) as group:
-        transport = RedisTransport(group.url(), "runner", QUEUE)
+        histories: list[str] = []
+        transport = RedisTransport(group.url(), "runner", QUEUE, TransportOptions(new_history=histories.append))
         try:
+            assert await transport.receive(10) == []  # a first look at the server's history
             assert await transport.publish(_messages(0, 50)) == [True] * 50
             assert _stream_length(group.master_port) == 50
 
@@ -103,6 +113,9 @@ async def test_the_transport_follows_the_master_through_a_failover(tmp_path: Pat
             assert sorted(d.message.id for d in got) == sorted(m.id for m in _messages(0, 100))
             await transport.ack(got)
             assert _stream_length(group.master_port) == 0
+            # It noticed, once, that the master it talks to is another server with another history.
+            assert len(histories) == 1
+            assert histories[0].split(":")[1] == _replication_id(group.master_port)
         finally:
             await transport.close()
 

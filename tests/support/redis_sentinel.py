@@ -32,6 +32,7 @@ from support.services import RedisError, RespConnection, unavailable
 
 SERVICE = "jobs"
 QUORUM = 2
+REPL_USER = "replication"  # the replica's user on the master: turned off to cut replication
 
 
 def _free_port() -> int:
@@ -124,15 +125,30 @@ class SentinelGroup:
             and _info(self.replica_port, "replication").get("role") == "master"
         )
 
-    def fail_over(self, ceiling: float = 60.0) -> None:
+    def cut_replication(self) -> None:
+        """The replica stops receiving the master's writes (the master goes on taking them): its replication
+        user is turned off and its link killed, so it cannot resynchronise either."""
+        for command in (("ACL", "SETUSER", REPL_USER, "off"), ("CLIENT", "KILL", "USER", REPL_USER)):
+            with RespConnection("127.0.0.1", self.master_port) as conn:
+                conn.command(*command)
+
+    def fail_over(self, ceiling: float = 60.0, *, lose_writes_for: float = 0.0) -> int:
         """SIGKILL the master; return once the replica is promoted (the Sentinels need ``down_after_ms`` to
-        see it gone, then an election)."""
+        see it gone, then an election). With ``lose_writes_for``, replication is cut that many seconds
+        before the kill, so what the master acknowledged meanwhile is lost with it, as with a replica that
+        lagged. Returns how many bytes of the master's replication stream the promoted replica lacks."""
         old = self.master_port
+        if lose_writes_for > 0:
+            self.cut_replication()
+            time.sleep(lose_writes_for)
+        sent = int(_info(old, "replication").get("master_repl_offset", "0"))
+        received = int(_info(self.replica_port, "replication").get("slave_repl_offset", "0"))
         self._killed = old
         self.procs[old].send_signal(signal.SIGKILL)
         self.procs[old].wait()
         self.wait("promoted", ceiling)
         self.master_port, self.replica_port = self.replica_port, old
+        return max(0, sent - received)
 
     def log(self, port: int) -> str:
         path = self.dir / f"{port}.log"
@@ -167,8 +183,10 @@ def redis_sentinel(
     root.mkdir()
     group = SentinelGroup(root, _free_port(), _free_port(), [_free_port() for _ in range(3)], down_after_ms)
     try:
-        _start(group, group.master_port, _server(server, group.master_port, root / "master"))
-        replica_of = ["--replicaof", "127.0.0.1", str(group.master_port)]
+        repl_user = ["--user", REPL_USER, "on", "nopass", "~*", "&*", "+@all"]
+        _start(group, group.master_port, _server(server, group.master_port, root / "master", *repl_user))
+        replica_of = ["--replicaof", "127.0.0.1", str(group.master_port), "--masteruser", REPL_USER,
+                      "--masterauth", "unused"]  # fmt: skip
         _start(group, group.replica_port, _server(server, group.replica_port, root / "replica", *replica_of))
         for port in group.sentinel_ports:
             config = root / f"sentinel-{port}.conf"  # Sentinel rewrites its own file: one each, writable

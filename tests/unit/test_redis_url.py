@@ -65,7 +65,9 @@ def test_the_queue_section_refuses_a_url_of_another_scheme() -> None:
     with pytest.raises(ConfigError, match=r"^queue\.redis\.url: a redis://, rediss://, unix:// or redis\+sentinel"):
         QueueConfig.load({"kind": "redis", "redis": {"url": "sentinel://s1:26379"}})
     for url in ("redis://h:6379/0", "rediss://h/1", "unix:///run/redis.sock"):
-        assert QueueConfig.load({"redis": {"url": url}}).redis.url == url
+        assert QueueConfig.load({"kind": "redis", "redis": {"url": url}}).redis.url == url
+    # Unused when another kind delivers.
+    assert QueueConfig.load({"kind": "nats", "redis": {"url": "nats://h:4222"}}).redis.url == "nats://h:4222"
 
 
 def test_the_webhook_rate_limiters_url_is_checked_under_its_own_name() -> None:

@@ -24,6 +24,8 @@ QUEUES: Final = ("planner", "runner")
 _NATS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # stream and consumer names: no dots, spaces, wildcards
 _NATS_SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # literal subjects only
 
+_REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", "redis+sentinel://")
+
 C = TypeVar("C")
 
 
@@ -90,8 +92,6 @@ class RedisConfig:
     def __post_init__(self) -> None:
         if is_sentinel_url(self.url):
             parse_sentinel_url(self.url, "url")
-        elif not self.url.lower().startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"url: a redis://, rediss://, unix:// or {SENTINEL_FORM} URL (got {self.url!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +113,10 @@ class QueueConfig:
             raise ConfigError("idempotencyWindow, sweepAfter: must be positive numbers of seconds")
         if self.nats.max_ack_pending < 1:
             raise ConfigError("nats.maxAckPending: must be at least 1")
+        if self.kind == "redis" and not self.redis.url.lower().startswith(_REDIS_SCHEMES):
+            raise ConfigError(
+                f"redis.url: a redis://, rediss://, unix:// or {SENTINEL_FORM} URL (got {self.redis.url!r})"
+            )
 
     @property
     def broker(self) -> bool:

@@ -61,6 +61,7 @@ log = logging.getLogger("jobengine.transport.redis")
 _MAINTAIN_EVERY = 0.25  # seconds between promotions of due retries and take-overs of expired leases
 _ORPHANS_EVERY = 0.5  # seconds between looks for consumers whose process is gone
 _ORPHAN_GRACE = 1.0  # a consumer absent this long (at two looks) is gone, not reconnecting
+_HISTORY_EVERY = 1.0  # seconds between looks at which server (and which history of it) answers
 
 
 class RedisTransport:
@@ -72,6 +73,7 @@ class RedisTransport:
         message_headers=True,
         blocking_receive=True,
         consumer_presence=True,
+        history_checks=True,
     )
 
     def __init__(
@@ -93,6 +95,9 @@ class RedisTransport:
         self._own_client = client is None
         self._look_for_orphans = client is None
         self._next_orphans = 0.0
+        self._check_history = True
+        self._next_history = 0.0
+        self._history: str | None = None  # "<run id>:<replication id>" of the server last looked at
         self._absent: dict[str, float] = {}  # consumer -> first seen without a connection (monotonic)
         self._stream = config.stream
         self._delayed = f"{config.stream}:delayed"
@@ -214,10 +219,37 @@ class RedisTransport:
         out = [d for e in claimed if (d := self._delivery(e[0], e[1], int(e[2]), now, invalid)) is not None]
         if out:
             self.options.counters.count("lease_expired", len(out))
+        if self._check_history and time.monotonic() >= self._next_history:
+            await self._look_at_history()
         if self._look_for_orphans and len(out) < limit and time.monotonic() >= self._next_orphans:
             self._next_orphans = time.monotonic() + _ORPHANS_EVERY
             out += await self._orphans(limit - len(out), now, invalid)
         return out
+
+    async def _look_at_history(self) -> None:
+        """Tell ``options.new_history`` when the server answering is another process (a restart: a new run id)
+        or has another history (a promoted replica: a new replication id) than at the last look. Replication
+        is asynchronous and a restart keeps only what was synced to disk, so what the old one took in its last
+        moments (messages, acknowledgements) may be gone. A Redis that refuses ``INFO`` is not looked at."""
+        self._next_history = time.monotonic() + _HISTORY_EVERY
+        async with self._errors("reading the server's identity"):
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.info("server")
+                    pipe.info("replication")
+                    server, replication = await pipe.execute()
+            except rx.ResponseError as exc:
+                log.warning("redis %s: INFO refused (%s); a failover or restart goes unnoticed", self.url, exc)
+                self._check_history = False
+                return
+        history = f"{server.get('run_id', '')}:{replication.get('master_replid', '')}"
+        if self._history is not None and history != self._history:
+            log.warning("redis %s: the server failed over or restarted; what it took in its last moments may be "
+                        "lost, so runnable jobs are published again", self.url)  # fmt: skip
+            self.options.counters.count("history_changed")
+            if self.options.new_history is not None:
+                self.options.new_history(history)
+        self._history = history
 
     async def _orphans(self, limit: int, now: float, invalid: list[str]) -> list[Delivery]:
         """Entries pending on consumers whose process is gone, taken over now rather than after their
