@@ -87,3 +87,18 @@ async def test_a_sentinel_client_is_built_without_connecting_and_closes_cleanly(
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["db"], kwargs["client_name"]) == (3, "w1")
     await client.aclose()
+
+
+async def test_a_transports_errors_show_its_url_without_the_password() -> None:
+    pytest.importorskip("redis")
+    from jobengine.backends.redis.transport import RedisTransport
+    from jobengine.core.queue_config import RedisConfig
+
+    # Nothing listens on port 1: the Sentinels refuse at once, and the error names the URL.
+    transport = RedisTransport("redis+sentinel://app:s3cret@127.0.0.1:1/jobs/0", "runner", RedisConfig().runner)
+    try:
+        health = await transport.health()
+    finally:
+        await transport.close()
+    assert not health.ok
+    assert "redis+sentinel://app:***@127.0.0.1:1/jobs/0" in health.detail and "s3cret" not in health.detail

@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 
 from jobengine.core.redis_url import is_sentinel_url, parse_sentinel_url
 
@@ -39,10 +41,14 @@ def open_client(url: str, setting: str, **options: Any) -> Redis:
     if not is_sentinel_url(url):
         return Redis.from_url(url, **options)
     parsed = parse_sentinel_url(url, setting)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.sentinels),
-        sentinel_kwargs={"socket_connect_timeout": SENTINEL_TIMEOUT, "socket_timeout": SENTINEL_TIMEOUT},
-    )
+    # No retries against one Sentinel (redis-py's default backs off for seconds): one that is down is skipped
+    # for the next at once, and with all of them down the caller hears so now and retries on its own terms.
+    asking = {
+        "socket_connect_timeout": SENTINEL_TIMEOUT,
+        "socket_timeout": SENTINEL_TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    sentinel = Sentinel(list(parsed.sentinels), sentinel_kwargs=asking)  # type: ignore[no-untyped-call]
     client: Redis = sentinel.master_for(
         parsed.service,
         redis_class=SentinelRedis,

@@ -42,6 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from jobengine.backends.broker import deliverable, settle_exhausted
+from jobengine.core.locations import redact_url
 from jobengine.core.queue_config import RedisQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
@@ -86,6 +87,7 @@ class RedisTransport:
         client: Redis | None = None,
     ) -> None:
         self.url = url
+        self._shown = redact_url(url)  # for messages and logs: a URL may carry the servers' password
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
@@ -116,17 +118,17 @@ class RedisTransport:
         try:
             yield
         except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
-            raise TransportUnavailable(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportUnavailable(f"redis {self._shown}: {doing}: {exc}") from exc
         except rx.ReadOnlyError as exc:
             # A replica, or a master demoted by a failover: the master is elsewhere, so this is the broker
             # being away (the caller retries; a Sentinel client finds the new master), not a refusal.
-            raise TransportUnavailable(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportUnavailable(f"redis {self._shown}: {doing}: {exc}") from exc
         except rx.ResponseError as exc:
             if "NOGROUP" in str(exc):
                 self._ready = False  # the stream or group is gone (a Redis without persistence restarted)
-            raise TransportError(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportError(f"redis {self._shown}: {doing}: {exc}") from exc
         except rx.RedisError as exc:
-            raise TransportError(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportError(f"redis {self._shown}: {doing}: {exc}") from exc
 
     async def _ensure(self) -> None:
         if self._ready:
@@ -239,13 +241,13 @@ class RedisTransport:
                     pipe.info("replication")
                     server, replication = await pipe.execute()
             except rx.ResponseError as exc:
-                log.warning("redis %s: INFO refused (%s); a failover or restart goes unnoticed", self.url, exc)
+                log.warning("redis %s: INFO refused (%s); a failover or restart goes unnoticed", self._shown, exc)
                 self._check_history = False
                 return
         history = f"{server.get('run_id', '')}:{replication.get('master_replid', '')}"
         if self._history is not None and history != self._history:
             log.warning("redis %s: the server failed over or restarted; what it took in its last moments may be "
-                        "lost, so runnable jobs are published again", self.url)  # fmt: skip
+                        "lost, so runnable jobs are published again", self._shown)  # fmt: skip
             self.options.counters.count("history_changed")
             if self.options.new_history is not None:
                 self.options.new_history(history)
@@ -267,7 +269,7 @@ class RedisTransport:
                 clients: Any = await self._redis.client_list()
             except rx.ResponseError as exc:
                 log.warning("redis %s: CLIENT LIST refused (%s); a gone consumer's entries wait for their "
-                            "lease", self.url, exc)  # fmt: skip
+                            "lease", self._shown, exc)  # fmt: skip
                 self._look_for_orphans = False
                 return []
         present = {_text(c.get("name", "")) for c in clients}
