@@ -51,6 +51,10 @@ test: venv browser
 	@# The PostgreSQL-behind-a-pooler tests (tests/integration/postgres/test_pgbouncer.py) start Debian's pgbouncer.
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer) \
 		|| echo "note: could not install pgbouncer; the PgBouncer tests will skip"
+	@# The Sentinel failover tests (tests/integration/test_redis_sentinel.py, tests/acceptance/test_sentinel_failover.py)
+	@# start Debian's redis-sentinel next to redis-server.
+	@command -v redis-sentinel >/dev/null || test -x /usr/bin/redis-sentinel || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-sentinel) \
+		|| echo "note: could not install redis-sentinel; the Sentinel tests will skip"
 	@# Bytecode written once here: where PYTHONDONTWRITEBYTECODE is set, every `jobengine` subprocess the tests
 	@# start would compile the whole package again (about half of its start-up).
 	$(BIN)/python -m compileall -q -j 0 src tests

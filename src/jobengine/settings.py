@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from jobengine.core.flow.config import parse_flow_limits
 from jobengine.core.flow.pressure import ShedPolicy
 from jobengine.core.queue_config import QueueConfig
+from jobengine.core.redis_url import is_sentinel_url, parse_sentinel_url
 from jobengine.errors import ConfigError
 
 _T = TypeVar("_T")
@@ -450,6 +451,8 @@ def _check_webhooks(s: Settings) -> None:
         raise ConfigError("webhook_rate_limiter: one of noop, local, redis")
     if s.webhook_rate_limiter == "redis" and not s.webhook_redis_url:
         raise ConfigError("webhook_redis_url: the redis rate limiter needs a Redis URL (redis://host:6379/0)")
+    if is_sentinel_url(s.webhook_redis_url):
+        parse_sentinel_url(s.webhook_redis_url, "webhook_redis_url")
     if not 0 <= s.webhook_retry_jitter < 1:
         raise ConfigError("webhook_retry_jitter: must be from 0 to below 1 (a fraction of the delay)")
     if not 0 <= s.webhook_rate_margin <= 10:

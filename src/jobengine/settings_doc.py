@@ -48,7 +48,7 @@ QUEUE_DOCS: Final = {
     "nats.*.durableConsumer": "the durable consumer workers share",
     "nats.*.deadLetterStream": "the stream dead-lettered messages go to",
     "nats.*.deadLetterSubject": "its subject",
-    "redis.url": "the Redis server (`redis://host:port/db`)",
+    "redis.url": "the Redis server (`redis://host:port/db`), or a master behind Sentinel (`redis+sentinel://s1:26379,s2:26379/service/db`)",
     "redis.*.stream": "the Redis stream of the queue",
     "redis.*.consumerGroup": "the consumer group workers share",
     "redis.*.deadLetterStream": "the stream dead-lettered messages go to (top-level `redis.deadLetterStream` "

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from jobengine.core.ids import JobId
 from jobengine.core.models import JobFilter, NewJob
 from jobengine.core.states import JobState
+from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 
 from .helpers import T0, claim, completion, enqueue
@@ -94,3 +97,18 @@ async def test_next_run_at_is_the_earliest_runnable_run_at(store: Store) -> None
     await claim(store, T0, queues=["busy"])  # running jobs are not runnable
     assert await store.next_run_at(["busy"]) is None
     assert await store.next_run_at([]) is None
+
+
+async def test_overdue_jobs_are_runnable_ones_oldest_first_and_page_past_a_run_at_and_id(store: Store) -> None:
+    outbox = cast(OutboxStore, store)
+    same = await enqueue(store, *[NewJob(task="t") for _ in range(4)])  # one run_at: the id orders them
+    late = await enqueue(store, NewJob(task="t", run_at=T0 + 10))
+    later = await enqueue(store, NewJob(task="t", run_at=T0 + 100))
+    await claim(store, limit=1)
+    claimed = {j.id for j in same + late + later if (await store.get_jobs([j.id]))[0].state is JobState.RUNNING}
+    expected = [j.id for j in sorted(same, key=lambda j: j.id) + late if j.id not in claimed]
+    assert len(claimed) == 1
+    first = await outbox.overdue_jobs(T0 + 50, 2)
+    rest = await outbox.overdue_jobs(T0 + 50, 2, (first[-1].run_at, first[-1].id))
+    assert [j.id for j in first + rest] == expected  # three of one run_at (one claimed), then the later one
+    assert await outbox.overdue_jobs(T0 + 50, 2, (rest[-1].run_at, rest[-1].id)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -108,3 +109,39 @@ async def test_the_sweep_publishes_overdue_runnable_jobs_again(store: SqliteStor
     clock.advance(61)
     assert await relay.sweep() == 1
     assert [m.id for m in transport.published] == [late.jobs[0].id]
+
+
+async def test_a_lost_history_publishes_every_runnable_job_again_page_by_page(store: SqliteStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, sweep_after=300.0, batch=3)
+    # Young (the regular sweep would wait 300 s for them), due later, and more than a page of the same run_at.
+    now = await store.insert_jobs([NewJob("t") for _ in range(5)], T0, [()] * 5)
+    later = await store.insert_jobs([NewJob("t", run_at=T0 + 3600)], T0, [()])
+    running = await store.insert_jobs([NewJob("t")], T0, [()])
+    await store.claim_jobs([running.jobs[0].id], "w", 30.0, T0)  # type: ignore[arg-type]
+    assert await relay.sweep() == 0
+    assert await relay.sweep_lost("h2") == 6
+    runnable = {j.id for j in now.jobs + later.jobs}
+    assert sorted(m.id for m in transport.published) == sorted(runnable)
+    # Another process's relay that saw the same change adds nothing: the key names the history.
+    assert await OutboxRelay(store, transport, clock, batch=3).sweep_lost("h2") == 0
+    assert await relay.sweep_lost("h3") == 6
+
+
+async def test_the_relay_loop_sweeps_once_it_is_told_the_history_was_lost(store: SqliteStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, idle=0.05)
+    jobs = await store.insert_jobs([NewJob("t") for _ in range(3)], T0, [()] * 3)
+    await relay.start()
+    try:
+        relay.history_lost("h2")
+        for _ in range(200):
+            if len(transport.published) == 3:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await relay.stop()
+    assert sorted(m.id for m in transport.published) == sorted(j.id for j in jobs.jobs)
+    assert {m.key for m in transport.published} == {f"{j.id}:lost:h2:0" for j in jobs.jobs}

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, TypeVar
 
+from jobengine.core.redis_url import FORM as SENTINEL_FORM
+from jobengine.core.redis_url import is_sentinel_url, parse_sentinel_url
 from jobengine.errors import ConfigError
 
 KINDS: Final = ("database", "redis", "nats")
@@ -21,6 +23,8 @@ QUEUES: Final = ("planner", "runner")
 
 _NATS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # stream and consumer names: no dots, spaces, wildcards
 _NATS_SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # literal subjects only
+
+_REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", "redis+sentinel://")
 
 C = TypeVar("C")
 
@@ -85,6 +89,10 @@ class RedisConfig:
     planner: RedisQueue = field(default_factory=lambda: _redis_queue("planner"))
     runner: RedisQueue = field(default_factory=lambda: _redis_queue("runner"))
 
+    def __post_init__(self) -> None:
+        if is_sentinel_url(self.url):
+            parse_sentinel_url(self.url, "url")
+
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
@@ -105,6 +113,10 @@ class QueueConfig:
             raise ConfigError("idempotencyWindow, sweepAfter: must be positive numbers of seconds")
         if self.nats.max_ack_pending < 1:
             raise ConfigError("nats.maxAckPending: must be at least 1")
+        if self.kind == "redis" and not self.redis.url.lower().startswith(_REDIS_SCHEMES):
+            raise ConfigError(
+                f"redis.url: a redis://, rediss://, unix:// or {SENTINEL_FORM} URL (got {self.redis.url!r})"
+            )
 
     @property
     def broker(self) -> bool:

@@ -10,7 +10,9 @@ Labels ``transport`` (database, redis, nats) and ``queue`` (the logical queue: p
 - ``jobengine_queue_dead_lettered_total``: messages put in the dead-letter stream;
 - ``jobengine_queue_dropped_total``: exhausted messages dropped (dead-lettering off);
 - ``jobengine_queue_lease_expired_total``: deliveries taken over after their lease expired;
-- ``jobengine_queue_orphans_taken_total``: deliveries taken over from a consumer whose process is gone.
+- ``jobengine_queue_orphans_taken_total``: deliveries taken over from a consumer whose process is gone;
+- ``jobengine_queue_history_changed_total``: times the broker was found to be another server, or the same one
+  restarted (a failover, a restart), since it was last looked at.
 
 Counters count what this process did. Usage (the
 HTTP API serves it at ``/metrics`` beside its own registry)::
@@ -37,6 +39,7 @@ COUNTED: Final = (
     "dropped",
     "lease_expired",
     "orphans_taken",
+    "history_changed",
 )
 
 _HELP: Final = {
@@ -48,6 +51,7 @@ _HELP: Final = {
     "dropped": "Exhausted messages dropped because dead-lettering is off",
     "lease_expired": "Deliveries taken over after their lease expired",
     "orphans_taken": "Deliveries taken over from a consumer whose process is gone",
+    "history_changed": "Times the broker was found failed over or restarted (recent messages may be lost)",
 }
 
 

@@ -14,6 +14,11 @@ Also, every ``sweep_after / 2`` seconds, a *sweep*: runnable jobs that should ha
 (a broker that restarted without persistence, a publish after a dependency finished that died with its
 process). Their duplicates are harmless.
 
+When the transport finds that the broker failed over or restarted (:meth:`history_lost`), what it took in
+its last moments may be gone, whatever the jobs' age: the relay then publishes *every* runnable job again,
+at once, page by page, keyed by the new history, so relays of other processes that saw the same change add
+nothing within the idempotency window.
+
 It runs in every engine process that has a broker transport (``engine.start()`` starts it): the process that
 enqueued is woken at once; others notice through the store's notifier or within ``idle`` seconds.
 """
@@ -34,6 +39,9 @@ log = logging.getLogger("jobengine.relay")
 
 #: Seconds a published row waits for others to be deleted with it (one store write for many rows).
 DELETE_AFTER = 0.2
+
+#: How far ahead a sweep after a failover looks: every runnable job, however far its run_at.
+_EVERY_RUNNABLE = 100 * 365 * 86400.0
 
 RUN_ID_KEY = "run_id"
 SCHEDULE_ID_KEY = "schedule_id"
@@ -78,6 +86,7 @@ class OutboxRelay:
         self._task: asyncio.Task[None] | None = None
         self._home: asyncio.AbstractEventLoop | None = None  # the event loop the relay runs on
         self._next_sweep = 0.0
+        self._lost: str | None = None  # the broker's new history, while its sweep is owed
 
     def offer(self, rows: Sequence[OutboxRow]) -> None:
         """Rows this process just committed, born held for this relay: those due are published at once,
@@ -145,6 +154,29 @@ class OutboxRelay:
                 log.warning("relay: published %d overdue job(s) again (their message may have been lost)", added)
         return len(late)
 
+    def history_lost(self, token: str) -> None:
+        """The broker failed over or restarted (``token`` names its new history): publish every runnable job
+        again, soon. Called on the relay's event loop."""
+        self._lost = token
+        self._kick.set()
+
+    async def sweep_lost(self, token: str) -> int:
+        """Publish every runnable job again (due or not: a delayed message may be gone too), keyed by
+        ``token``; return how many were added."""
+        horizon = self.clock.now() + _EVERY_RUNNABLE
+        after: tuple[float, str] | None = None
+        added = 0
+        while True:
+            jobs = await self.store.overdue_jobs(horizon, self.batch, after)
+            if jobs:
+                messages = [Message(j.id, j.queue, key=f"{j.id}:lost:{token}:{j.attempt}") for j in jobs]
+                added += sum(await self.transport.publish(messages))
+                after = (jobs[-1].run_at, jobs[-1].id)
+            if len(jobs) < self.batch:
+                break
+        log.warning("relay: the broker failed over or restarted; published %d runnable job(s) again", added)
+        return added
+
     async def flush(self) -> None:
         """Publish until nothing is due, and forget what was published (for shutdown and tests)."""
         while await self.run_once() >= self.batch or self._fresh:
@@ -180,6 +212,10 @@ class OutboxRelay:
         failures = 0
         while True:
             try:
+                if (lost := self._lost) is not None:
+                    await self.sweep_lost(lost)
+                    if self._lost == lost:
+                        self._lost = None
                 n = await self.run_once()
                 if self.clock.now() >= self._next_sweep:
                     self._next_sweep = self.clock.now() + self.sweep_after / 2

@@ -76,6 +76,7 @@ class Transports:
                 consumer=consumer,
                 counters=self.metrics.counters(self.kind, name),
                 exhausted=self._exhausted if name == "runner" else dead_letter_all,
+                new_history=self._new_history if name == "runner" else None,
             )
             opened[name] = open_transport(
                 self.config, name, options, engine.store, job_queues if name == "runner" else ("planner",)
@@ -171,6 +172,11 @@ class Transports:
         source = BrokeredSource(self.engine, self.engine.store, self.engine.store, self.runner, self.publish_jobs)
         self._sources.append(source)
         return source
+
+    def _new_history(self, token: str) -> None:
+        """The runner broker failed over or restarted: the relay publishes every runnable job again."""
+        if self.relay is not None:
+            self.relay.history_lost(token)
 
     async def _exhausted(self, deliveries: Sequence[Delivery]) -> Sequence[Delivery]:
         """The runner's exhausted-delivery hook: mark each job dead in the store (claiming it first if it is

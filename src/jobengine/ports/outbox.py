@@ -102,9 +102,10 @@ class OutboxStore(Protocol):
         are absent from the result (never an error)."""
         ...
 
-    async def overdue_jobs(self, before: float, limit: int) -> list[Job]:
-        """Runnable jobs with ``run_at < before``, oldest run_at first: jobs that should have run long ago, for
-        the relay's sweep (which publishes them again in case their message was lost)."""
+    async def overdue_jobs(self, before: float, limit: int, after: tuple[float, str] | None = None) -> list[Job]:
+        """Runnable jobs with ``run_at < before``, in ``run_at, id`` order, starting past ``after`` (the
+        ``(run_at, id)`` of the last job of the page before): jobs that should have run long ago, for the
+        relay's sweep (which publishes them again in case their message was lost)."""
         ...
 
 

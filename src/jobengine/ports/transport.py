@@ -173,11 +173,15 @@ class TransportCapabilities:
     #: True when what a consumer whose process is gone had received is delivered again within seconds,
     #: from its absence on the broker, not after its lease (Redis: no connection under its name).
     consumer_presence: bool = False
+    #: True when the transport notices, while it receives, that the broker failed over or restarted, and
+    #: tells ``TransportOptions.new_history`` (Redis: the server's run id and replication id changed).
+    history_checks: bool = False
 
 
 class Counters(Protocol):
     """Where a transport counts what it did (see :mod:`jobengine.delivery.metrics`). ``what`` is one of
-    enqueued, deduplicated, acked, retried, dead_lettered, dropped, lease_expired, orphans_taken."""
+    enqueued, deduplicated, acked, retried, dead_lettered, dropped, lease_expired, orphans_taken,
+    history_changed."""
 
     def count(self, what: str, n: int = 1) -> None: ...
 
@@ -197,6 +201,13 @@ async def dead_letter_all(deliveries: Sequence[Delivery]) -> Sequence[Delivery]:
     return deliveries
 
 
+#: Called with a token naming the broker's new history when a transport finds that the broker it talks to is
+#: not the one it talked to before (a failover promoted a replica, the server restarted): what was published
+#: or settled in the moments before may be gone. Must not block; the same token for every process that sees
+#: the same change.
+HistoryHook = Callable[[str], None]
+
+
 @dataclass(frozen=True, slots=True)
 class TransportOptions:
     """What every transport of a logical queue is configured with.
@@ -205,6 +216,8 @@ class TransportOptions:
     ``max_deliveries``: deliveries before a message is exhausted (``queue.maxDeliveryAttempts``).
     ``dead_letter``: False drops exhausted messages (counted) instead of dead-lettering them.
     ``idempotency_window``: seconds within which a repeated publish key is de-duplicated.
+    ``new_history``: told when the broker's history changed (only transports that declare
+    ``history_checks`` look).
     """
 
     lease_seconds: float = 30.0
@@ -214,6 +227,7 @@ class TransportOptions:
     consumer: str = "jobengine"
     counters: Counters = field(default_factory=NoCounters)
     exhausted: ExhaustedHook = dead_letter_all
+    new_history: HistoryHook | None = None
 
     def __post_init__(self) -> None:
         if self.lease_seconds <= 0:

@@ -12,6 +12,8 @@ from redis.asyncio import Redis
 
 from jobengine.errors import ConfigError
 
+from .client import open_client
+
 # KEYS[1]: the window's sorted set. ARGV: limit, window (seconds), a unique member.
 # Returns 0 when counted, else the milliseconds until the oldest entry leaves the window.
 _ACQUIRE = """
@@ -42,7 +44,7 @@ class RedisLimiter:
 
     def _client(self) -> Any:
         if self._redis is None:
-            self._redis = Redis.from_url(self.url, socket_connect_timeout=2.0, socket_timeout=5.0)
+            self._redis = open_client(self.url, "webhook_redis_url", socket_connect_timeout=2.0, socket_timeout=5.0)
             self._script = self._redis.register_script(_ACQUIRE)
         return self._redis
 

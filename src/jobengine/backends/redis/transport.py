@@ -42,6 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from jobengine.backends.broker import deliverable, settle_exhausted
+from jobengine.core.locations import redact_url
 from jobengine.core.queue_config import RedisQueue
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
@@ -54,12 +55,14 @@ from jobengine.ports.transport import (
 )
 
 from . import scripts
+from .client import open_client
 
 log = logging.getLogger("jobengine.transport.redis")
 
 _MAINTAIN_EVERY = 0.25  # seconds between promotions of due retries and take-overs of expired leases
 _ORPHANS_EVERY = 0.5  # seconds between looks for consumers whose process is gone
 _ORPHAN_GRACE = 1.0  # a consumer absent this long (at two looks) is gone, not reconnecting
+_HISTORY_EVERY = 1.0  # seconds between looks at which server (and which history of it) answers
 
 
 class RedisTransport:
@@ -71,6 +74,7 @@ class RedisTransport:
         message_headers=True,
         blocking_receive=True,
         consumer_presence=True,
+        history_checks=True,
     )
 
     def __init__(
@@ -83,6 +87,7 @@ class RedisTransport:
         client: Redis | None = None,
     ) -> None:
         self.url = url
+        self._shown = redact_url(url)  # for messages and logs: a URL may carry the servers' password
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
@@ -92,6 +97,9 @@ class RedisTransport:
         self._own_client = client is None
         self._look_for_orphans = client is None
         self._next_orphans = 0.0
+        self._check_history = True
+        self._next_history = 0.0
+        self._history: str | None = None  # "<run id>:<replication id>" of the server last looked at
         self._absent: dict[str, float] = {}  # consumer -> first seen without a connection (monotonic)
         self._stream = config.stream
         self._delayed = f"{config.stream}:delayed"
@@ -110,13 +118,17 @@ class RedisTransport:
         try:
             yield
         except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
-            raise TransportUnavailable(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportUnavailable(f"redis {self._shown}: {doing}: {exc}") from exc
+        except rx.ReadOnlyError as exc:
+            # A replica, or a master demoted by a failover: the master is elsewhere, so this is the broker
+            # being away (the caller retries; a Sentinel client finds the new master), not a refusal.
+            raise TransportUnavailable(f"redis {self._shown}: {doing}: {exc}") from exc
         except rx.ResponseError as exc:
             if "NOGROUP" in str(exc):
                 self._ready = False  # the stream or group is gone (a Redis without persistence restarted)
-            raise TransportError(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportError(f"redis {self._shown}: {doing}: {exc}") from exc
         except rx.RedisError as exc:
-            raise TransportError(f"redis {self.url}: {doing}: {exc}") from exc
+            raise TransportError(f"redis {self._shown}: {doing}: {exc}") from exc
 
     async def _ensure(self) -> None:
         if self._ready:
@@ -209,10 +221,37 @@ class RedisTransport:
         out = [d for e in claimed if (d := self._delivery(e[0], e[1], int(e[2]), now, invalid)) is not None]
         if out:
             self.options.counters.count("lease_expired", len(out))
+        if self._check_history and time.monotonic() >= self._next_history:
+            await self._look_at_history()
         if self._look_for_orphans and len(out) < limit and time.monotonic() >= self._next_orphans:
             self._next_orphans = time.monotonic() + _ORPHANS_EVERY
             out += await self._orphans(limit - len(out), now, invalid)
         return out
+
+    async def _look_at_history(self) -> None:
+        """Tell ``options.new_history`` when the server answering is another process (a restart: a new run id)
+        or has another history (a promoted replica: a new replication id) than at the last look. Replication
+        is asynchronous and a restart keeps only what was synced to disk, so what the old one took in its last
+        moments (messages, acknowledgements) may be gone. A Redis that refuses ``INFO`` is not looked at."""
+        self._next_history = time.monotonic() + _HISTORY_EVERY
+        async with self._errors("reading the server's identity"):
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.info("server")
+                    pipe.info("replication")
+                    server, replication = await pipe.execute()
+            except rx.ResponseError as exc:
+                log.warning("redis %s: INFO refused (%s); a failover or restart goes unnoticed", self._shown, exc)
+                self._check_history = False
+                return
+        history = f"{server.get('run_id', '')}:{replication.get('master_replid', '')}"
+        if self._history is not None and history != self._history:
+            log.warning("redis %s: the server failed over or restarted; what it took in its last moments may be "
+                        "lost, so runnable jobs are published again", self._shown)  # fmt: skip
+            self.options.counters.count("history_changed")
+            if self.options.new_history is not None:
+                self.options.new_history(history)
+        self._history = history
 
     async def _orphans(self, limit: int, now: float, invalid: list[str]) -> list[Delivery]:
         """Entries pending on consumers whose process is gone, taken over now rather than after their
@@ -230,7 +269,7 @@ class RedisTransport:
                 clients: Any = await self._redis.client_list()
             except rx.ResponseError as exc:
                 log.warning("redis %s: CLIENT LIST refused (%s); a gone consumer's entries wait for their "
-                            "lease", self.url, exc)  # fmt: skip
+                            "lease", self._shown, exc)  # fmt: skip
                 self._look_for_orphans = False
                 return []
         present = {_text(c.get("name", "")) for c in clients}
@@ -373,9 +412,11 @@ def _text(value: Any) -> str:
 def connect(url: str, name: str | None = None) -> Redis:
     """A client that fails fast while Redis is down (a couple of quick retries, then TransportUnavailable to the
     caller, whose loop retries with its own backoff) instead of blocking its caller for seconds. ``name``
-    names each of its connections (``CLIENT SETNAME``)."""
-    return Redis.from_url(
+    names each of its connections (``CLIENT SETNAME``). ``url`` is one server or a ``redis+sentinel://``
+    master (:mod:`jobengine.backends.redis.client`)."""
+    return open_client(
         url,
+        "queue.redis.url",
         client_name=name,
         decode_responses=False,
         socket_connect_timeout=2.0,

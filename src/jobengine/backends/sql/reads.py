@@ -56,6 +56,13 @@ class SqlReadsMixin:
         sql, args = f"{_EVENTS}{clause} ORDER BY id LIMIT ?", [after_id, *args, max(0, limit)]
         return [event_from_row(r) for r in await self.db.read(lambda tx: tx.rows(sql, args))]
 
-    async def overdue_jobs(self: HasDb, before: float, limit: int) -> list[Job]:
-        where = "{runnable} AND jobs.run_at < ? ORDER BY jobs.run_at, jobs.id LIMIT ?"
-        return await self.db.read(lambda tx: tx.jobs(where, (before, limit)))
+    async def overdue_jobs(self: HasDb, before: float, limit: int, after: tuple[float, str] | None = None) -> list[Job]:
+        if after is None:
+            where = "{runnable} AND jobs.run_at < ? ORDER BY jobs.run_at, jobs.id LIMIT ?"
+            return await self.db.read(lambda tx: tx.jobs(where, (before, limit)))
+        where = (
+            "{runnable} AND jobs.run_at < ? AND (jobs.run_at > ? OR (jobs.run_at = ? AND jobs.id > ?))"
+            " ORDER BY jobs.run_at, jobs.id LIMIT ?"
+        )
+        at, job_id = after
+        return await self.db.read(lambda tx: tx.jobs(where, (before, at, at, job_id, limit)))
