@@ -139,9 +139,6 @@ async def test_jobs_delivered_by_redis_wake_their_waits_too(tmp_path: Path, redi
             await asyncio.wait_for(running, 60)
 
 
-# Serial: a replay that follows the dead letter at once can meet the worker still settling that delivery, and
-# under load the replayed message is then not run (a race in the broker source); alone it does not.
-@pytest.mark.serial
 async def test_a_replayed_dead_job_travels_through_redis_again(tmp_path: Path, redis_url: str) -> None:
     """Replay, like retry, tells the broker: a worker that only hears Redis runs the job again."""
     queue = QueueConfig(kind="redis", redis=RedisConfig(url=redis_url))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from jobengine.bus import EventBus
 from jobengine.core.clock import Clock
-from jobengine.core.ids import JobId, WorkerId
+from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import Changed, Completion, FailOutcome, Failure, Heartbeat, Job, Json, Lease, PhaseUpdate
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.core.transitions import expired_failure
@@ -95,7 +95,10 @@ class BrokeredSource:
         self._publish = publish
         self._ahead: list[Delivery] = []  # received while waiting, not yet claimed
         self._want = 1  # how many the last fetch came short of
-        self._held: dict[JobId, Delivery] = {}  # job id -> the delivery it was claimed with
+        # (job id, lease token) -> the delivery the attempt was claimed with. Keyed by the attempt, not the job:
+        # once the store has an attempt's outcome, the job can be queued again (a replay, a manual retry) and
+        # its new message claimed here before that outcome reaches the broker; each settles its own message.
+        self._held: dict[tuple[JobId, LeaseToken], Delivery] = {}
         self._waiting: list[Delivery] = []  # held back by their queue's limits (or pause): claimed later
         self._notifier = BrokerNotifier(self)
 
@@ -139,22 +142,25 @@ class BrokeredSource:
         self, deliveries: Sequence[Delivery], queues: set[str], worker: WorkerId, lease: float, tasks: Sequence[str]
     ) -> list[Job]:
         wanted: dict[JobId, Delivery] = {}
-        extra: list[Delivery] = []  # a second message for a job: settled once the first is
+        extra: list[Delivery] = []  # a second message for a job in this batch: the first one settles the job
         foreign: list[Delivery] = []
         for d in deliveries:
             job_id = JobId(d.message.id)
             if d.message.queue not in queues:
                 foreign.append(d)
-            elif job_id in wanted or job_id in self._held:
+            elif job_id in wanted:
                 extra.append(d)
             else:
+                # Also a job an attempt here holds: only the store tells a copy of its message (the job still
+                # runs under our lease) from the job's next run (its outcome is stored, the job queued again).
                 wanted[job_id] = d
         # Settling the deliveries that start nothing must not lose the ones that did: a broker error here is
         # logged, and those messages come back after their lease.
         if foreign:
             await self._quietly(self.transport.release(foreign, FOREIGN_DELAY), "handing back")
         jobs, limited = await self._claim_ids(wanted, worker, lease, tasks)
-        rest = {i: d for i, d in wanted.items() if i not in self._held}
+        claimed = {j.id for j in jobs}
+        rest = {i: d for i, d in wanted.items() if i not in claimed}
         if rest:
             jobs += await self._settle_unclaimed(rest, limited, worker, lease, tasks)
         if extra:
@@ -187,7 +193,8 @@ class BrokeredSource:
             if changed.events:
                 self.engine.bus.publish(changed.events)
             for job in changed.jobs:
-                self._held[job.id] = wanted[job.id]
+                assert job.lease_token is not None  # a claimed job has its lease
+                self._held[(job.id, job.lease_token)] = wanted[job.id]
             jobs += changed.jobs
         return jobs, limited
 
@@ -208,6 +215,12 @@ class BrokeredSource:
                 ack.append(d)
             elif job.state in RUNNABLE and job.task not in runs:
                 foreign.append(d)
+            elif (
+                job.state is JobState.RUNNING
+                and job.lease_token is not None
+                and (job_id, job.lease_token) in self._held
+            ):
+                ack.append(d)  # a copy of the message an attempt here runs with: that one settles the job
             elif job.state is JobState.RUNNING:
                 if job.lease_expires_at is not None and job.lease_expires_at < now:
                     f = expired_failure(job, now)
@@ -235,8 +248,9 @@ class BrokeredSource:
             # meanwhile comes back later and then finds it running or finished.
             again = {f.job_id: rest[f.job_id] for f in expired if f.job_id not in gone}
             jobs, limited_again = await self._claim_ids(again, worker, lease, tasks)
+            claimed = {j.id for j in jobs}
             for i, d in again.items():
-                if i not in self._held:
+                if i not in claimed:
                     (keep if d.message.queue in limited_again else later.setdefault(1.0, [])).append(d)
         if ack:
             await self._quietly(self.transport.ack(ack), "acknowledging")
@@ -264,8 +278,8 @@ class BrokeredSource:
         self._waiting = [renewed.get(d.receipt, d) for d in self._waiting]
 
     # -- outcomes -----------------------------------------------------------------------------------
-    def _take(self, job_ids: Sequence[JobId]) -> list[Delivery]:
-        return [d for i in job_ids if (d := self._held.pop(i, None)) is not None]
+    def _take(self, attempts: Sequence[tuple[JobId, LeaseToken]]) -> list[Delivery]:
+        return [d for a in attempts if (d := self._held.pop(a, None)) is not None]
 
     async def _quietly(self, call: Awaitable[None], doing: str) -> None:
         try:
@@ -277,11 +291,10 @@ class BrokeredSource:
     async def complete_jobs(self, completions: Sequence[Completion]) -> Changed:
         changed = await self.engine.transitions.complete_jobs(completions)
         mine = {c.job_id for c in completions}
-        done = [j.id for j in changed.jobs if j.id in mine and j.state is JobState.SUCCEEDED]
-        if len(done) < len(mine):
-            finished = set(done)
-            self._forget([c.job_id for c in completions if c.job_id not in finished])
-        await self._quietly(self.transport.ack(self._take(done)), "acknowledging")
+        done = {j.id for j in changed.jobs if j.id in mine and j.state is JobState.SUCCEEDED}
+        self._forget([(c.job_id, c.token) for c in completions if c.job_id not in done])
+        taken = self._take([(c.job_id, c.token) for c in completions if c.job_id in done])
+        await self._quietly(self.transport.ack(taken), "acknowledging")
         unblocked = [j for j in changed.jobs if j.id not in mine and j.state in (JobState.QUEUED, JobState.SCHEDULED)]
         if unblocked:
             await self._quietly(self._publish(unblocked, "unblocked"), "publishing unblocked jobs")
@@ -294,7 +307,9 @@ class BrokeredSource:
         last = {
             f.job_id
             for f in failures
-            if f.outcome is FailOutcome.RETRY and (d := self._held.get(f.job_id)) is not None and d.attempt >= limit
+            if f.outcome is FailOutcome.RETRY
+            and (d := self._held.get((f.job_id, f.token))) is not None
+            and d.attempt >= limit
         }
         if last:
             failures = [
@@ -312,9 +327,9 @@ class BrokeredSource:
         for f in failures:
             job = by_id.get(f.job_id)
             if job is None:
-                self._forget([f.job_id])
+                self._forget([(f.job_id, f.token)])
                 continue
-            ds = self._take([f.job_id])
+            ds = self._take([(f.job_id, f.token)])
             if not ds:
                 continue
             if job.state is JobState.FAILED:
@@ -334,18 +349,20 @@ class BrokeredSource:
     async def release_jobs(self, leases: Sequence[Lease]) -> Changed:
         changed = await self.engine.transitions.release_jobs(leases)
         released = {j.id for j in changed.jobs}
-        self._forget([lease.job_id for lease in leases if lease.job_id not in released])
-        await self._quietly(self.transport.release(self._take(list(released))), "releasing")
+        self._forget([(lease.job_id, lease.token) for lease in leases if lease.job_id not in released])
+        taken = self._take([(lease.job_id, lease.token) for lease in leases if lease.job_id in released])
+        await self._quietly(self.transport.release(taken), "releasing")
         return changed
 
-    def _forget(self, job_ids: Sequence[JobId]) -> None:
-        for i in job_ids:
-            self._held.pop(i, None)
+    def _forget(self, attempts: Sequence[tuple[JobId, LeaseToken]]) -> None:
+        for a in attempts:
+            self._held.pop(a, None)
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> Heartbeat:
         hb = await self.engine.transitions.heartbeat_jobs(leases, lease_seconds)
-        self._forget([lease.job_id for lease in leases if lease.job_id not in hb.held])
-        held = [d for i in hb.held if (d := self._held.get(i)) is not None]
+        self._forget([(lease.job_id, lease.token) for lease in leases if lease.job_id not in hb.held])
+        attempts = [(lease.job_id, lease.token) for lease in leases if lease.job_id in hb.held]
+        held = [d for a in attempts if (d := self._held.get(a)) is not None]
         await self._quietly(self.transport.extend(held), "extending broker leases")
         await self._extend_waiting()
         return hb

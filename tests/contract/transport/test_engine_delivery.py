@@ -335,6 +335,70 @@ async def test_duplicate_messages_and_a_relay_crash_start_the_job_once(make_engi
         assert (await engine.get_job(job.id)).attempt == 1
 
 
+async def test_a_job_replayed_while_its_death_is_reported_runs_again(make_engine: EngineFactory) -> None:
+    """A dead job replayed at once: its new message reaches the worker while that worker still reports the
+    attempt that died (the store has the outcome, the broker not yet). The new message is the job's next
+    run, not a copy of the one the dead attempt holds; that one, not the new one, is dead-lettered."""
+    engine = await make_engine()
+    calls: list[int] = []
+
+    @engine.task(max_attempts=1)
+    async def flaky(ctx: Any) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("first time")
+        return "ok"
+
+    async with engine:
+        job = await engine.enqueue("flaky", max_attempts=1)
+        report = engine.transitions.fail_jobs
+        picked: list[bool] = []
+
+        async def fail_then_replay(failures: Any) -> Any:
+            # The store records the death; the replay and the worker's next fetch come before the rest of
+            # the report (the broker's side), in that order, every time.
+            changed = await report(failures)
+            if not picked and any(j.id == job.id and j.state is JobState.DEAD for j in changed.jobs):
+                await engine.replay(job.id)
+                picked.append(await _eventually(lambda: _left_queued(engine, job.id), 30.0))
+            return changed
+
+        engine.transitions.fail_jobs = fail_then_replay  # type: ignore[method-assign]
+        async with worker(engine):
+            await until(lambda: _true(bool(picked)))
+            assert picked == [True], "the replayed job's message was taken for a copy and never claimed"
+            await until(lambda: _state_is(engine, job.id, JobState.SUCCEEDED))
+            done = await engine.get_job(job.id)
+            assert (done.result, len(calls)) == ("ok", 2)
+            runner = engine.transports.runner
+            if runner.capabilities.dead_letter_stream:
+                await until(lambda: _has_dead_letter(engine))
+                (dead,) = await runner.dead_letters()
+                assert (dead.message.id, dead.message.key) == (job.id, job.id)  # the first publish's message
+            assert await depth_settles_at(runner, 0) == 0
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def _left_queued(engine: Engine, job_id: str) -> bool:
+    return (await engine.get_job(job_id)).state is not JobState.QUEUED
+
+
+async def _state_is(engine: Engine, job_id: str, state: JobState) -> bool:
+    return (await engine.get_job(job_id)).state is state
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def _depth_is(engine: Engine, n: int) -> bool:
     return await engine.transports.runner.depth() == n
 
