@@ -51,7 +51,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from jobengine.backends.broker import deliverable, settle_exhausted
-from jobengine.core.queue_config import NatsQueue
+from jobengine.core.queue_config import NatsQueue, nats_servers
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
     DeadLetter,
@@ -100,13 +100,16 @@ class NatsTransport:
         options: TransportOptions | None = None,
         *,
         max_ack_pending: int = 20_000,
+        replicas: int = 1,
         connect_timeout: float = 2.0,
     ) -> None:
         self.url = url
+        self.servers = nats_servers(url)
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
         self._max_ack_pending = max_ack_pending
+        self._replicas = replicas
         self._connect_timeout = connect_timeout
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -141,7 +144,7 @@ class NatsTransport:
                 async with self._errors("connecting"):
                     async with asyncio.timeout(self._connect_timeout * 2):
                         nc = await nats.connect(
-                            self.url,
+                            self.servers,
                             name=f"jobengine-{self.queue}",
                             connect_timeout=self._connect_timeout,
                             allow_reconnect=True,
@@ -184,7 +187,7 @@ class NatsTransport:
             ):
                 config = api.StreamConfig(
                     name=name, subjects=[subject], retention=retention, storage=api.StorageType.FILE,
-                    duplicate_window=self.options.idempotency_window,
+                    duplicate_window=self.options.idempotency_window, num_replicas=self._replicas,
                 )  # fmt: skip
                 await self._ensure_stream(js, config)
             consumer = api.ConsumerConfig(
@@ -218,13 +221,19 @@ class NatsTransport:
     async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except jerr.NotFoundError:
             try:
                 await js.add_stream(config)
             except jerr.BadRequestError as exc:  # created by another process in between
                 if exc.err_code != 10058:
                     raise
+        else:
+            if (info.config.num_replicas or 1) != config.num_replicas:
+                log.warning(
+                    "nats stream %s has %s replica(s); the settings ask %s (update the stream to apply them)",
+                    config.name, info.config.num_replicas or 1, config.num_replicas,
+                )  # fmt: skip
 
     def _delivery(self, msg: Any, now: float, invalid: list[str]) -> Delivery | None:
         body = bytes(msg.data)
