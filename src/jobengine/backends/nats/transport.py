@@ -75,6 +75,9 @@ _NOT_CONNECTED = (
     ConnectionError,
     OSError,
 )
+# No server answered for a stream or an API (503): in a cluster, the group that serves it has no leader
+# while it elects one, or has lost its quorum. Both pass; the caller retries, as with a broker away.
+_NO_LEADER = (nerr.NoRespondersError, jerr.NoStreamResponseError, jerr.ServiceUnavailableError)
 
 
 def _num_delivered(reply: str) -> int:
@@ -129,7 +132,7 @@ class NatsTransport:
             yield
         except TransportError:
             raise
-        except (*_NOT_CONNECTED, nerr.TimeoutError, TimeoutError) as exc:
+        except (*_NOT_CONNECTED, *_NO_LEADER, nerr.TimeoutError, TimeoutError) as exc:
             raise TransportUnavailable(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc
         except (nerr.Error, jerr.Error) as exc:
             raise TransportError(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc

@@ -1,0 +1,107 @@
+"""The NATS transport on a 3-node JetStream cluster of the test's own (tests/support/nats_cluster.py).
+
+- Streams and their consumer get the replica count asked for; with the node leading both killed, what was
+  published is delivered and acknowledged through the other two.
+- A stream with no quorum (two nodes of three down) makes a publish raise TransportUnavailable, the error
+  its callers retry on, and once the nodes are back the same publish goes through, stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import nats
+import pytest
+
+from jobengine.backends.nats import NatsTransport
+from jobengine.core.queue_config import NatsQueue
+from jobengine.errors import TransportUnavailable
+from jobengine.ports.transport import Delivery, Message, TransportOptions
+from support.nats_cluster import NatsCluster, nats_cluster
+from support.services import unique_name
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def queue_config() -> NatsQueue:
+    name = unique_name("clu").replace("_", "-")
+    up = name.upper().replace("-", "_")
+    return NatsQueue(f"R_{up}", f"{name}.runner", f"{name}-runners", f"R_{up}_DEAD", f"{name}.runner.dead")
+
+
+def messages(n: int, tag: str) -> list[Message]:
+    return [Message(f"{tag}-{i}", "default", f"{tag}-{i}") for i in range(n)]
+
+
+async def receive_all(transport: NatsTransport, want: int, ceiling: float) -> list[Delivery]:
+    got: dict[str, Delivery] = {}
+    deadline = time.monotonic() + ceiling
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"received {len(got)} of {want} in {ceiling:g}s"
+        try:
+            for d in await transport.receive(want, wait=1.0):
+                got.setdefault(d.message.id, d)
+        except TransportUnavailable:
+            await asyncio.sleep(0.2)  # the consumer has no leader yet
+    return list(got.values())
+
+
+async def stream_info(cluster: NatsCluster, stream: str) -> object:
+    nc = await nats.connect(cluster.urls)
+    try:
+        return await nc.jetstream(timeout=10).stream_info(stream)
+    finally:
+        await nc.close()
+
+
+async def test_a_replicated_queue_delivers_through_the_nodes_left_when_its_leader_dies(tmp_path: Path) -> None:
+    with nats_cluster(tmp_path) as cluster:
+        config = queue_config()
+        transport = NatsTransport(cluster.url, "runner", config, TransportOptions(lease_seconds=5.0), replicas=3)
+        try:
+            assert await transport.publish(messages(200, "a")) == [True] * 200
+            info = await stream_info(cluster, config.stream)
+            assert info.config.num_replicas == 3  # type: ignore[attr-defined]
+            assert len(info.cluster.replicas or []) == 2  # type: ignore[attr-defined]  # the leader's two followers
+            leader = await cluster.colocate_leaders(config.stream, config.durable_consumer)
+            cluster.kill(leader)
+            got = await receive_all(transport, 200, ceiling=60)
+            assert sorted(d.message.id for d in got) == sorted(m.id for m in messages(200, "a"))
+            await transport.ack(got)
+            deadline = time.monotonic() + 30
+            while (depth := await transport.depth()) != 0:
+                assert time.monotonic() < deadline, f"{depth} messages left after every one was acknowledged"
+                await asyncio.sleep(0.2)
+        finally:
+            await transport.close()
+
+
+async def test_a_stream_without_quorum_is_unavailable_and_takes_the_same_publish_once_back(tmp_path: Path) -> None:
+    with nats_cluster(tmp_path) as cluster:
+        config = queue_config()
+        transport = NatsTransport(cluster.url, "runner", config, TransportOptions(), replicas=3)
+        try:
+            assert await transport.publish(messages(10, "before")) == [True] * 10
+            down = [n.name for n in cluster.nodes[:2]]
+            for name in down:
+                cluster.kill(name)
+            with pytest.raises(TransportUnavailable):
+                await transport.publish(messages(10, "during"))
+            for name in down:
+                cluster.restart(name)
+            deadline = time.monotonic() + 60
+            while True:  # the stream elects a leader again
+                try:
+                    added = await transport.publish(messages(10, "during"))
+                    break
+                except TransportUnavailable:
+                    assert time.monotonic() < deadline, "the stream took no publish after its nodes came back"
+                    await asyncio.sleep(0.5)
+            assert await transport.publish(messages(10, "during")) == [False] * 10  # stored once
+            assert sum(added) <= 10
+            got = await receive_all(transport, 20, ceiling=60)
+            assert sorted(d.message.id for d in got) == sorted(m.id for m in messages(10, "before") + messages(10, "during"))
+        finally:
+            await transport.close()
