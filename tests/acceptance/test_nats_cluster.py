@@ -11,8 +11,8 @@ the job itself) then shows every job run to its end exactly once: 0 lost, 0 comp
 from __future__ import annotations
 
 import asyncio
-import os
 import collections
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -67,10 +67,10 @@ async def test_a_killed_cluster_node_loses_no_job_and_completes_none_twice(tmp_p
     stream = f"R_{name.upper().replace('-', '_')}"
     with nats_cluster(tmp_path / "nats") as cluster:
         (tmp_path / "jobengine.yaml").write_text(cluster_yaml(cluster.url, name))
-        env = {"PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": postgres_dsn, "LEDGER": str(tmp_path / "ledger.txt"),
-               "JOBENGINE_POLL_INTERVAL": "0.2", "JOBENGINE_LEASE_SECONDS": "10",
-               "JOBENGINE_HEARTBEAT_INTERVAL": "2", "FLEET_TASKS": "a"}  # fmt: skip
-        env = {**os.environ, **env}
+        # A lease of 10 s: deliveries and acks lost with the killed node come back after it (NATS AckWait).
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": postgres_dsn,
+               "LEDGER": str(tmp_path / "ledger.txt"), "JOBENGINE_POLL_INTERVAL": "0.2",
+               "JOBENGINE_LEASE_SECONDS": "10", "JOBENGINE_HEARTBEAT_INTERVAL": "2", "FLEET_TASKS": "a"}  # fmt: skip
         procs = Processes(tmp_path, env, tmp_path)
         settings = Settings.load(tmp_path / "jobengine.yaml", env)
         assert settings.queue.nats.replicas == 3 and len(settings.queue.nats.servers) == 3
@@ -112,8 +112,10 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
             down.set()
             began = time.monotonic()
             await wait_until(
-                lambda: cluster.consumer_leader(stream, consumer) not in (None, leader)
-                and cluster.stream_leader(stream) not in (None, leader),
+                lambda: (
+                    cluster.consumer_leader(stream, consumer) not in (None, leader)
+                    and cluster.stream_leader(stream) not in (None, leader)
+                ),
                 60,
                 "other nodes to take over the stream and its consumer",
             )

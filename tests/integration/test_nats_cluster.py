@@ -102,6 +102,8 @@ async def test_a_stream_without_quorum_is_unavailable_and_takes_the_same_publish
             assert await transport.publish(messages(10, "during")) == [False] * 10  # stored once
             assert sum(added) <= 10
             got = await receive_all(transport, 20, ceiling=60)
-            assert sorted(d.message.id for d in got) == sorted(m.id for m in messages(10, "before") + messages(10, "during"))
+            assert sorted(d.message.id for d in got) == sorted(
+                m.id for m in messages(10, "before") + messages(10, "during")
+            )
         finally:
             await transport.close()

@@ -191,7 +191,9 @@ class NatsCluster:
     def wait_meta_leader(self, timeout: float = START_TIMEOUT) -> str:
         deadline = time.monotonic() + timeout
         while (leader := self.meta_leader()) is None:
-            assert time.monotonic() < deadline, f"no JetStream meta leader after {timeout:g}s: {self.tail(self.nodes[0])}"
+            assert time.monotonic() < deadline, (
+                f"no JetStream meta leader after {timeout:g}s: {self.tail(self.nodes[0])}"
+            )
             time.sleep(0.1)
         return leader
 

@@ -8,8 +8,9 @@ Usage::
         ...
         await transport.ack([d])
 
-- **streams** (created if missing, file storage): the queue's stream holds its subject with work-queue
-  retention (a message is removed once acknowledged) and a ``duplicate_window`` of the idempotency window;
+- **streams** (created if missing, file storage, ``replicas`` copies on a cluster's servers): the queue's
+  stream holds its subject with work-queue retention (a message is removed once acknowledged) and a
+  ``duplicate_window`` of the idempotency window;
   the dead-letter stream holds the dead-letter subject with limits retention. JetStream has no dead-letter
   stream of its own: the engine publishes to this one.
 - **consumer**: durable, pull, explicit acks, ``AckWait`` = the lease, ``MaxDeliver`` = maxDeliveryAttempts
@@ -26,7 +27,9 @@ Usage::
 
 Acks travel as plain publishes to the delivery's reply subject; one lost with a connection is harmless (the
 message is delivered again and its job, already finished in the store, is not claimed twice).
-The client reconnects on its own, forever; while it is away, calls raise TransportUnavailable.
+The client reconnects on its own, forever, to any server of ``url`` (one, or a cluster's comma-separated);
+while it is away, or while a cluster elects the leader of the stream or the consumer, calls raise
+TransportUnavailable.
 """
 
 from __future__ import annotations
