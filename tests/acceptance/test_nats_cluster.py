@@ -31,6 +31,7 @@ from support.services import unique_name
 N = 5_000
 BATCH = 250
 KILL_AFTER = 1_500
+HOLD = 3_000  # enqueued before the kill; jobs are queued and running when it comes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -87,9 +88,12 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
         workers = [procs.spawn(f"worker{i}", "worker", "--app", APP, "--concurrency", "50") for i in range(2)]
         for w in workers:
             procs.wait_output(w, "started on queues", 120)  # their transports have declared the streams
-        await cluster.colocate_leaders(stream, consumer)
+        # The node to kill leads the runner stream and its consumer (where messages are stored and handed
+        # out) and holds the most of the workers' connections: they must reconnect elsewhere.
+        busiest = await asyncio.to_thread(cluster.clients, "jobengine-runner")
+        target = await cluster.colocate_leaders(stream, consumer, max(busiest, key=lambda n: busiest[n]))
         enqueued: list[str] = []
-        killed: dict[str, str | int] = {}
+        killed: dict[str, object] = {}
         down = asyncio.Event()
 
         def ends() -> int:
@@ -97,17 +101,16 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
 
         async def produce() -> None:
             for start in range(0, N, BATCH):
-                if start == N // 2:
-                    await down.wait()  # the second half is enqueued while the node is down and after
+                if start == HOLD:
+                    await down.wait()  # the rest is enqueued while the node is down and after
                 jobs = await engine.enqueue_many([engine.new_job("a", {"i": i}) for i in range(start, start + BATCH)])
                 enqueued.extend(j.id for j in jobs)  # the enqueue returned: these must run
-                await asyncio.sleep(0.05 if start < N // 2 else 0.3)
+                await asyncio.sleep(0.05 if start < HOLD else 0.2)
 
         async def chaos() -> None:
             await wait_until(lambda: ends() >= KILL_AFTER, 120, f"{KILL_AFTER} jobs to run")
-            # The node leading the runner stream and its consumer: where messages are stored and handed out.
-            leader = await cluster.colocate_leaders(stream, consumer)
-            killed.update(node=leader, at=ends())
+            leader = await cluster.colocate_leaders(stream, consumer, target)  # still there, as a rule
+            killed.update(node=leader, at=ends(), workers_connected=busiest[leader])
             cluster.kill(leader)
             down.set()
             began = time.monotonic()
@@ -141,7 +144,8 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
         assert w.wait(60) == 0, procs.output(w)
 
     assert len(enqueued) == N
-    assert KILL_AFTER <= int(killed["at"]) < N, killed  # the node died mid-run
+    assert KILL_AFTER <= killed["at"] < N, killed  # type: ignore[operator]  # the node died mid-run
+    assert killed["workers_connected"], killed  # and workers were connected to it
     lines = ledger(ledger_path)
     ended = collections.Counter(line[1] for line in lines if line[0] == "end")
     started = collections.Counter(line[1] for line in lines if line[0] == "start")

@@ -48,12 +48,18 @@ async def receive_all(transport: NatsTransport, want: int, ceiling: float) -> li
     return list(got.values())
 
 
-async def stream_info(cluster: NatsCluster, stream: str) -> object:
+async def replicas(cluster: NatsCluster, config: NatsQueue) -> tuple[int, int, int]:
+    """The stream's replica setting, and how many followers the stream and its consumer each have."""
     nc = await nats.connect(cluster.urls)
     try:
-        return await nc.jetstream(timeout=10).stream_info(stream)
+        js = nc.jetstream(timeout=10)
+        stream = await js.stream_info(config.stream)
+        consumer = await js.consumer_info(config.stream, config.durable_consumer)
     finally:
         await nc.close()
+    assert stream.cluster is not None and consumer.cluster is not None
+    followers = (len(stream.cluster.replicas or []), len(consumer.cluster.replicas or []))
+    return (stream.config.num_replicas or 1, *followers)
 
 
 async def test_a_replicated_queue_delivers_through_the_nodes_left_when_its_leader_dies(tmp_path: Path) -> None:
@@ -62,9 +68,7 @@ async def test_a_replicated_queue_delivers_through_the_nodes_left_when_its_leade
         transport = NatsTransport(cluster.url, "runner", config, TransportOptions(lease_seconds=5.0), replicas=3)
         try:
             assert await transport.publish(messages(200, "a")) == [True] * 200
-            info = await stream_info(cluster, config.stream)
-            assert info.config.num_replicas == 3  # type: ignore[attr-defined]
-            assert len(info.cluster.replicas or []) == 2  # type: ignore[attr-defined]  # the leader's two followers
+            assert await replicas(cluster, config) == (3, 2, 2)  # each leader has two followers
             leader = await cluster.colocate_leaders(config.stream, config.durable_consumer)
             cluster.kill(leader)
             got = await receive_all(transport, 200, ceiling=60)

@@ -205,10 +205,13 @@ class NatsCluster:
         """The node leading the RAFT group of durable ``consumer`` on ``stream``."""
         return self._leader(stream, consumer)
 
-    async def colocate_leaders(self, stream: str, consumer: str, timeout: float = START_TIMEOUT) -> str:
-        """Step the consumer's leader down until the node that leads ``stream`` leads ``consumer`` too, and
-        return that node: killing it then takes away at once where messages are stored and where they are
-        delivered and acknowledged. (A step-down hands leadership to another replica, chosen by election.)"""
+    async def colocate_leaders(
+        self, stream: str, consumer: str, node: str | None = None, timeout: float = START_TIMEOUT
+    ) -> str:
+        """Step leaders down until one node leads both ``stream`` and ``consumer`` (node ``node``, if given),
+        and return that node: killing it then takes away at once where messages are stored and where they are
+        delivered and acknowledged. A step-down hands leadership to another replica, chosen by election, so
+        this asks again until the dice fall right."""
         import nats
 
         nc = await nats.connect(self.urls, connect_timeout=5)
@@ -217,15 +220,29 @@ class NatsCluster:
             while True:
                 s_leader = await asyncio.to_thread(self.stream_leader, stream)
                 c_leader = await asyncio.to_thread(self.consumer_leader, stream, consumer)
-                if s_leader is not None and s_leader == c_leader:
+                target = node or s_leader
+                if s_leader is not None and s_leader == c_leader == target:
                     return s_leader
                 assert time.monotonic() < deadline, f"stream led by {s_leader}, its consumer by {c_leader}"
-                if c_leader is not None:
+                api = "$JS.API.STREAM.LEADER.STEPDOWN." + stream
+                if s_leader == target:
+                    api = f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"
+                if s_leader is not None and c_leader is not None:
                     with contextlib.suppress(Exception):  # an election under way: ask again
-                        await nc.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}", b"", timeout=5)
+                        await nc.request(api, b"", timeout=5)
                 await asyncio.sleep(0.5)
         finally:
             await nc.close()
+
+    def clients(self, name: str) -> dict[str, int]:
+        """How many client connections named ``name`` each running node holds (its ``/connz``)."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            if node.running:
+                with urllib.request.urlopen(f"http://{HOST}:{node.http_port}/connz?limit=4096", timeout=5) as answer:
+                    doc = json.load(answer)
+                out[node.name] = sum(1 for c in doc.get("connections") or [] if c.get("name") == name)
+        return out
 
     def _leader(self, stream: str, consumer: str | None) -> str | None:
         for doc in self._ask("streams=true&consumers=true"):

@@ -54,6 +54,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from jobengine.backends.broker import deliverable, settle_exhausted
+from jobengine.core.locations import redact_servers
 from jobengine.core.queue_config import NatsQueue, nats_servers
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
@@ -111,6 +112,7 @@ class NatsTransport:
     ) -> None:
         self.url = url
         self.servers = nats_servers(url)
+        self._shown = redact_servers(url)  # for messages and logs
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
@@ -136,9 +138,9 @@ class NatsTransport:
         except TransportError:
             raise
         except (*_NOT_CONNECTED, *_NO_LEADER, nerr.TimeoutError, TimeoutError) as exc:
-            raise TransportUnavailable(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc
+            raise TransportUnavailable(f"nats {self._shown}: {doing}: {type(exc).__name__} {exc}") from exc
         except (nerr.Error, jerr.Error) as exc:
-            raise TransportError(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc
+            raise TransportError(f"nats {self._shown}: {doing}: {type(exc).__name__} {exc}") from exc
 
     async def _connect(self) -> tuple[Client, JetStreamContext]:
         if self._nc is not None and self._js is not None and not self._nc.is_closed:
@@ -146,7 +148,7 @@ class NatsTransport:
         async with self._setup:
             if self._nc is None or self._nc.is_closed or self._js is None:
                 if self._closed:
-                    raise TransportUnavailable(f"nats {self.url}: the transport is closed")
+                    raise TransportUnavailable(f"nats {self._shown}: the transport is closed")
                 async with self._errors("connecting"):
                     async with asyncio.timeout(self._connect_timeout * 2):
                         nc = await nats.connect(
@@ -173,15 +175,15 @@ class NatsTransport:
         return self._nc, self._js
 
     async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats %s: %s", self.url, exc)
+        log.warning("nats %s: %s", self._shown, exc)
 
     async def _on_disconnect(self) -> None:
         # A connection this transport is closing (at close, or after a failed connect) drops by intent.
         if not self._closed and self._nc is not None:
-            log.warning("nats %s: disconnected; reconnecting", self.url)
+            log.warning("nats %s: disconnected; reconnecting", self._shown)
 
     async def _on_reconnect(self) -> None:
-        log.info("nats %s: reconnected", self.url)
+        log.info("nats %s: reconnected", self._shown)
 
     async def _declare(self, js: JetStreamContext) -> None:
         """Create the streams and the durable consumer if they are missing (an existing one is left as it is)."""
