@@ -138,6 +138,13 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
             await asyncio.sleep(0.2)
         print(f"killed {killed}; every job succeeded {time.monotonic() - restarted:.1f}s after the restart")
         finals = await engine.store.get_jobs(enqueued)
+        # Nothing is stuck in the cluster either: messages whose acks died with the node come back after
+        # their lease (10 s), find their jobs finished and are acknowledged.
+        deadline = time.monotonic() + 90
+        while (depth := await engine.transports.runner.depth()) != 0:
+            assert time.monotonic() < deadline, f"{depth} messages still in the runner stream"
+            await asyncio.sleep(0.5)
+        print(f"the runner stream emptied {time.monotonic() - restarted:.1f}s after the restart")
     for w in workers:
         w.send_signal(signal.SIGTERM)
     for w in workers:
