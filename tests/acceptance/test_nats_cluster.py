@@ -89,7 +89,8 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
         for w in workers:
             procs.wait_output(w, "started on queues", 120)  # their transports have declared the streams
         # The node to kill leads the runner stream and its consumer (where messages are stored and handed
-        # out) and holds the most of the workers' connections: they must reconnect elsewhere.
+        # out) and holds the most of this run's connections (workers', and the relay's here): they must
+        # reconnect elsewhere.
         busiest = await asyncio.to_thread(cluster.clients, "jobengine-runner")
         target = await cluster.colocate_leaders(stream, consumer, max(busiest, key=lambda n: busiest[n]))
         enqueued: list[str] = []
@@ -110,7 +111,7 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
         async def chaos() -> None:
             await wait_until(lambda: ends() >= KILL_AFTER, 120, f"{KILL_AFTER} jobs to run")
             leader = await cluster.colocate_leaders(stream, consumer, target)  # still there, as a rule
-            killed.update(node=leader, at=ends(), workers_connected=busiest[leader])
+            killed.update(node=leader, at=ends(), clients=busiest[leader])
             cluster.kill(leader)
             down.set()
             began = time.monotonic()
@@ -152,7 +153,7 @@ async def run(cluster: NatsCluster, procs: Processes, settings: Settings, stream
 
     assert len(enqueued) == N
     assert KILL_AFTER <= killed["at"] < N, killed  # type: ignore[operator]  # the node died mid-run
-    assert killed["workers_connected"], killed  # and workers were connected to it
+    assert killed["clients"], killed  # and clients of the run were connected to it
     lines = ledger(ledger_path)
     ended = collections.Counter(line[1] for line in lines if line[0] == "end")
     started = collections.Counter(line[1] for line in lines if line[0] == "start")

@@ -4,7 +4,9 @@ Each node is a ``nats-server`` process with its own client, route and monitoring
 start) and its own JetStream store directory under the test's temporary directory; the nodes name each other
 in ``--routes`` and share a ``--cluster_name``. ``start`` returns once JetStream has a meta leader that every
 node knows, so streams with 3 replicas can be created at once. Who leads what is read from the nodes' HTTP
-monitoring (``/jsz``): the meta leader, and the leader of a stream's or a consumer's RAFT group.
+monitoring (``/jsz``): the meta leader, and the leader of a stream's or a consumer's RAFT group;
+``colocate_leaders`` steps leaders down until one node leads a stream and its consumer (a chosen node, e.g.
+the one ``clients`` says holds the most connections of a name), so that one kill takes all of them away.
 
 Usage::
 
@@ -13,9 +15,9 @@ Usage::
         node = cluster.stream_leader("R_MINE")      # the node that leads the stream's group
         cluster.kill(node); cluster.restart(node)  # SIGKILL, then the same ports and store directory
 
-Everything goes on the way out, failure or not: every node still running is SIGKILLed and reaped, and the
-store directories live under the test's ``tmp_path``. Without ``nats-server`` the test skips locally and fails
-under ``CI`` (:func:`support.services.unavailable`).
+Everything goes on the way out, failure or not: every node still running is SIGKILLed and reaped, and its
+store directory removed (its log stays in the test's directory). Without ``nats-server`` the test skips
+locally and fails under ``CI`` (:func:`support.services.unavailable`).
 """
 
 from __future__ import annotations
@@ -269,3 +271,5 @@ def nats_cluster(directory: Path, size: int = 3) -> Iterator[NatsCluster]:
         yield cluster
     finally:
         cluster.stop()
+        for node in cluster.nodes:  # the logs stay, with the test's other files
+            shutil.rmtree(node.store, ignore_errors=True)
