@@ -2,6 +2,8 @@
 
 - Streams and their consumer get the replica count asked for; with the node leading both killed, what was
   published is delivered and acknowledged through the other two.
+- Acks in flight on a connection that is lost (its server frozen, then killed) are sent again over the
+  connection the client fails over to: they apply, instead of failing and leaving the messages to come back.
 - A stream with no quorum (two nodes of three down) makes a publish raise TransportUnavailable, the error
   its callers retry on, and once the nodes are back the same publish goes through, stored once.
 """
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -109,5 +112,35 @@ async def test_a_stream_without_quorum_is_unavailable_and_takes_the_same_publish
             assert sorted(d.message.id for d in got) == sorted(
                 m.id for m in messages(10, "before") + messages(10, "during")
             )
+        finally:
+            await transport.close()
+
+
+async def test_acks_on_a_lost_connection_are_sent_again_over_the_next(tmp_path: Path) -> None:
+    with nats_cluster(tmp_path) as cluster:
+        config = queue_config()
+        options = TransportOptions(lease_seconds=120.0)  # a message comes back only if its ack is lost
+        transport = NatsTransport(cluster.url, "runner", config, options, replicas=3)
+        try:
+            await transport.publish(messages(20, "a"))
+            got = await receive_all(transport, 20, ceiling=30)
+            connected = {node: n for node, n in cluster.clients("jobengine-runner").items() if n}
+            assert len(connected) == 1, connected
+            (client_node,) = connected
+            # The stream and its consumer are led elsewhere: only the client's own connection is lost.
+            await cluster.colocate_leaders(config.stream, config.durable_consumer,
+                                           next(n.name for n in cluster.nodes if n.name != client_node))  # fmt: skip
+            cluster.freeze(client_node)
+            acking = asyncio.create_task(transport.ack(got))
+            await asyncio.sleep(0.5)  # the acks and the flush's PING are written to the frozen server
+            cluster.kill(client_node)
+            await acking  # no TransportUnavailable: the acks went again over the new connection
+            deadline = time.monotonic() + 30
+            depth = -1
+            while depth != 0:
+                assert time.monotonic() < deadline, f"{depth} messages unacknowledged (their lease is 120 s)"
+                await asyncio.sleep(0.2)
+                with contextlib.suppress(TransportUnavailable):  # the cluster notices its lost node
+                    depth = await transport.depth()
         finally:
             await transport.close()

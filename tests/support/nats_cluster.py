@@ -161,6 +161,12 @@ class NatsCluster:
             node.proc.send_signal(signal.SIGKILL)
         node.proc.wait()
 
+    def freeze(self, name: str) -> None:
+        """SIGSTOP node ``name``: its connections stay open and nothing sent on them is answered."""
+        node = self.node(name)
+        assert node.proc is not None and node.proc.poll() is None
+        node.proc.send_signal(signal.SIGSTOP)
+
     def restart(self, name: str) -> None:
         """Start node ``name`` again on its ports and store directory; returns once it answers clients."""
         node = self.node(name)

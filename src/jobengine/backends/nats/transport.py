@@ -125,6 +125,7 @@ class NatsTransport:
         self._inbox = ""
         self._arrivals: collections.deque[Msg] = collections.deque()  # what arrived there, not yet taken
         self._arrived = asyncio.Event()
+        self._reconnected = asyncio.Event()  # set (and replaced) at each reconnect
         self._setup = asyncio.Lock()
         self._fetching = asyncio.Lock()
         self._closed = False
@@ -183,6 +184,9 @@ class NatsTransport:
             log.warning("nats %s: disconnected; reconnecting", self._shown)
 
     async def _on_reconnect(self) -> None:
+        # Wakes the flushes waiting on the lost connection (see _flushed); later ones wait on a new event.
+        self._reconnected.set()
+        self._reconnected = asyncio.Event()
         log.info("nats %s: reconnected", self._shown)
 
     async def _declare(self, js: JetStreamContext) -> None:
@@ -255,14 +259,39 @@ class NatsTransport:
 
     async def _reply(self, deliveries: Sequence[Delivery], payload: bytes, doing: str) -> None:
         """Send an ack of some kind for each delivery, then one PING round trip: the server handles a
-        connection's messages in order, so once it answers, the acks are applied (depth reflects them)."""
+        connection's messages in order, so once it answers, the acks are applied (depth reflects them).
+
+        When the connection is lost and replaced before the answer, what it carried may be lost with it:
+        the acks are sent once more over the new one (a repeated ack changes nothing)."""
         if not deliveries:
             return
         nc, _ = await self._connect()
         async with self._errors(doing):
-            for d in deliveries:
-                await nc.publish(d.receipt, payload)
-            await nc.flush(timeout=5)
+            for _ in range(2):
+                reconnected = self._reconnected
+                for d in deliveries:
+                    await nc.publish(d.receipt, payload)
+                if await self._flushed(nc, reconnected):
+                    return
+            raise TransportUnavailable(f"nats {self._shown}: {doing}: the connection was lost twice meanwhile")
+
+    @staticmethod
+    async def _flushed(nc: Client, reconnected: asyncio.Event) -> bool:
+        """One PING round trip; False when the client reconnected first. (nats-py forgets a PING sent on a
+        lost connection: its flush would wait out its whole timeout, then fail.)"""
+        flush = asyncio.ensure_future(nc.flush(timeout=5))
+        lost = asyncio.ensure_future(reconnected.wait())
+        try:
+            await asyncio.wait({flush, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if flush.done():
+            flush.result()  # its error, if it failed
+            return True
+        flush.cancel()
+        with contextlib.suppress(asyncio.CancelledError, nerr.Error):
+            await flush
+        return False
 
     # -- the port -----------------------------------------------------------------------------------
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
