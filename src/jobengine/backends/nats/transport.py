@@ -283,15 +283,13 @@ class NatsTransport:
         lost = asyncio.ensure_future(reconnected.wait())
         try:
             await asyncio.wait({flush, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if flush.done():
+                flush.result()  # its error, if it failed
+                return True
+            return False
         finally:
-            lost.cancel()
-        if flush.done():
-            flush.result()  # its error, if it failed
-            return True
-        flush.cancel()
-        with contextlib.suppress(asyncio.CancelledError, nerr.Error):
-            await flush
-        return False
+            for waiting in (flush, lost):  # a cancelled task leaves no error behind to be reported
+                waiting.cancel()
 
     # -- the port -----------------------------------------------------------------------------------
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
