@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobengine.core.queue_config import nats_servers
 from jobengine.engine import Engine
 
 TRANSPORTS = ("database", "redis", "nats")
@@ -78,7 +79,7 @@ async def _drop_redis(url: str, prefix: str) -> None:
 async def _drop_nats(url: str, streams: list[str]) -> None:
     import nats
 
-    nc = await nats.connect(url)
+    nc = await nats.connect(nats_servers(url))  # a cluster's servers, as queue.nats.url takes them
     try:
         for stream in streams:
             with contextlib.suppress(Exception):

@@ -41,8 +41,11 @@ QUEUE_DOCS: Final = {
     "maxDeliveryAttempts": "deliveries of one message before it is dead-lettered (1 to 1000)",
     "idempotencyWindow": "seconds a publish key is remembered (a key costs broker memory for that long)",
     "sweepAfter": "seconds a runnable job may wait before the relay publishes it again, in case its message was lost",
-    "nats.url": "the NATS server",
+    "nats.url": "the NATS server, or a cluster's servers comma-separated (`nats://n1:4222,nats://n2:4222`): "
+    "the client connects to one and fails over to the others",
     "nats.maxAckPending": "deliveries a consumer lets be in flight at once (JetStream's MaxAckPending)",
+    "nats.replicas": "copies JetStream keeps of each stream and its consumer, on different servers of a cluster "
+    "(1 to 5; 3 survives the loss of one server). Applied when a stream is created",
     "nats.*.stream": "the JetStream stream of the queue",
     "nats.*.subject": "its subject (a literal subject: no wildcards)",
     "nats.*.durableConsumer": "the durable consumer workers share",

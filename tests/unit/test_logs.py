@@ -51,6 +51,31 @@ def test_stores_and_transports_are_described_by_kind_and_place() -> None:
     assert describe_transport(QueueConfig.load({"kind": "nats"})).startswith("nats nats://127.0.0.1:4222")
 
 
+CLUSTER = "nats://app:s3cret@n1:4222, nats://app:s3cret@n2:4222,nats://n3:4222"
+
+
+def test_every_server_of_a_nats_cluster_loses_its_password() -> None:
+    nats = QueueConfig.load({"kind": "nats", "nats": {"url": CLUSTER}})
+    shown = describe_transport(nats)
+    assert shown.startswith("nats nats://app:***@n1:4222,nats://app:***@n2:4222,nats://n3:4222 ")
+    assert "s3cret" not in shown
+
+
+async def test_the_nats_transport_says_where_it_is_without_passwords() -> None:
+    pytest.importorskip("nats", reason="the nats extra is not installed")
+    from jobengine.backends.nats import NatsTransport
+    from jobengine.core.queue_config import NatsConfig
+    from jobengine.errors import TransportUnavailable
+    from jobengine.ports.transport import Message
+
+    transport = NatsTransport(CLUSTER, "runner", NatsConfig().runner)
+    await transport.close()
+    with pytest.raises(TransportUnavailable, match="the transport is closed") as raised:
+        await transport.publish([Message("a-job")])
+    assert "nats://app:***@n2:4222" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
 def job_record(level: int = logging.WARNING, exc: bool = True) -> logging.LogRecord:
     try:
         {}["missing"]  # the KeyError a task raises

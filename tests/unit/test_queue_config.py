@@ -71,8 +71,23 @@ def test_environment_overrides_apply() -> None:
         ({"redis": {"runner": {"stream": ""}}}, "queue.redis.runner.stream"),
         ({"redis": {"bogus": 1}}, "queue.redis.bogus"),
         ({"nats": "nats://x"}, "queue.nats"),
+        ({"nats": {"replicas": 0}}, "queue.nats.replicas"),
+        ({"nats": {"replicas": 7}}, "queue.nats.replicas"),
+        ({"nats": {"url": " , "}}, "queue.nats.url"),
     ],
 )
 def test_bad_values_name_their_path(values: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         QueueConfig.load(values)
+
+
+def test_a_nats_cluster_is_several_comma_separated_urls_and_a_replica_count() -> None:
+    values = {"kind": "nats", "nats": {"url": "nats://n1:4222, nats://n2:4222,nats://n3:4222", "replicas": 3}}
+    q = QueueConfig.load(values)
+    assert q.nats.servers == ["nats://n1:4222", "nats://n2:4222", "nats://n3:4222"]
+    assert q.nats.replicas == 3
+    assert QueueConfig().nats.servers == ["nats://127.0.0.1:4222"]
+    assert QueueConfig().nats.replicas == 1
+    env = {"JOBENGINE_QUEUE_NATS_URL": "nats://a:1,nats://b:2", "JOBENGINE_QUEUE_NATS_REPLICAS": "3"}
+    q = QueueConfig.load(None, env)
+    assert (q.nats.servers, q.nats.replicas) == (["nats://a:1", "nats://b:2"], 3)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-from jobengine.core.queue_config import QueueConfig
+from jobengine.core.queue_config import QueueConfig, nats_servers
 
 _SECRET_PARAM = re.compile(r"(?i)\b(password|passwd|pwd|token|secret)=([^&\s]*)")
 HIDDEN = "***"
@@ -38,6 +38,11 @@ def redact_url(location: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{HIDDEN}@{host}"))
 
 
+def redact_servers(url: str) -> str:
+    """A ``nats.url`` of several comma-separated servers, each without its password."""
+    return ",".join(redact_url(u) for u in nats_servers(url))
+
+
 def describe_store(database: str, postgres_schema: str = "jobengine") -> str:
     """The kind of store a ``database`` setting names and where it is: ``sqlite ./jobengine.db``,
     ``postgres postgresql://app:***@db/jobs (schema jobengine)``, ``sqlite memory (a temporary file)``."""
@@ -53,5 +58,5 @@ def describe_transport(queue: QueueConfig) -> str:
     if queue.kind == "redis":
         return f"redis {redact_url(queue.redis.url)} (stream {queue.redis.runner.stream})"
     if queue.kind == "nats":
-        return f"nats {redact_url(queue.nats.url)} (stream {queue.nats.runner.stream})"
+        return f"nats {redact_servers(queue.nats.url)} (stream {queue.nats.runner.stream})"
     return "database (the store)"

@@ -66,6 +66,11 @@ class RedisQueue:
             raise ConfigError("deadLetterStream: must differ from the queue's stream")
 
 
+def nats_servers(url: str) -> list[str]:
+    """The server URLs of a ``nats.url`` (one, or several comma-separated), in the order given."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 def _nats_queue(name: str, stream: str) -> NatsQueue:
     return NatsQueue(stream, f"scheduler.{name}", f"scheduler-{name}s", f"{stream}_DEAD", f"scheduler.{name}.dead")
 
@@ -76,11 +81,18 @@ def _redis_queue(name: str) -> RedisQueue:
 
 @dataclass(frozen=True, slots=True)
 class NatsConfig:
+    #: One server, or a cluster's servers comma-separated: the client connects to one and fails over to another.
     url: str = "nats://127.0.0.1:4222"
     planner: NatsQueue = field(default_factory=lambda: _nats_queue("planner", "SCHEDULER_PLANNER"))
     runner: NatsQueue = field(default_factory=lambda: _nats_queue("runner", "SCHEDULER_RUNNER"))
     #: Deliveries a consumer lets be in flight at once (JetStream's MaxAckPending).
     max_ack_pending: int = 20_000
+    #: Copies JetStream keeps of each stream (and its consumers) on different servers of a cluster (1 to 5).
+    replicas: int = 1
+
+    @property
+    def servers(self) -> list[str]:
+        return nats_servers(self.url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +129,10 @@ class QueueConfig:
             raise ConfigError(
                 f"redis.url: a redis://, rediss://, unix:// or {SENTINEL_FORM} URL (got {self.redis.url!r})"
             )
+        if not 1 <= self.nats.replicas <= 5:
+            raise ConfigError("nats.replicas: an integer from 1 to 5 (JetStream's limit)")
+        if not self.nats.servers:
+            raise ConfigError("nats.url: one server URL, or several comma-separated")
 
     @property
     def broker(self) -> bool:
@@ -235,6 +251,7 @@ ENV_OVERRIDES: Final = {
     "JOBENGINE_QUEUE_MAX_DELIVERY_ATTEMPTS": ("maxDeliveryAttempts",),
     "JOBENGINE_QUEUE_REDIS_URL": ("redis", "url"),
     "JOBENGINE_QUEUE_NATS_URL": ("nats", "url"),
+    "JOBENGINE_QUEUE_NATS_REPLICAS": ("nats", "replicas"),
 }
 
 

@@ -31,6 +31,7 @@ def open_transport(
         except ImportError as exc:
             raise ConfigError(f"queue.kind: nats needs the nats extra: pip install 'jobengine[nats]' ({exc})") from None
         return NatsTransport(
-            config.nats.url, queue, getattr(config.nats, queue), options, max_ack_pending=config.nats.max_ack_pending
-        )
+            config.nats.url, queue, getattr(config.nats, queue), options,
+            max_ack_pending=config.nats.max_ack_pending, replicas=config.nats.replicas,
+        )  # fmt: skip
     return DatabaseTransport(store, queue, job_queues, options)

@@ -8,8 +8,9 @@ Usage::
         ...
         await transport.ack([d])
 
-- **streams** (created if missing, file storage): the queue's stream holds its subject with work-queue
-  retention (a message is removed once acknowledged) and a ``duplicate_window`` of the idempotency window;
+- **streams** (created if missing, file storage, ``replicas`` copies on a cluster's servers): the queue's
+  stream holds its subject with work-queue retention (a message is removed once acknowledged) and a
+  ``duplicate_window`` of the idempotency window;
   the dead-letter stream holds the dead-letter subject with limits retention. JetStream has no dead-letter
   stream of its own: the engine publishes to this one.
 - **consumer**: durable, pull, explicit acks, ``AckWait`` = the lease, ``MaxDeliver`` = maxDeliveryAttempts
@@ -26,7 +27,9 @@ Usage::
 
 Acks travel as plain publishes to the delivery's reply subject; one lost with a connection is harmless (the
 message is delivered again and its job, already finished in the store, is not claimed twice).
-The client reconnects on its own, forever; while it is away, calls raise TransportUnavailable.
+The client reconnects on its own, forever, to any server of ``url`` (one, or a cluster's comma-separated);
+while it is away, or while a cluster elects the leader of the stream or the consumer, calls raise
+TransportUnavailable.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from jobengine.backends.broker import deliverable, settle_exhausted
-from jobengine.core.queue_config import NatsQueue
+from jobengine.core.locations import redact_servers
+from jobengine.core.queue_config import NatsQueue, nats_servers
 from jobengine.errors import TransportError, TransportUnavailable
 from jobengine.ports.transport import (
     DeadLetter,
@@ -75,6 +79,9 @@ _NOT_CONNECTED = (
     ConnectionError,
     OSError,
 )
+# No server answered for a stream or an API (503): in a cluster, the group that serves it has no leader
+# while it elects one, or has lost its quorum. Both pass; the caller retries, as with a broker away.
+_NO_LEADER = (nerr.NoRespondersError, jerr.NoStreamResponseError, jerr.ServiceUnavailableError)
 
 
 def _num_delivered(reply: str) -> int:
@@ -100,13 +107,17 @@ class NatsTransport:
         options: TransportOptions | None = None,
         *,
         max_ack_pending: int = 20_000,
+        replicas: int = 1,
         connect_timeout: float = 2.0,
     ) -> None:
         self.url = url
+        self.servers = nats_servers(url)
+        self._shown = redact_servers(url)  # for messages and logs
         self.queue = queue
         self.config = config
         self.options = options or TransportOptions()
         self._max_ack_pending = max_ack_pending
+        self._replicas = replicas
         self._connect_timeout = connect_timeout
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -114,6 +125,7 @@ class NatsTransport:
         self._inbox = ""
         self._arrivals: collections.deque[Msg] = collections.deque()  # what arrived there, not yet taken
         self._arrived = asyncio.Event()
+        self._reconnected = asyncio.Event()  # set (and replaced) at each reconnect
         self._setup = asyncio.Lock()
         self._fetching = asyncio.Lock()
         self._closed = False
@@ -126,10 +138,10 @@ class NatsTransport:
             yield
         except TransportError:
             raise
-        except (*_NOT_CONNECTED, nerr.TimeoutError, TimeoutError) as exc:
-            raise TransportUnavailable(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc
+        except (*_NOT_CONNECTED, *_NO_LEADER, nerr.TimeoutError, TimeoutError) as exc:
+            raise TransportUnavailable(f"nats {self._shown}: {doing}: {type(exc).__name__} {exc}") from exc
         except (nerr.Error, jerr.Error) as exc:
-            raise TransportError(f"nats {self.url}: {doing}: {type(exc).__name__} {exc}") from exc
+            raise TransportError(f"nats {self._shown}: {doing}: {type(exc).__name__} {exc}") from exc
 
     async def _connect(self) -> tuple[Client, JetStreamContext]:
         if self._nc is not None and self._js is not None and not self._nc.is_closed:
@@ -137,11 +149,11 @@ class NatsTransport:
         async with self._setup:
             if self._nc is None or self._nc.is_closed or self._js is None:
                 if self._closed:
-                    raise TransportUnavailable(f"nats {self.url}: the transport is closed")
+                    raise TransportUnavailable(f"nats {self._shown}: the transport is closed")
                 async with self._errors("connecting"):
                     async with asyncio.timeout(self._connect_timeout * 2):
                         nc = await nats.connect(
-                            self.url,
+                            self.servers,
                             name=f"jobengine-{self.queue}",
                             connect_timeout=self._connect_timeout,
                             allow_reconnect=True,
@@ -164,15 +176,18 @@ class NatsTransport:
         return self._nc, self._js
 
     async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats %s: %s", self.url, exc)
+        log.warning("nats %s: %s", self._shown, exc)
 
     async def _on_disconnect(self) -> None:
         # A connection this transport is closing (at close, or after a failed connect) drops by intent.
         if not self._closed and self._nc is not None:
-            log.warning("nats %s: disconnected; reconnecting", self.url)
+            log.warning("nats %s: disconnected; reconnecting", self._shown)
 
     async def _on_reconnect(self) -> None:
-        log.info("nats %s: reconnected", self.url)
+        # Wakes the flushes waiting on the lost connection (see _flushed); later ones wait on a new event.
+        self._reconnected.set()
+        self._reconnected = asyncio.Event()
+        log.info("nats %s: reconnected", self._shown)
 
     async def _declare(self, js: JetStreamContext) -> None:
         """Create the streams and the durable consumer if they are missing (an existing one is left as it is)."""
@@ -184,7 +199,7 @@ class NatsTransport:
             ):
                 config = api.StreamConfig(
                     name=name, subjects=[subject], retention=retention, storage=api.StorageType.FILE,
-                    duplicate_window=self.options.idempotency_window,
+                    duplicate_window=self.options.idempotency_window, num_replicas=self._replicas,
                 )  # fmt: skip
                 await self._ensure_stream(js, config)
             consumer = api.ConsumerConfig(
@@ -218,13 +233,19 @@ class NatsTransport:
     async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except jerr.NotFoundError:
             try:
                 await js.add_stream(config)
             except jerr.BadRequestError as exc:  # created by another process in between
                 if exc.err_code != 10058:
                     raise
+        else:
+            if (info.config.num_replicas or 1) != config.num_replicas:
+                log.warning(
+                    "nats stream %s has %s replica(s); the settings ask %s (update the stream to apply them)",
+                    config.name, info.config.num_replicas or 1, config.num_replicas,
+                )  # fmt: skip
 
     def _delivery(self, msg: Any, now: float, invalid: list[str]) -> Delivery | None:
         body = bytes(msg.data)
@@ -238,14 +259,37 @@ class NatsTransport:
 
     async def _reply(self, deliveries: Sequence[Delivery], payload: bytes, doing: str) -> None:
         """Send an ack of some kind for each delivery, then one PING round trip: the server handles a
-        connection's messages in order, so once it answers, the acks are applied (depth reflects them)."""
+        connection's messages in order, so once it answers, the acks are applied (depth reflects them).
+
+        When the connection is lost and replaced before the answer, what it carried may be lost with it:
+        the acks are sent once more over the new one (a repeated ack changes nothing)."""
         if not deliveries:
             return
         nc, _ = await self._connect()
         async with self._errors(doing):
-            for d in deliveries:
-                await nc.publish(d.receipt, payload)
-            await nc.flush(timeout=5)
+            for _ in range(2):
+                reconnected = self._reconnected
+                for d in deliveries:
+                    await nc.publish(d.receipt, payload)
+                if await self._flushed(nc, reconnected):
+                    return
+            raise TransportUnavailable(f"nats {self._shown}: {doing}: the connection was lost twice meanwhile")
+
+    @staticmethod
+    async def _flushed(nc: Client, reconnected: asyncio.Event) -> bool:
+        """One PING round trip; False when the client reconnected first. (nats-py forgets a PING sent on a
+        lost connection: its flush would wait out its whole timeout, then fail.)"""
+        flush = asyncio.ensure_future(nc.flush(timeout=5))
+        lost = asyncio.ensure_future(reconnected.wait())
+        try:
+            await asyncio.wait({flush, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if flush.done():
+                flush.result()  # its error, if it failed
+                return True
+            return False
+        finally:
+            for waiting in (flush, lost):  # a cancelled task leaves no error behind to be reported
+                waiting.cancel()
 
     # -- the port -----------------------------------------------------------------------------------
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
