@@ -6,9 +6,12 @@ it can be restarted or killed mid-test. Usage::
         ...cluster.dsn...
         cluster.restart()                         # pg_ctl restart -m fast
         cluster.kill(); cluster.start()           # SIGKILL the postmaster, then start again (crash recovery)
+        cluster.stop("fast"); ...; cluster.start()  # an outage as long as the test wants
 
-The server runs as the ``postgres`` account (it refuses root), trust auth, user and database ``postgres``;
-durability is off (``fsync``): the tests restart or kill the server, never the machine. ``wrap`` prefixes
+The server runs as the ``postgres`` account (it refuses root), trust auth, user and database ``postgres``.
+``fsync`` is off: the tests restart or kill the server, never the machine, and a commit written to the
+kernel survives a killed server. ``synchronous_commit`` stays on: off, a commit is acknowledged before its
+WAL leaves the server's memory, and a killed server forgets it (a claim lost so runs its job again). ``wrap`` prefixes
 the commands that start the server (the network test bed runs it inside a namespace). Needs PostgreSQL's
 server binaries under /usr/lib/postgresql; without them the test skips locally and fails under ``CI``.
 """
@@ -111,12 +114,12 @@ class Cluster:
         while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "immediate") -> None:
+        """``pg_ctl stop -m <mode>`` (the data stays, :meth:`start` starts it again); SIGKILL if that fails."""
         pid = self.postmaster()
         if pid is None or not _running(pid):
             return
-        stop = [*_AS_POSTGRES, str(self.server / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "-t", "60",
-                "stop"]  # fmt: skip
+        stop = [*_AS_POSTGRES, str(self.server / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"]
         with contextlib.suppress(subprocess.SubprocessError):
             subprocess.run(stop, capture_output=True, timeout=90)
         if _running(pid):  # pg_ctl could not stop it
@@ -154,7 +157,7 @@ def postgres_cluster(
     port = port or free_port(host)
     options = (
         f"-c listen_addresses={host} -c port={port} -c unix_socket_directories={base} "
-        f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=off "
+        f"-c max_connections={max_connections} -c fsync=off "
         "-c full_page_writes=off -c shared_buffers=64MB"
     )
     cluster = Cluster(server, base, host, port, options, wrap)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from jobengine.backends.postgres.mixin import qualify, session
+from jobengine.backends.postgres.pool import RECONNECT_CEILING
 from jobengine.backends.sql import workers as shared
 from jobengine.core.ids import WorkerId
 from jobengine.errors import StoreUnavailable
@@ -95,7 +96,7 @@ class _Liveness:
                         await self._conn.close()
                 self._conn = None
                 await asyncio.sleep(backoff)
-                backoff = min(2.0, backoff * 2)
+                backoff = min(RECONNECT_CEILING, backoff * 2)
 
     async def stop(self) -> None:
         if self._task is not None:
