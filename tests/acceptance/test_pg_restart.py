@@ -1,11 +1,12 @@
-"""PostgreSQL itself restarted, then killed, under a running fleet: every process reconnects by itself and
-nothing is lost or run twice.
+"""PostgreSQL itself restarted, killed, then stopped for a while, under a running fleet: every process
+reconnects by itself and nothing is lost or run twice.
 
 The test's own cluster (tests/support/pgcluster.py) on a loopback port; the API, the scheduler (a 1 s
 schedule) and two workers run as the deploy files start them (deploy/jobengine.env, the systemd commands).
 Jobs go in through the API in batches. With part of them done, the server is restarted (``pg_ctl restart
 -m fast``: every session ended, the server down until it is back); later it is SIGKILLed (a crash: no
-shutdown, crash recovery at the next start) and started again. After each, without restarting anything:
+shutdown, crash recovery at the next start) and started again; last, it is stopped for 10 s. After each,
+without restarting anything:
 
 - the API answers and takes more jobs, which the workers run;
 - the scheduler fires the next ticks;
@@ -44,7 +45,8 @@ from support.processes import Processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-N = 3_000  # jobs before the first restart; 300 more after each event
+N = 3_000  # jobs before the first restart; 300 more after each outage, 1,000 more before the 2nd and 3rd
+OUTAGE = 10.0  # seconds the server is stopped in the third outage: within the misfire grace (15 s)
 WORKERS = ("worker1", "worker2")
 
 
@@ -169,6 +171,14 @@ async def _back_at_work(fleet: Fleet, since: float, start: int) -> list[str]:
         return sum(1 for _, at in await _ticks(fleet.cluster.dsn) if at > since) >= 3
 
     await _until(ticks_after, "three ticks fired after the outage")
+
+    async def sessions_held() -> bool:
+        """Both workers registered, and their liveness locks and the scheduler's leadership held again."""
+        workers = await _rows(fleet.cluster.dsn, "SELECT count(*) FROM jobengine.workers WHERE lock_key IS NOT NULL")
+        locks = await _rows(fleet.cluster.dsn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+        return int(workers[0][0]) == len(WORKERS) and int(locks[0][0]) == len(WORKERS) + 1
+
+    await _until(sessions_held, "the workers' liveness and the scheduler's leadership to be held again", 60)
     ran = {line[6] for line in fleet.lines() if line[0] == "end" and float(line[4]) > since}
     assert set(WORKERS) <= ran, f"a worker ran no job after the outage: {ran}"
     fleet.alive()
@@ -204,6 +214,18 @@ async def test_a_restarted_and_a_killed_postgres_lose_nothing_and_run_nothing_tw
     print(f"SIGKILL and start: server down {restarted - started:.1f} s")
     await _until(lambda: _all_succeeded(fleet, more), "the jobs in flight at the kill to succeed")
     ids += more + await _back_at_work(fleet, restarted, N + 1300)
+
+    # A long outage: the server stopped while jobs run, and started again OUTAGE seconds later.
+    more = await asyncio.to_thread(fleet.enqueue, 1000, N + 1600)
+    await asyncio.sleep(1.0)
+    started = time.time()
+    await asyncio.to_thread(fleet.cluster.stop, "fast")
+    await asyncio.sleep(OUTAGE)
+    await asyncio.to_thread(fleet.cluster.start)
+    restarted = time.time()
+    print(f"stop, {OUTAGE:g} s, start: server down {restarted - started:.1f} s")
+    await _until(lambda: _all_succeeded(fleet, more), "the jobs in flight at the stop to succeed")
+    ids += more + await _back_at_work(fleet, restarted, N + 2600)
 
     async with Engine.from_settings(Settings(database=dsn)) as engine:
         await engine.schedules.pause("tick")
