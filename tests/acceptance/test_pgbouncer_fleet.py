@@ -11,6 +11,7 @@ execution writes ``start`` / ``end`` lines to a file of its process.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import sys
@@ -24,9 +25,11 @@ import psycopg
 import pytest
 
 from jobengine.engine import Engine
+from jobengine.errors import StoreUnavailable
 from jobengine.settings import Settings
 from support.deploy import ROOT
 from support.pgbouncer import pgbouncer
+from support.pgcluster import Cluster, postgres_cluster
 from support.processes import Processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -43,9 +46,22 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str, ceiling: float
 
 
 async def test_5000_jobs_through_the_pooler_none_lost_none_twice(postgres_dsn: str, tmp_path: Path) -> None:
+    await _through_the_pooler(postgres_dsn, tmp_path)
+
+
+async def test_the_server_restarted_behind_the_pooler_loses_nothing(tmp_path: Path) -> None:
+    """The same, on a cluster of the test's own restarted (``pg_ctl restart -m fast``) with a fifth done:
+    PgBouncer's server sessions and the workers' direct sessions all end; every process carries on. The
+    pooler tries a failed server login again after 1 s (``server_login_retry``, 15 s by default, during
+    which it refuses its clients), as docs/postgres.md advises."""
+    with postgres_cluster() as cluster:
+        await _through_the_pooler(cluster.dsn, tmp_path, restart=cluster)
+
+
+async def _through_the_pooler(postgres_dsn: str, tmp_path: Path, restart: Cluster | None = None) -> None:
     ledger = tmp_path / "ledger"
     ledger.mkdir()
-    with pgbouncer(postgres_dsn, tmp_path) as bouncer:
+    with pgbouncer(postgres_dsn, tmp_path, settings={"server_login_retry": "1"} if restart else {}) as bouncer:
         settings = Settings(database=bouncer.dsn, database_direct=postgres_dsn)
         env = {
             **os.environ,
@@ -69,9 +85,24 @@ async def test_5000_jobs_through_the_pooler_none_lost_none_twice(postgres_dsn: s
                 assert len(set(ids)) == N
 
                 async def all_succeeded() -> bool:
-                    return sum(1 for j in await engine.get_jobs(ids) if j.state == "succeeded") == N
+                    try:
+                        return sum(1 for j in await engine.get_jobs(ids) if j.state == "succeeded") == N
+                    except StoreUnavailable:  # the server restarting: asked again, as any caller would
+                        return False
 
+                if restart is not None:
+
+                    async def some_done() -> bool:
+                        return sum(len(p.read_text().splitlines()) for p in ledger.glob("*.txt")) >= N // 5 * 2
+
+                    await _until(some_done, "a fifth of the jobs to run", 120)
+                    await asyncio.to_thread(restart.restart, "fast")
+                    restarted = time.monotonic()
                 await _until(all_succeeded, f"the {N} jobs to succeed", 240)
+                if restart is not None:
+                    ends = sorted(float(t.split()[4]) for p in ledger.glob("*.txt") for t in p.read_text().splitlines())
+                    gap = max(b - a for a, b in itertools.pairwise(ends))
+                    print(f"all done {time.monotonic() - restarted:.1f} s after the restart; longest gap {gap:.1f} s")
             for p, name in procs.procs.items():
                 assert p.poll() is None, f"{name} exited: {procs.output(p)[-3000:]}"
                 p.send_signal(signal.SIGTERM)
