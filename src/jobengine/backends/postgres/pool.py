@@ -13,24 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
-from psycopg_pool.base import AttemptWithBackoff
 
 #: The longest a pool, a lane or a session (LISTEN, liveness) waits between two tries to connect.
 RECONNECT_CEILING = 2.0
 
 
-class CappedAttempt(AttemptWithBackoff):
-    """psycopg_pool's reconnection backoff (from 1 s, doubling, with jitter), never above the ceiling."""
-
-    def update_delay(self, now: float) -> None:
-        super().update_delay(now)
-        self.delay = min(self.delay, RECONNECT_CEILING)
-
-
 class ReconnectingPool(AsyncConnectionPool[Any]):
-    """An ``AsyncConnectionPool`` whose every reconnection attempt backs off to :data:`RECONNECT_CEILING` at
-    most. The pool starts an attempt in ``_add_connection`` (and passes it on to each retry), so giving it a
-    capped one there caps every try; ``reconnect_timeout`` still bounds how long one attempt goes on."""
+    """An ``AsyncConnectionPool`` whose reconnection tries are :data:`RECONNECT_CEILING` apart at most.
 
-    async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
-        await super()._add_connection(attempt or CappedAttempt(timeout=self.reconnect_timeout), growing=growing)
+    The pool passes one attempt object to each try of a connection (``_add_connection``); after a failed
+    try, the attempt multiplies its ``delay`` by its ``DELAY_BACKOFF`` and the next try waits that long.
+    Bounding the delay a try starts with bounds the wait after it. Only those two attributes are relied on
+    (the attempt's class was renamed between psycopg_pool releases; both names have them)."""
+
+    async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        if attempt is not None:
+            attempt.delay = min(attempt.delay, RECONNECT_CEILING / attempt.DELAY_BACKOFF)
+        await super()._add_connection(attempt, growing=growing)
