@@ -23,18 +23,14 @@ for ``bed_postgres``; without them the test skips locally and fails under ``CI``
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
 import os
-import pwd
 import shutil
-import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from support.pgcluster import postgres_cluster
 from support.services import unavailable
 
 _beds = itertools.count()
@@ -139,58 +135,17 @@ def netbed(names: Sequence[str]) -> Iterator[NetBed]:
         bed.remove()
 
 
-def _server_bin() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        unavailable("the network test bed needs PostgreSQL's server binaries (initdb) under /usr/lib/postgresql")
-    return Path(found[-1]).parent
-
-
 @contextlib.contextmanager
 def bed_postgres(bed: NetBed, name: str, *, max_connections: int = 200) -> Iterator[str]:
     """A PostgreSQL cluster of its own on host ``name``, listening on its address only (trust auth, user
-    ``postgres``, database ``postgres``); yields its DSN. Stopped and its data directory deleted afterwards.
-
-    It runs as the ``postgres`` account (the server refuses root); durability is off (``fsync``), as the
-    bed tests partitions, not crashes of the database host."""
-    server = _server_bin()
-    try:
-        account = pwd.getpwnam("postgres")
-    except KeyError:
-        unavailable("the network test bed runs PostgreSQL as the `postgres` account, which does not exist")
-    base = Path(tempfile.mkdtemp(prefix=f"{bed.tag}-pg-"))
-    data = base / "data"
-    as_postgres = ["runuser", "-u", "postgres", "--"]
-    try:
-        os.chown(base, account.pw_uid, account.pw_gid)
-        subprocess.run([*as_postgres, str(server / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                        "--no-sync", "-E", "UTF8"], check=True, capture_output=True, timeout=120)  # fmt: skip
-        with (data / "pg_hba.conf").open("a") as hba:
-            hba.write(f"host all all {bed.subnet}.0/24 trust\n")
-        options = (
-            f"-c listen_addresses={bed.address(name)} -c port=5432 -c unix_socket_directories={base} "
-            f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c shared_buffers=64MB"
-        )
-        start = [*as_postgres, str(server / "pg_ctl"), "-D", str(data), "-l", str(base / "server.log"), "-w",
-                 "-t", "120", "-o", options, "start"]  # fmt: skip
-        done = subprocess.run(bed.argv(name, start), capture_output=True, text=True, timeout=180)
-        if done.returncode != 0:
-            log = (base / "server.log").read_text() if (base / "server.log").exists() else ""
-            raise AssertionError(f"the bed's PostgreSQL did not start: {done.stdout}{done.stderr}\n{log}")
-        yield f"postgresql://postgres@{bed.address(name)}:5432/postgres"
-    finally:
-        _stop_cluster(server, data, as_postgres)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _stop_cluster(server: Path, data: Path, as_postgres: list[str]) -> None:
-    pidfile = data / "postmaster.pid"
-    if not pidfile.exists():
-        return
-    stop = [*as_postgres, str(server / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "-t", "60", "stop"]
-    with contextlib.suppress(subprocess.SubprocessError):
-        subprocess.run(stop, capture_output=True, timeout=90)
-    if pidfile.exists():  # pg_ctl could not stop it: the postmaster's pid is the file's first line
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+    ``postgres``, database ``postgres``); yields its DSN. Stopped and its data directory deleted afterwards
+    (tests/support/pgcluster.py makes it; its server runs in the host's namespace)."""
+    with postgres_cluster(
+        bed.address(name),
+        5432,
+        allow=[f"{bed.subnet}.0/24"],
+        wrap=lambda argv: bed.argv(name, argv),
+        max_connections=max_connections,
+        prefix=f"{bed.tag}-pg-",
+    ) as cluster:
+        yield cluster.dsn

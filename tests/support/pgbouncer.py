@@ -19,7 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,9 +70,11 @@ def _unprivileged() -> str:
 
 
 @contextlib.contextmanager
-def pgbouncer(server_dsn: str, tmp_path: Path, *, pool_size: int = 8) -> Iterator[Bouncer]:
+def pgbouncer(
+    server_dsn: str, tmp_path: Path, *, pool_size: int = 8, settings: Mapping[str, str] | None = None
+) -> Iterator[Bouncer]:
     """Start PgBouncer (transaction mode) in front of the server of ``server_dsn``; yield its DSN for the
-    same database and user; stop it afterwards."""
+    same database and user; stop it afterwards. ``settings`` are more lines of its ``[pgbouncer]`` section."""
     binary = shutil.which("pgbouncer") or (_BINARY if os.access(_BINARY, os.X_OK) else None)
     if binary is None:
         unavailable("pgbouncer is not installed (apt-get install pgbouncer)")
@@ -95,6 +97,7 @@ def pgbouncer(server_dsn: str, tmp_path: Path, *, pool_size: int = 8) -> Iterato
         f"default_pool_size = {pool_size}",
         "max_client_conn = 500",
         "ignore_startup_parameters = extra_float_digits",
+        *(f"{name} = {value}" for name, value in (settings or {}).items()),
     ]
     if os.geteuid() == 0:
         lines.append(f"user = {_unprivileged()}")

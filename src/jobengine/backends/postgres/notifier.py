@@ -24,6 +24,7 @@ import threading
 import psycopg
 
 from jobengine.backends.postgres.mixin import session
+from jobengine.backends.postgres.pool import RECONNECT_CEILING
 
 log = logging.getLogger("jobengine.postgres")
 
@@ -49,7 +50,9 @@ class _Listener:
 
 
 class PgNotifier:
-    def __init__(self, dsn: str, channel: str, *, probe: bytes | None = None, max_backoff: float = 2.0) -> None:
+    def __init__(
+        self, dsn: str, channel: str, *, probe: bytes | None = None, max_backoff: float = RECONNECT_CEILING
+    ) -> None:
         self._dsn = dsn
         self._channel = channel
         self._probe = probe

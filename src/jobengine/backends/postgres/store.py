@@ -67,6 +67,7 @@ from jobengine.backends.postgres.migrate import migrate
 from jobengine.backends.postgres.mixin import session
 from jobengine.backends.postgres.notifier import PgNotifier
 from jobengine.backends.postgres.outbox import PostgresOutboxMixin
+from jobengine.backends.postgres.pool import RECONNECT_CEILING, ReconnectingPool
 from jobengine.backends.postgres.reads import PostgresReadsMixin
 from jobengine.backends.postgres.rows import encode_rows, event_from_row
 from jobengine.backends.postgres.workers import PostgresWorkers
@@ -281,7 +282,7 @@ class PostgresStore(
             async def track(conn: Conn) -> None:
                 conns.add(conn)
 
-            pool = AsyncConnectionPool(
+            pool = ReconnectingPool(
                 self.dsn,
                 min_size=self._pool_min,
                 max_size=self._pool_max,
@@ -326,7 +327,7 @@ class PostgresStore(
             async with asyncio.timeout(self._pool_timeout):
                 conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs)
         except (psycopg.Error, OSError, TimeoutError) as exc:
-            lane.backoff = min(30.0, max(1.0, lane.backoff * 2))
+            lane.backoff = min(RECONNECT_CEILING, max(0.5, lane.backoff * 2))
             lane.retry_at = loop.time() + lane.backoff
             log.warning("PostgreSQL lane connection failed (%s); the pool serves, next try in %gs", exc, lane.backoff)
             return

@@ -7,7 +7,8 @@ the statement's transaction only and never waits for a held one.
 
 A session also ends while its process lives: a connection reset, ``pg_terminate_backend``, a server
 restart. The worker reconnects and takes its lock again at once, so a lock seen free is only believed
-after it has been seen free for ``grace`` seconds (two looks at least that far apart). A worker that was
+after it has been seen free for ``grace`` seconds (two looks at least that far apart), and none in the first
+``RESTART_SETTLE_SECONDS`` after the server started, when every worker is reconnecting at once. A worker that was
 declared dead all the same finds its row gone at its next beat: its jobs' leases were taken, and a late
 report of theirs is fenced out.
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from jobengine.backends.postgres.mixin import qualify, session
+from jobengine.backends.postgres.pool import RECONNECT_CEILING
 from jobengine.backends.sql import workers as shared
 from jobengine.core.ids import WorkerId
 from jobengine.errors import StoreUnavailable
@@ -35,10 +37,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobengine.postgres")
 
 
+#: How long after the server starts a free lock proves nothing: a restart ends every liveness session at
+#: once, and each worker takes its lock again only when its reconnection (backing off to
+#: ``RECONNECT_CEILING``) gets through, on a host that may be busy. A worker dead meanwhile is found then.
+RESTART_SETTLE_SECONDS = 10.0
+
 # A free lock is taken for this statement's transaction only (and given back at its end); a held one is
-# not waited for. CASE, so no lock is tried for a worker without one.
+# not waited for. CASE, evaluated in order: no lock is tried for a worker without one, nor while the server
+# has been up for less than the settle time.
 _DEAD = f"""SELECT {shared.WORKER_COLUMNS} FROM {{s}}workers
-WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8 ELSE pg_try_advisory_xact_lock(lock_key) END"""
+WHERE CASE WHEN lock_key IS NULL THEN expires_at <= %(now)s::float8
+    WHEN now() - pg_postmaster_start_time() < make_interval(secs => %(settle)s::float8) THEN false
+    ELSE pg_try_advisory_xact_lock(lock_key) END"""
 
 
 class _Liveness:
@@ -95,7 +105,7 @@ class _Liveness:
                         await self._conn.close()
                 self._conn = None
                 await asyncio.sleep(backoff)
-                backoff = min(2.0, backoff * 2)
+                backoff = min(RECONNECT_CEILING, backoff * 2)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -128,13 +138,15 @@ class PostgresWorkers(shared.SqlWorkers[_Liveness]):
 
     async def dead(self, now: float) -> list[WorkerInfo]:
         """Remote workers past their expiry, and workers whose liveness lock is free at two looks ``grace``
-        apart (a session that drops and is back within the grace is a live worker reconnecting). A new
+        apart (a session that drops and is back within the grace is a live worker reconnecting), once the
+        server has been up for ``RESTART_SETTLE_SECONDS`` (after a restart, every lock is free at first). A new
         suspect is looked at again within this call, so the first process to look decides, even one that
         started a moment ago and would not live to make a second pass."""
-        dead, wait = self._judge(await self._store._rows(qualify(self._store, _DEAD), {"now": now}))
+        params = {"now": now, "settle": RESTART_SETTLE_SECONDS}
+        dead, wait = self._judge(await self._store._rows(qualify(self._store, _DEAD), params))
         if wait > 0:
             await asyncio.sleep(wait)
-            again, _ = self._judge(await self._store._rows(qualify(self._store, _DEAD), {"now": now}))
+            again, _ = self._judge(await self._store._rows(qualify(self._store, _DEAD), params))
             known = {w.id for w in dead}
             dead += [w for w in again if w.id not in known]
         return dead
