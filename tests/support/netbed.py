@@ -17,7 +17,8 @@ data in a temporary directory). Usage::
 Names (namespaces, bridge, links) carry the test process's pid and a counter, so concurrent test runs never
 collide. Everything is removed on the way out, failure or not: the namespaces, the bridge and links, the
 cluster's processes and data directory. Needs root and ``ip`` (iproute2), plus PostgreSQL's server binaries
-for ``bed_postgres``; without them the test skips locally and fails under ``CI``.
+for ``bed_postgres``; without them the test skips locally and fails under ``CI``. A caller outside pytest (the
+benchmark ``bench/hosts.py``) passes its own ``unavailable``, so this module imports no pytest.
 """
 
 from __future__ import annotations
@@ -31,13 +32,23 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from support.services import unavailable
+from typing import NoReturn
 
 _beds = itertools.count()
+
+#: What to do when the machine cannot host the bed, given the reason: it must not return.
+Unavailable = Callable[[str], NoReturn]
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """The tests' policy (support/services.py): skip locally, fail under ``CI``. Imported only when it is
+    used, so that a benchmark bringing its own policy needs no pytest."""
+    from support.services import unavailable
+
+    unavailable(reason)
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,7 @@ class NetBed:
 
 
 @contextlib.contextmanager
-def netbed(names: Sequence[str]) -> Iterator[NetBed]:
+def netbed(names: Sequence[str], *, unavailable: Unavailable = skip_or_fail) -> Iterator[NetBed]:
     """Hosts ``names`` on a bridge of their own; all removed when the block ends."""
     if shutil.which("ip") is None:
         unavailable("the network test bed needs `ip` (iproute2)")
@@ -139,7 +150,7 @@ def netbed(names: Sequence[str]) -> Iterator[NetBed]:
         bed.remove()
 
 
-def _server_bin() -> Path:
+def _server_bin(unavailable: Unavailable) -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not found:
         unavailable("the network test bed needs PostgreSQL's server binaries (initdb) under /usr/lib/postgresql")
@@ -147,13 +158,15 @@ def _server_bin() -> Path:
 
 
 @contextlib.contextmanager
-def bed_postgres(bed: NetBed, name: str, *, max_connections: int = 200) -> Iterator[str]:
+def bed_postgres(
+    bed: NetBed, name: str, *, max_connections: int = 200, unavailable: Unavailable = skip_or_fail
+) -> Iterator[str]:
     """A PostgreSQL cluster of its own on host ``name``, listening on its address only (trust auth, user
     ``postgres``, database ``postgres``); yields its DSN. Stopped and its data directory deleted afterwards.
 
     It runs as the ``postgres`` account (the server refuses root); durability is off (``fsync``), as the
     bed tests partitions, not crashes of the database host."""
-    server = _server_bin()
+    server = _server_bin(unavailable)
     try:
         account = pwd.getpwnam("postgres")
     except KeyError:
