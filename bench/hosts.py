@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     files = DeployFiles.read()
     concurrency = int(files.environment.get("JOBENGINE_WORKER_CONCURRENCY", Settings().worker_concurrency))
     workers = tuple(f"worker{i}" for i in range(1, max(args.host_counts) + 1))
-    load_before, began = _load(), datetime.datetime.now(datetime.UTC)
+    load_before, began, commit = _load(), datetime.datetime.now(datetime.UTC), _commit()
     samples: list[Sample] = []
     with (
         tempfile.TemporaryDirectory(prefix="jobengine-bench-hosts-") as tmp,
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         text = [
             "# Throughput by number of worker hosts on the network test bed",
             "",
-            f"- **Recorded**: {began:%Y-%m-%d %H:%M} UTC, at commit {_commit()}.",
+            f"- **Recorded**: {began:%Y-%m-%d %H:%M} UTC, at commit {commit}.",
             f"- **Machine**: {_machine()}; load average (1, 5, 15 min) {load_before} before the run, "
             f"{load_after} after.",
             f"- **Command**: `{command}` (as root, from the project root).",
