@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -309,32 +310,42 @@ def table(samples: list[Sample], concurrency: int) -> list[str]:
 
 
 def _limit(sleep_ms: float, rows: list[Sample], counts: list[int], concurrency: int) -> str:
-    """One sentence naming what bounds the largest fleet's rate, from its own figures."""
-    top = [s for s in rows if s.hosts == counts[-1]]
-    busy = statistics.median(s.busy for s in top)
-    share = statistics.median(s.bed_share for s in top)
-    steady = statistics.median([s.steady for s in top if not math.isnan(s.steady)] or [math.nan])
+    """One sentence naming what bounds the largest fleet's rate, from the run's own figures."""
+
+    def median(hosts: int, measure: Callable[[Sample], float]) -> float:
+        return statistics.median([measure(s) for s in rows if s.hosts == hosts] or [math.nan])
+
+    most, fewest = counts[-1], counts[0]
+    busy, share = median(most, lambda s: s.busy), median(most, lambda s: s.bed_share)
+    steady = median(most, lambda s: s.steady)
     cores = os.cpu_count() or 1
-    head = f"- {_variant(sleep_ms)}, {counts[-1]} worker host(s): "
+    head = f"- {_variant(sleep_ms)}, {most} worker host(s): "
     if sleep_ms:
-        cap = counts[-1] * concurrency * 1000 / sleep_ms
+        cap = most * concurrency * 1000 / sleep_ms
         if steady >= 0.8 * cap:
             return head + (
-                f"the sleep bounds it: {counts[-1]} x {concurrency} slots / {sleep_ms:g} ms = {cap:,.0f} jobs/s, "
+                f"the sleep bounds it: {most} x {concurrency} slots / {sleep_ms:g} ms = {cap:,.0f} jobs/s, "
                 f"steady {steady:,.0f}; the CPU was {busy:.0%} busy."
             )
         bound = f"below its slot ceiling of {cap:,.0f} jobs/s (steady {steady:,.0f})"
     else:
-        bound = f"no sleep: each job costs CPU only (steady {steady:,.0f} jobs/s)"
-    if busy >= 0.85:
+        bound = f"no sleep, each job costs CPU only (steady {steady:,.0f} jobs/s)"
+    if busy < 0.85:
         return head + (
-            f"{bound}; the CPU bounds it: the {cores} cores were {busy:.0%} busy ({share:.0%} of them the workers "
-            "and PostgreSQL, the rest the benchmark itself and other users of the machine), shared by every "
-            "host: another host adds processes, not cores."
+            f"{bound}, with the CPU {busy:.0%} busy: the waits of each job's database round trips (claim, "
+            "complete) bound it, which more slots or hosts spread."
+        )
+    if share >= 0.6 * busy:
+        return head + (
+            f"{bound}; the CPU bounds it: the {cores} cores were {busy:.0%} busy, {share:.0%} of them the workers "
+            "and PostgreSQL, and every host shares them: another host adds processes, not cores."
         )
     return head + (
-        f"{bound}, with the CPU {busy:.0%} busy: the waits of each job's database round trips (claim, "
-        "complete) bound it, which more slots or hosts spread."
+        f"{bound}; the {cores} cores were {busy:.0%} busy but the workers and PostgreSQL had {share:.0%} of them "
+        f"({median(fewest, lambda s: s.bed_share):.0%} with {fewest} host(s)): the rest is other work on the "
+        "machine, and every step of a job (a worker's or a PostgreSQL backend's turn) waits in line for a core. "
+        "More hosts put more processes in that line and so get more of the cores: the growth here is a larger "
+        "share of a shared machine, not spare capacity."
     )
 
 
