@@ -368,7 +368,8 @@ def _commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
-    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no")  # a result file of an earlier run is no change
+    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if changed else "")
 
 
 def _result_path(asked: str | None) -> Path | None:
