@@ -406,11 +406,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if os.geteuid() != 0:
         print("python -m bench.hosts needs root: the bed makes network namespaces (ip netns)", file=sys.stderr)
         return 2
+    # A stop signal ends the run through its cleanup (the namespaces, the cluster), even when a start in the
+    # background left SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupted)
+    signal.signal(signal.SIGTERM, _interrupted)
     files = DeployFiles.read()
     concurrency = int(files.environment.get("JOBENGINE_WORKER_CONCURRENCY", Settings().worker_concurrency))
     workers = tuple(f"worker{i}" for i in range(1, max(args.host_counts) + 1))
@@ -439,10 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         "worker's start-up",
         f"machine: {_machine()}; load average (1, 5, 15 min) {load_before} before, {load_after} after; "
         "the worker hosts are network namespaces of this one machine and share its cores",
-        "",
     ]
     body = table(samples, concurrency)
-    print("\n".join([*head, *body]))
+    print("\n".join([*head, "", *body]))
     path = _result_path(args.result)
     if path is not None:
         text = [
