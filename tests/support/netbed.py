@@ -17,7 +17,8 @@ data in a temporary directory). Usage::
 Names (namespaces, bridge, links) carry the test process's pid and a counter, so concurrent test runs never
 collide. Everything is removed on the way out, failure or not: the namespaces, the bridge and links, the
 cluster's processes and data directory. Needs root and ``ip`` (iproute2), plus PostgreSQL's server binaries
-for ``bed_postgres``; without them the test skips locally and fails under ``CI``.
+for ``bed_postgres``; without them the test skips locally and fails under ``CI``. A caller outside pytest (the
+benchmark ``bench/hosts.py``) passes its own ``unavailable``, so this module imports no pytest.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from support.pgcluster import postgres_cluster
-from support.services import unavailable
+from support.pgcluster import Unavailable, postgres_cluster, skip_or_fail
 
 _beds = itertools.count()
 
@@ -118,7 +118,7 @@ class NetBed:
 
 
 @contextlib.contextmanager
-def netbed(names: Sequence[str]) -> Iterator[NetBed]:
+def netbed(names: Sequence[str], *, unavailable: Unavailable = skip_or_fail) -> Iterator[NetBed]:
     """Hosts ``names`` on a bridge of their own; all removed when the block ends."""
     if shutil.which("ip") is None:
         unavailable("the network test bed needs `ip` (iproute2)")
@@ -136,7 +136,9 @@ def netbed(names: Sequence[str]) -> Iterator[NetBed]:
 
 
 @contextlib.contextmanager
-def bed_postgres(bed: NetBed, name: str, *, max_connections: int = 200) -> Iterator[str]:
+def bed_postgres(
+    bed: NetBed, name: str, *, max_connections: int = 200, unavailable: Unavailable = skip_or_fail
+) -> Iterator[str]:
     """A PostgreSQL cluster of its own on host ``name``, listening on its address only (trust auth, user
     ``postgres``, database ``postgres``); yields its DSN. Stopped and its data directory deleted afterwards
     (tests/support/pgcluster.py makes it; its server runs in the host's namespace)."""
@@ -147,5 +149,6 @@ def bed_postgres(bed: NetBed, name: str, *, max_connections: int = 200) -> Itera
         wrap=lambda argv: bed.argv(name, argv),
         max_connections=max_connections,
         prefix=f"{bed.tag}-pg-",
+        unavailable=unavailable,
     ) as cluster:
         yield cluster.dsn

@@ -31,13 +31,24 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from support.services import unavailable
+#: What to do when the machine cannot host a cluster, given the reason: it must not return.
+Unavailable = Callable[[str], NoReturn]
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """The tests' policy (support/services.py): skip locally, fail under ``CI``. Imported only when it is
+    used, so that a benchmark bringing its own policy needs no pytest."""
+    from support.services import unavailable
+
+    unavailable(reason)
+
 
 _AS_POSTGRES = ["runuser", "-u", "postgres", "--"]
 
 
-def server_bin() -> Path:
+def server_bin(unavailable: Unavailable = skip_or_fail) -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not found:
         unavailable(
@@ -145,10 +156,11 @@ def postgres_cluster(
     wrap: Callable[[list[str]], list[str]] = list,
     max_connections: int = 200,
     prefix: str = "jb-pg-",
+    unavailable: Unavailable = skip_or_fail,
 ) -> Iterator[Cluster]:
     """A cluster listening on ``host``:``port`` only (a free port when None), trust auth for local and
     loopback connections and for the networks ``allow`` (CIDR); started, yielded, stopped and deleted."""
-    server = server_bin()
+    server = server_bin(unavailable)
     try:
         account = pwd.getpwnam("postgres")
     except KeyError:
