@@ -80,7 +80,7 @@ class Settings:
         "text", "`text`, or `json`: one object per line with time, level, logger, message and the job's fields"
     )
     # -- workers --
-    worker_concurrency: int = setting(10, "jobs in flight per worker process")
+    worker_concurrency: int = setting(50, "jobs in flight per worker process")
     worker_queues: tuple[str, ...] = setting(
         (), "queues a worker claims from; empty: every queue of the registered tasks"
     )
@@ -109,7 +109,7 @@ class Settings:
     fetch_batch: int = setting(0, "jobs a worker claims per fetch; 0: up to its free slots and prefetch")
     #: WorkerOptions.prefetch.
     worker_prefetch: int = setting(
-        200,
+        500,
         "jobs a worker claims beyond its free slots, started as slots free up: at most this many, and only "
         "those it expects to start within 50 ms by how long its recent jobs ran (none for long jobs); one "
         "not started within a second goes back to the queue. 0: claim only free slots",

@@ -60,7 +60,7 @@ log = logging.getLogger("jobengine.worker")
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
     queues: tuple[str, ...] = ()  # empty: every queue the registered tasks use, plus "default"
-    concurrency: int = 10
+    concurrency: int = 50
     lease_seconds: float = 30.0
     heartbeat_every: float = 10.0
     progress_every: float = 0.5
@@ -72,7 +72,7 @@ class WorkerOptions:
     #: claimed in batches larger than ``concurrency``: at most this many, and only as many as the worker expects
     #: to start within ``prefetch_seconds`` (:mod:`jobengine.worker.prefetch`). 0: claim only free slots.
     #: The setting ``worker_prefetch``.
-    prefetch: int = 200
+    prefetch: int = 500
     prefetch_seconds: float = 0.05
     worker_id: str | None = None
     #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
