@@ -17,10 +17,15 @@ class WorkerSetting:
     fetch_batch: int  # 0: as many as there are free slots
     poll_interval: float
     lease_seconds: float = 30.0
+    prefetch: int | None = None  # jobs claimed beyond the free slots; None: the product's default
 
     @property
     def label(self) -> str:
-        return f"{self.processes}x{self.concurrency}, fetch {self.fetch_batch or 'auto'}, poll {self.poll_interval:g}s"
+        ahead = "" if self.prefetch is None else f", prefetch {self.prefetch}"
+        return (
+            f"{self.processes}x{self.concurrency}, fetch {self.fetch_batch or 'auto'}{ahead}, "
+            f"poll {self.poll_interval:g}s"
+        )
 
 
 @dataclass(frozen=True, slots=True)

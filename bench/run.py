@@ -43,6 +43,11 @@ def _list(kind: type, text: str) -> list:  # type: ignore[type-arg]
     return [kind(x) for x in text.split(",") if x.strip()]
 
 
+def _prefetch(text: str) -> list[int | None]:
+    """``--prefetch``: a comma list of counts; empty: the product's default (the worker is not told)."""
+    return [int(x) for x in text.split(",") if x.strip()] or [None]
+
+
 def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -59,6 +64,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="jobs in flight per process (comma list)")
     p.add_argument("--fetch-batch", default=DEFAULT_FETCH_BATCH, help="max jobs per claim, 0: free slots (list)")
+    p.add_argument("--prefetch", default="", help="jobs claimed beyond free slots ('': the default) (list)")
     p.add_argument("--poll-interval", default=DEFAULT_POLL_INTERVAL, help="idle re-check, seconds (list)")
     p.add_argument("--lease-seconds", type=float, default=30.0, help="worker lease (heartbeat: a third)")
     p.add_argument("--rate", type=float, default=200.0, help="latency phase: jobs/s offered")
@@ -78,9 +84,9 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     if unknown := [x for x in phases if x not in PHASES]:
         p.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASES)})")
     settings = tuple(
-        WorkerSetting(a.workers, c, b, poll, a.lease_seconds)
-        for c, b, poll in itertools.product(
-            _list(int, a.concurrency), _list(int, a.fetch_batch), _list(float, a.poll_interval)
+        WorkerSetting(a.workers, c, b, poll, a.lease_seconds, ahead)
+        for c, b, ahead, poll in itertools.product(
+            _list(int, a.concurrency), _list(int, a.fetch_batch), _prefetch(a.prefetch), _list(float, a.poll_interval)
         )
     )
     if a.backend == "postgres" and not a.dsn:

@@ -22,6 +22,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, required=True)
     p.add_argument("--fetch-batch", type=int, default=0)
     p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--prefetch", type=int, help="jobs claimed beyond the free slots (default: the product's)")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--queue", help="the queue: settings as JSON (--transport redis|nats)")
     return p.parse_args(argv)
@@ -31,7 +32,9 @@ async def serve(args: argparse.Namespace) -> None:
     engine, sink = make_engine(args.database, args.synchronous, args.queue)
     sink.connect(args.socket)
     async with engine:
+        ahead = {} if args.prefetch is None else {"prefetch": args.prefetch}
         worker = engine.worker(
+            **ahead,
             concurrency=args.concurrency,
             fetch_batch=args.fetch_batch,
             poll_interval=args.poll_interval,

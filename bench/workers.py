@@ -50,6 +50,8 @@ class SubprocessWorkers:
             "--concurrency", str(setting.concurrency), "--fetch-batch", str(setting.fetch_batch),
             "--poll-interval", str(setting.poll_interval), "--lease-seconds", str(setting.lease_seconds),
         ]  # fmt: skip
+        if setting.prefetch is not None:
+            self._args += ["--prefetch", str(setting.prefetch)]
         if queue:
             self._args += ["--queue", queue]
         self._logdir = logdir
@@ -109,8 +111,10 @@ class InProcessWorkers:
     def start(self) -> None:
         self._sink.connect(self._socket_path)
         s = self.setting
+        ahead = {} if s.prefetch is None else {"prefetch": s.prefetch}
         for _ in range(s.processes):
             worker = self._engine.worker(
+                **ahead,
                 concurrency=s.concurrency, fetch_batch=s.fetch_batch, poll_interval=s.poll_interval,
                 lease_seconds=s.lease_seconds, heartbeat_every=s.lease_seconds / 3,
             )  # fmt: skip

@@ -81,7 +81,7 @@ class Settings:
         "text", "`text`, or `json`: one object per line with time, level, logger, message and the job's fields"
     )
     # -- workers --
-    worker_concurrency: int = setting(10, "jobs in flight per worker process")
+    worker_concurrency: int = setting(50, "jobs in flight per worker process")
     worker_queues: tuple[str, ...] = setting(
         (), "queues a worker claims from; empty: every queue of the registered tasks"
     )
@@ -107,7 +107,14 @@ class Settings:
         "OpenTelemetry spans for each enqueue, job run and HTTP request, joined into one trace through the "
         "job and the `traceparent` header (needs the `otel` extra and a tracer provider; docs/tracing.md)",
     )
-    fetch_batch: int = setting(0, "jobs a worker claims per fetch; 0: up to its free slots")
+    fetch_batch: int = setting(0, "jobs a worker claims per fetch; 0: up to its free slots and prefetch")
+    #: WorkerOptions.prefetch.
+    worker_prefetch: int = setting(
+        500,
+        "jobs a worker claims beyond its free slots, started as slots free up: at most this many, and only "
+        "those it expects to start within 50 ms by how long its recent jobs ran (none for long jobs); one "
+        "not started within a second goes back to the queue. 0: claim only free slots",
+    )
     grace_period: float = setting(30.0, "how long a stopping worker (SIGTERM) waits for its running jobs")
     #: WorkerOptions.flush_spacing.
     worker_flush_spacing: float = setting(
@@ -282,6 +289,7 @@ class Settings:
                 "scale_target_seconds")  # fmt: skip
         _refuse(self, _negative, "must be >= 0 seconds", "grace_period", "signature_cache_seconds", "event_retention",
                 "api_key_cache_seconds", "webhook_secret_overlap", "shed_latency", "flow_cache_seconds")  # fmt: skip
+        _refuse(self, lambda v: v < 0, "must be >= 0", "worker_prefetch", "fetch_batch")
         _refuse(self, lambda v: v < 1, "must be at least 1", "postgres_pool_size", "worker_concurrency", "sse_buffer",
                 "webhook_rate_limit", "webhook_concurrency")  # fmt: skip
         _refuse(self, lambda v: v < 1024, "must be at least 1024", "api_max_body_bytes", "packs_max_bytes",

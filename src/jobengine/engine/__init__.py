@@ -827,7 +827,8 @@ class Engine:
         options = WorkerOptions(
             queues=s.worker_queues, concurrency=s.worker_concurrency, lease_seconds=s.lease_seconds,
             heartbeat_every=s.heartbeat_every, poll_interval=s.poll_interval, rescue_interval=s.rescue_interval,
-            grace_period=s.grace_period, fetch_batch=s.fetch_batch, flush_spacing=s.worker_flush_spacing,
+            grace_period=s.grace_period, fetch_batch=s.fetch_batch, prefetch=s.worker_prefetch,
+            flush_spacing=s.worker_flush_spacing,
             liveness_interval=s.liveness_interval,
             setup=(("store", describe_store(s.database, s.postgres_schema)),
                    ("transport", describe_transport(s.queue))),

@@ -48,6 +48,7 @@ from jobengine.middleware import Middleware, MiddlewareChain
 from jobengine.tasks import PhaseSpec, TaskSpec
 from jobengine.worker import joblog
 from jobengine.worker.context import JobContext, SharedState, SyncJobContext
+from jobengine.worker.prefetch import Prefetch
 from jobengine.worker.source import WorkerSource
 
 if TYPE_CHECKING:  # prometheus_client only where metrics are kept
@@ -59,14 +60,20 @@ log = logging.getLogger("jobengine.worker")
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
     queues: tuple[str, ...] = ()  # empty: every queue the registered tasks use, plus "default"
-    concurrency: int = 10
+    concurrency: int = 50
     lease_seconds: float = 30.0
     heartbeat_every: float = 10.0
     progress_every: float = 0.5
     poll_interval: float = 1.0
     rescue_interval: float = 5.0
     grace_period: float = 30.0
-    fetch_batch: int = 0  # 0: as many as there are free slots
+    fetch_batch: int = 0  # 0: as many as there are free slots (and the prefetch buffer's room)
+    #: Jobs claimed beyond the free slots, held in a buffer and started as slots free up, so short jobs are
+    #: claimed in batches larger than ``concurrency``: at most this many, and only as many as the worker expects
+    #: to start within ``prefetch_seconds`` (:mod:`jobengine.worker.prefetch`). 0: claim only free slots.
+    #: The setting ``worker_prefetch``.
+    prefetch: int = 500
+    prefetch_seconds: float = 0.05
     worker_id: str | None = None
     #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
     tune_gc: bool = True
@@ -171,6 +178,8 @@ class Worker:
         self.id = WorkerId(opts.worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}")
         self.queues: tuple[str, ...] = opts.queues or tuple(source.tasks.queues())
         self._inflight: dict[JobId, _Running] = {}
+        self._buffer = Prefetch(opts.prefetch, opts.prefetch_seconds, opts.concurrency)
+        self._dry = False  # the last claim got fewer jobs than it asked for: no claiming ahead meanwhile
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
         self._releases: list[Lease] = []
@@ -227,6 +236,8 @@ class Worker:
         try:
             await self._stop.wait()
             await _halt([pump])
+            # Claimed ahead, never started: back to the queue without spending an attempt (the final flush).
+            self._releases.extend(leases_of(self._buffer.drain()))
             await self._drain()
         finally:
             *others, flusher = helpers
@@ -304,13 +315,18 @@ class Worker:
         notifier = self.source.notifier()
         opts = self.options
         failures = 0
+        loop = asyncio.get_running_loop()
+        buffer = self._buffer
         while not self._stop.is_set():
             free = opts.concurrency - len(self._inflight)
-            if free <= 0:
+            ahead = self._ahead()
+            if free <= 0 and ahead <= 0:
                 self._slot_free.clear()
-                await self._slot_free.wait()
+                await self._wait_for_slot()
                 continue
-            limit = min(free, opts.fetch_batch) if opts.fetch_batch else free
+            limit = max(free, 0) + ahead
+            if opts.fetch_batch:
+                limit = min(limit, opts.fetch_batch)
             try:
                 jobs = await self._fetch(limit)
                 failures = 0
@@ -322,9 +338,12 @@ class Worker:
             if self._stop.is_set():
                 self._releases.extend(leases_of(jobs))  # no attempt spent: released by the final flush
                 return
-            for job in jobs:
+            self._dry = len(jobs) < limit
+            # Slots freed while the claim was out: oldest first, the buffer's jobs before the new ones.
+            buffer.put(jobs, loop.time())
+            while len(self._inflight) < opts.concurrency and (job := buffer.take()) is not None:
                 self._start(job)
-            if len(jobs) < limit:
+            if self._dry and not buffer:
                 timeout = opts.poll_interval
                 # Also after a claim that got some jobs: a rate limit may have held the rest back, and
                 # nothing wakes the worker when the bucket's next token is due but this answer.
@@ -337,6 +356,34 @@ class Worker:
                     except Exception:  # a notifier must not raise; if one does, the pump polls on
                         log.exception("waiting for work failed; polling")
                         await asyncio.sleep(min(timeout, 0.5))
+
+    def _ahead(self) -> int:
+        """How many jobs to claim beyond the free slots: none while the buffer holds more than half its target
+        (it is refilled in larger claims, not one job at a time) or while the store had fewer than asked."""
+        held = len(self._buffer)
+        if self._dry and held:
+            return 0
+        target = self._buffer.target()
+        return target - held if held <= target // 2 else 0
+
+    async def _wait_for_slot(self) -> None:
+        """Wait for a slot to free up; jobs that waited in the buffer for :data:`~jobengine.worker.prefetch.HOLD`
+        meanwhile (every slot busy with longer jobs) go back to the queue, for other workers to start."""
+        assert self._slot_free is not None
+        loop = asyncio.get_running_loop()
+        left = self._buffer.hold_left(loop.time())
+        if left is None:
+            await self._slot_free.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, left)):
+                await self._slot_free.wait()
+                return
+        overdue = self._buffer.overdue(loop.time())
+        if overdue:
+            self._releases.extend(leases_of(overdue))
+            assert self._flush_wanted is not None
+            self._flush_wanted.set()
 
     async def _fetch(self, limit: int) -> list[Job]:
         """Claim jobs. Stopping cancels the pump, maybe while a claim is in the store's hands, and a store
@@ -385,8 +432,15 @@ class Worker:
             self._inflight.pop(job.id, None)
             self.processed += 1
             assert self._slot_free is not None and self._flush_wanted is not None
-            self._slot_free.set()
             self._flush_wanted.set()
+            # The slot goes to the buffer's next job at once, without waiting for the pump (which may be out
+            # claiming); the pump is woken when a slot stays free or the buffer wants refilling.
+            buffer = self._buffer
+            nxt = buffer.take() if self._stop is None or not self._stop.is_set() else None
+            if nxt is not None:
+                self._start(nxt)
+            if nxt is None or len(buffer) <= buffer.target() // 2:
+                self._slot_free.set()
 
     async def _attempt(self, run: _Running) -> None:
         """Run one attempt and record its outcome (in the batches the flusher reports, and on ``run``)."""
@@ -439,6 +493,7 @@ class Worker:
         """Record the attempt's outcome, and have it reported without waiting for the attempt's hooks."""
         run.outcome, run.error = outcome, error
         run.seconds = asyncio.get_running_loop().time() - run.began
+        self._buffer.ran(run.seconds)
         if run.shared.job.has_dependents or run.shared.added:
             self._dependents_wait = True
         assert self._flush_wanted is not None
@@ -589,9 +644,15 @@ class Worker:
     async def _heartbeat(self) -> None:
         # A job whose outcome is recorded is only running its hooks: its lease may be gone already, rightly.
         runs = [r for r in self._inflight.values() if r.outcome is None]
-        if not runs:
+        waiting = self._buffer.jobs()
+        if not runs and not waiting:
             return
-        hb = await self.source.heartbeat_jobs([r.lease for r in runs], self.options.lease_seconds)
+        leases = [r.lease for r in runs] + leases_of(waiting)
+        hb = await self.source.heartbeat_jobs(leases, self.options.lease_seconds)
+        lost = [j.id for j in waiting if j.id not in hb.held]
+        if lost:  # taken from this worker (rescued as expired) before it started them: they run elsewhere
+            log.warning("leases of %d claimed jobs lost before they started; dropping them", len(lost))
+            self._buffer.drop(lost)
         if self.options.observer is not None:
             self.options.observer.leases_extended(len(hb.held))
         for r in runs:
