@@ -6,8 +6,10 @@ PgQueuer and Procrastinate, the standard workload of ``bench/README.md``, on the
   collector and phase loops), the first time.
 - Every run runs every system once, interleaved (jobengine, PgQueuer, Procrastinate, jobengine, ...); each
   system's phases run in a process of their own on fresh databases. Each system runs at each of its worker
-  settings (``--jobengine``, ``--pgqueuer``, ``--procrastinate``: comma lists), and the table compares
-  jobengine's best setting with the best setting of the faster other system, per measure.
+  settings (``--jobengine``, ``--pgqueuer``, ``--procrastinate``: comma lists). jobengine runs first at
+  ``defaults`` (what ``jobengine worker`` does with no flags: the product's settings, not the benchmark's),
+  then at its tuned settings; the table has a column for each, every other system at its best setting, and
+  two ratios per measure: jobengine's defaults, then its best tuned setting, against the faster other system.
 - The machine's ceilings are measured in every run: ``pgbench -b simple-update -c 2 -j 2`` (commits/s)
   and, when ``redis-benchmark`` exists, ``redis-benchmark -q -n 100000 -t set,lpush,rpop``.
 
@@ -54,12 +56,29 @@ def versions(python: Path) -> str:
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def run_jobengine(args: argparse.Namespace, setting: str, out: Path, phases: str) -> None:
+#: The ``--jobengine`` setting that runs the worker as ``jobengine worker`` runs with no flags.
+DEFAULTS = "defaults"
+#: The table's columns: jobengine at its defaults, jobengine tuned, then the other systems.
+SYSTEMS = ["jobengine defaults", "jobengine", "pgqueuer", "procrastinate"]
+
+
+def worker_flags(setting: str) -> list[str]:
+    """``--concurrency``/``--fetch-batch``/``--prefetch`` for the benchmark; for ``defaults``, the product's
+    values (the benchmark's own defaults are tuned ones)."""
+    if setting == DEFAULTS:
+        from jobengine.settings import Settings
+
+        d = Settings()
+        return ["--concurrency", str(d.worker_concurrency), "--fetch-batch", str(d.fetch_batch)]
     concurrency, _, batch = setting.partition("/")
+    return ["--concurrency", concurrency, "--fetch-batch", batch or "0"]
+
+
+def run_jobengine(args: argparse.Namespace, setting: str, out: Path, phases: str) -> None:
     cmd = [sys.executable, "-m", "bench", "--backend", "postgres", "--dsn", args.dsn, "--runs", "1",
            "--phases", phases,
            "--no-ceilings", "-n", str(args.n), "--duration", str(args.duration), "--rate", str(args.rate),
-           "--concurrency", concurrency, "--fetch-batch", batch or "0", "--json", str(out)]  # fmt: skip
+           *worker_flags(setting), "--json", str(out)]  # fmt: skip
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -104,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=20_000)
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--duration", type=float, default=20.0)
-    p.add_argument("--jobengine", default="100/0,300/0", help="concurrency/fetch-batch per worker process (list)")
+    p.add_argument(
+        "--jobengine", default=f"{DEFAULTS},300/0", help=f"`{DEFAULTS}` or concurrency/fetch-batch per process (list)"
+    )
     p.add_argument("--pgqueuer", default="16,64", help="dequeue batch sizes (list)")
     p.add_argument("--procrastinate", default="50", help="per-process concurrency (list; empty: left out)")
     p.add_argument("--json", type=Path, help="also write every measure here")
@@ -137,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                         run_jobengine(args, setting, out, phases)
                     else:
                         run_other(args, python, system, setting, out, tmp, phases)
-                    measures += load(out, system)
+                    measures += load(out, "jobengine defaults" if setting == DEFAULTS else system)
     print(f"jobengine vs {versions(python)}; {args.runs} runs, N={args.n:,}, "
           f"{time.strftime('%Y-%m-%d %H:%M')} ({time.time() - started:,.0f} s)")  # fmt: skip
     for name, values in ceilings.items():
@@ -161,17 +182,18 @@ def _fmt(values: list[float], unit: str) -> str:
 
 
 def table(measures: list[dict[str, object]]) -> str:
-    """One row per measure: each system's best setting (median, min-max over runs), and the ratio of
-    jobengine to the faster other system (above 1: jobengine is better, for latencies too)."""
+    """One row per measure: each system's best setting (median, min-max over runs; jobengine's defaults as a
+    system of their own), and two ratios to the faster other system, jobengine's defaults' then its best
+    tuned setting's (above 1: jobengine is better, for latencies too)."""
     series: dict[tuple[str, str], dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
     units: dict[tuple[str, str], str] = {}
     for m in measures:
         key = (str(m["phase"]), str(m["metric"]))
         series[key][(str(m["system"]), str(m["workers"]))].append(float(m["value"]))  # type: ignore[arg-type]
         units[key] = str(m["unit"])
-    systems = ["jobengine", "pgqueuer", "procrastinate"]
-    widths = [15, 30, 34, 34, 34, 6]
-    cols = ["phase", "measure", *systems, "ratio"]
+    systems = SYSTEMS
+    widths = [15, 30, 34, 34, 34, 34, 8, 6]
+    cols = ["phase", "measure", *systems, "defaults", "tuned"]
     lines = ["| " + " | ".join(f"{c:<{w}}" for c, w in zip(cols, widths, strict=True)) + " |"]
     lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for key in sorted(
@@ -197,13 +219,15 @@ def table(measures: list[dict[str, object]]) -> str:
             text = _fmt(series[key][(system, workers)], unit)
             who = "" if workers.startswith("producer") else f" [{workers}]"
             cells.append(f"{text + who:<34}")
-        others = [best[s][0] for s in systems[1:] if s in best]
-        ratio = "-"
-        if "jobengine" in best and others:
-            rival = min(others) if lower_better else max(others)
-            mine = best["jobengine"][0]
-            ratio = f"{(rival / mine if lower_better else mine / rival):.2f}x"
-        lines.append(f"| {key[0]:<15} | {key[1]:<30} | " + " | ".join(cells) + f" | {ratio:>6} |")
+        others = [best[s][0] for s in systems[2:] if s in best]
+        ratios = []
+        for mine in ("jobengine defaults", "jobengine"):
+            ratio = "-"
+            if mine in best and others:
+                rival = min(others) if lower_better else max(others)
+                ratio = f"{(rival / best[mine][0] if lower_better else best[mine][0] / rival):.2f}x"
+            ratios.append(ratio)
+        lines.append(f"| {key[0]:<15} | {key[1]:<30} | " + " | ".join(cells) + f" | {ratios[0]:>8} | {ratios[1]:>6} |")
     return "\n".join(lines)
 
 
