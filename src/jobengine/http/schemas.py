@@ -64,6 +64,16 @@ def check_json(value: Any) -> Any:
     return value
 
 
+def _iso_text(value: Any) -> Any:
+    """Refuse a number (or a string of one): pydantic would read it as seconds since 1970, which the schema
+    (a date-time string) does not offer, and a typo such as ``created_before=2026`` would mean 1970."""
+    if isinstance(value, bool | int | float) or (
+        isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit()
+    ):
+        raise ValueError("an ISO 8601 time with a time zone (2026-01-31T09:00:00Z), not a number")
+    return value
+
+
 def _moment(value: datetime) -> datetime:
     error = bounds.time_error(value)
     if error is not None:
@@ -72,7 +82,7 @@ def _moment(value: datetime) -> datetime:
 
 
 #: A time a request gives: ISO 8601 with a time zone, within ``core.bounds`` (1970 to 9998, in UTC).
-Moment = Annotated[AwareDatetime, AfterValidator(_moment)]
+Moment = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_moment)]
 
 
 Payload = Annotated[

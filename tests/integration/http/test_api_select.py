@@ -70,6 +70,10 @@ async def test_the_job_list_searches_and_refuses_unknown_parameters(client: http
     assert len((await client.get("/api/v1/jobs", params={"created_before": future})).json()["items"]) == 3
     naive = await client.get("/api/v1/jobs", params={"created_after": "2024-01-01T00:00:00"})
     assert naive.status_code == 422 and naive.json()["field"] == "created_after"
+    # A number is no time here (pydantic would read it as seconds since 1970; the schema says date-time).
+    for number in ("2026", "1700000000.5", "-1"):
+        refused = await client.get("/api/v1/jobs", params={"created_before": number})
+        assert refused.status_code == 422 and refused.json()["field"] == "created_before", number
 
 
 async def test_bulk_actions_by_filter_and_by_ids_report_what_changed(client: httpx.AsyncClient) -> None:
