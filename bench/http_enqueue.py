@@ -7,7 +7,9 @@ it with ``--clients`` (32) concurrent kept-alive connections, each sending one r
 The client is a separate process speaking raw HTTP/1.1 on asyncio streams, so its cost stays small; its CPU
 time is printed beside the server's so a client-bound figure shows itself.
 
-Prints jobs/s, requests/s and p50 / p99 request latency per row, and ``--out`` writes the table to a file.
+Prints jobs/s, requests/s and p50 / p99 request latency per row, the cores each process used, and jobs per
+second of the server's CPU (what the server costs per job, steadier than jobs/s on a shared machine);
+``--out`` writes the table to a file.
 ``--profile DIR`` records the server with py-spy during each row (``DIR/<backend>-<endpoint>.txt``, collapsed
 stacks).
 
@@ -189,12 +191,13 @@ def _row(backend: str, database: str, endpoint: str, args: argparse.Namespace, t
 def _table(rows: list[Row]) -> str:
     lines = [
         f"{'backend':<9} {'endpoint':<8} {'jobs/s':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
-        f"{'server cpu':>10} {'client cpu':>10}"
+        f"{'server cpu':>10} {'client cpu':>10} {'jobs/cpu-s':>10}"
     ]
     for r in rows:
         lines.append(
             f"{r.backend:<9} {r.endpoint:<8} {r.jobs_per_s:>9,.0f} {r.requests_per_s:>8,.0f} {r.p50_ms:>8.2f} "
-            f"{r.p99_ms:>8.2f} {r.errors:>6} {r.server_cpu:>10.2f} {r.client_cpu:>10.2f}"
+            f"{r.p99_ms:>8.2f} {r.errors:>6} {r.server_cpu:>10.2f} {r.client_cpu:>10.2f} "
+            f"{r.jobs_per_s / r.server_cpu if r.server_cpu else 0:>10,.0f}"
         )
     return "\n".join(lines)
 
