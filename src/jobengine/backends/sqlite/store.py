@@ -345,6 +345,8 @@ class SqliteStore(
         fails alone, and every call returns only once the transaction holding its jobs has committed."""
         if not jobs:
             return Inserted([], [], [])
+        if self._closed:  # before queueing: a call refused now must not be written by a later one
+            raise StoreUnavailable("sqlite: the store is closed")
         mine = _PendingInsert(jobs, now, phases)
         with self._group_lock:
             self._group.append(mine)
