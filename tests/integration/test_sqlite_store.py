@@ -27,7 +27,7 @@ from jobengine.core.models import (
     NewJob,
 )
 from jobengine.core.states import JobState
-from jobengine.errors import ConfigError, StoreError, StoreUnavailable
+from jobengine.errors import ConfigError, InvalidJob, StoreError, StoreUnavailable, UnknownDependency
 
 T0 = 1_700_000_000.0
 
@@ -121,6 +121,43 @@ async def test_a_write_lock_held_too_long_is_reported_unavailable(db_path: str) 
     finally:
         other.close()
         await store.close()
+
+
+async def test_concurrent_inserts_commit_together_and_fail_alone(store: SqliteStore, db_path: str) -> None:
+    """Inserts that wait for the store thread share one transaction, each in a savepoint: a refused one
+    changes nothing and raises, the others commit; a job may depend on one written earlier in the group,
+    and an idempotency key used earlier in the group finds that job."""
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the lock, so the calls below queue up behind the first one
+    try:
+        first = asyncio.ensure_future(store.insert_jobs([NewJob(task="first")], T0, [()]))
+        b = NewJob(task="b")
+        keyed = NewJob(task="k", payload={"x": 1}, idempotency_key="key")
+        calls = [
+            [b],
+            [NewJob(task="bad1"), NewJob(task="bad2", depends_on=(JobId("no-such-job"),))],
+            # fails half way: bad3 is written before bad4's id (b's) is refused
+            [NewJob(task="bad3"), NewJob(task="bad4", id=b.id, timeout=5.0)],
+            [keyed],
+            [NewJob(task="k", payload={"x": 1}, idempotency_key="key")],
+            [NewJob(task="after_b", depends_on=(b.id,))],
+        ]
+        rest = [asyncio.ensure_future(store.insert_jobs(jobs, T0, [()] * len(jobs))) for jobs in calls]
+        await asyncio.sleep(0.2)
+        assert not first.done() and not any(r.done() for r in rest)  # nothing answers before its commit
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert (await first).created == [True]
+    results = await asyncio.gather(*rest, return_exceptions=True)
+    assert isinstance(results[1], UnknownDependency)
+    assert isinstance(results[2], InvalidJob)
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    assert [r.created for r in ok] == [[True], [True], [False], [True]]
+    assert ok[2].jobs[0].id == keyed.id  # the key's first job, written in an earlier savepoint
+    assert ok[3].jobs[0].state is JobState.BLOCKED  # b is queued, in the same transaction
+    stored = {j.task for j in await store.list_jobs(JobFilter(limit=100))}
+    assert stored == {"first", "b", "k", "after_b"}  # nothing of the refused call
 
 
 # -- the notifier -------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 - It loads only what running jobs needs: the scheduler's, webhooks' and the feed's modules are imported when
   first used. Their import measured ~100 ms of a worker's ~0.4 s start (``python -X importtime``), which
   counts in every "launch -> drained" figure and in every CLI command.
-- It tunes the garbage collector once (``WorkerOptions.tune_gc``, see ``worker.runtime._tune_gc``), unless
+- It tunes the garbage collector once (``WorkerOptions.tune_gc``, see ``worker.runtime.tune_gc``), unless
   told not to or the application set its own thresholds.
 """
 
@@ -98,7 +98,7 @@ def test_a_worker_freezes_what_start_up_made_and_collects_less_often(tmp_path: P
     assert out["threshold"] == [7000, 10, 10]
 
 
-def test_tune_gc_false_and_an_applications_own_threshold_are_left_alone(tmp_path: Path) -> None:
+def testtune_gc_false_and_an_applications_own_threshold_are_left_alone(tmp_path: Path) -> None:
     off = _worker_process(tmp_path, tune=False)
     assert off["frozen"] == 0
     assert off["threshold"] == [700, 10, 10]

@@ -60,6 +60,11 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
         services: list[Service] = [ApiMaintenance(engine), api, WebhookDispatcher(engine)]
 
         async def ready() -> None:
+            # The app and the engine are built: what exists now lives as long as the process, so the
+            # collector's full passes need not walk it on every few hundred requests.
+            from jobengine.worker.runtime import tune_gc
+
+            tune_gc()
             console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "
                           f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
             if not await engine.keys.any_active():

@@ -11,11 +11,12 @@ process's view of the jobs it saw finish. The rules: docs/flow.md.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from jobengine.core.clock import Clock
 from jobengine.core.flow.aimd import Aimd
@@ -32,6 +33,8 @@ from jobengine.ports.flow import FlowCounts, FlowStore
 from jobengine.ports.queues import QueueSettings
 from jobengine.ports.store import Store
 from jobengine.settings import Settings, shed_policy
+
+T = TypeVar("T")
 
 #: Seconds of finished jobs the scale window keeps (throughput, percentiles).
 SCALE_WINDOW = 60.0
@@ -76,6 +79,10 @@ class FlowControl:
         self._stored_read_at = -1e18
         self._counts = FlowCounts()
         self._counts_read_at = -1e18
+        # The read of the counts or the stored limits in flight, per kind: callers that find the cache
+        # stale while it runs wait for it rather than each sending the same read (every concurrent enqueue
+        # would, every flow_cache_seconds).
+        self._reading: dict[str, asyncio.Task[Any]] = {}
         self._aimd: dict[str, Aimd] = {}
         self._windows: dict[str, Window] = {}
         self._refused: Counter[tuple[str, str]] = Counter()  # (queue, reason) → enqueues refused
@@ -89,7 +96,8 @@ class FlowControl:
         """Limits by queue: configured ones, replaced by stored ones (cached ``flow_cache_seconds``)."""
         ttl = max(self._settings.flow_cache_seconds, 0.0)
         if fresh or time.monotonic() - self._stored_read_at > ttl:
-            self._stored = {lim.queue: lim for lim in await self._store.list_flow_limits()}
+            stored = await self._shared_read("limits", self._store.list_flow_limits, fresh)
+            self._stored = {lim.queue: lim for lim in stored}
             self._stored_read_at = time.monotonic()
         return {**self._configured, **self._stored}
 
@@ -201,9 +209,21 @@ class FlowControl:
     async def counts(self, *, fresh: bool = False) -> FlowCounts:
         """Runnable and running jobs by queue, every tenant's (cached ``flow_cache_seconds``)."""
         if fresh or time.monotonic() - self._counts_read_at > self._settings.flow_cache_seconds:
-            self._counts = await self._store.flow_counts()
-            self._counts_read_at = time.monotonic()
+            counts = await self._shared_read("counts", self._store.flow_counts, fresh)
+            if counts is not self._counts:  # a caller that shared the read has set (and added to) it already
+                self._counts = counts
+                self._counts_read_at = time.monotonic()
         return self._counts
+
+    async def _shared_read(self, kind: str, read: Callable[[], Coroutine[Any, Any, T]], fresh: bool) -> T:
+        """``read()``, or the same read already in flight on this event loop (never for ``fresh``: it must
+        begin after the call). Shielded: one caller's cancellation leaves the others their answer."""
+        loop = asyncio.get_running_loop()
+        task = self._reading.get(kind)
+        if fresh or task is None or task.done() or task.get_loop() is not loop:
+            task = self._reading[kind] = loop.create_task(read())
+        result: T = await asyncio.shield(task)
+        return result
 
     def _depth_limits(self, limits: dict[str, FlowLimits], queue: str) -> tuple[int | None, int | None]:
         lim = limits.get(queue)

@@ -75,7 +75,7 @@ class WorkerOptions:
     prefetch: int = 500
     prefetch_seconds: float = 0.05
     worker_id: str | None = None
-    #: Tune this process's garbage collector when the worker starts (see :func:`_tune_gc`).
+    #: Tune this process's garbage collector when the worker starts (see :func:`tune_gc`).
     tune_gc: bool = True
     #: Outcomes (completions, failures, releases) are flushed at most once per this many seconds, each flush
     #: a commit (docs/decisions/0004-worker-outcome-flush-spacing.md); not waited out with FLUSH_EARLY
@@ -119,10 +119,11 @@ async def _halt(tasks: Iterable[asyncio.Task[None]]) -> None:
         _, pending = await asyncio.wait(pending, timeout=HALT_AGAIN)
 
 
-def _tune_gc() -> None:
-    """Once per process, as a worker starts: ``gc.freeze()`` what exists by then (long-lived, not garbage), so
-    the collector's full passes stop re-scanning it, and collect the youngest generation after 7,000
-    allocations instead of 700 if nobody changed the default (docs/decisions/0009-worker-gc-tuning.md).
+def tune_gc() -> None:
+    """Once per process, as a worker (or ``jobengine serve``) starts: ``gc.freeze()`` what exists by then
+    (long-lived, not garbage), so the collector's full passes stop re-scanning it, and collect the youngest
+    generation after 7,000 allocations instead of 700 if nobody changed the default
+    (docs/decisions/0009-worker-gc-tuning.md).
     ``tune_gc=False`` keeps the interpreter's settings; so does a process that froze objects itself."""
     if not gc.isenabled() or gc.get_freeze_count():
         return
@@ -213,7 +214,7 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`stop`; returns when every claimed job finished or was released."""
         if self.options.tune_gc:
-            _tune_gc()
+            tune_gc()
         self._stop, self._hard = asyncio.Event(), asyncio.Event()
         self._slot_free, self._flush_wanted = asyncio.Event(), asyncio.Event()
         if self._stop_requests:  # stop() came before run(): the loops below must see it

@@ -4,6 +4,8 @@ without losing jobs."""
 
 from __future__ import annotations
 
+import asyncio
+
 from jobengine.core.clock import ManualClock
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
@@ -11,6 +13,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
 from jobengine.engine.flow import AIMD_INTERVAL
+from jobengine.ports.flow import FlowCounts
 from jobengine.settings import Settings
 
 
@@ -65,3 +68,26 @@ async def test_rate_limit_holds_claims_back_and_loses_nothing() -> None:
     assert counts[("q", JobState.QUEUED)] == 6 and counts[("q", JobState.RUNNING)] == 4
     await engine.flow.clear_limits("q")
     assert len(await engine.transitions.fetch_jobs(["q"], 10, WorkerId("w"), 30.0)) == 6
+
+
+async def test_requests_that_find_the_counts_stale_together_share_one_read() -> None:
+    """Every enqueue reads the flow counts once its cache is stale: concurrent ones wait for the read in
+    flight rather than each sending their own; a fresh read always reads again."""
+    engine = await _engine(ManualClock())
+    await engine.enqueue("t", queue="q")
+    store = engine.flow._store
+    reads = 0
+    real = store.flow_counts
+
+    async def counted() -> FlowCounts:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)  # a slow read: the other callers arrive while it runs
+        return await real()
+
+    store.flow_counts = counted  # type: ignore[method-assign]
+    answers = await asyncio.gather(*(engine.flow.counts() for _ in range(20)))
+    assert reads == 1
+    assert all(a.depth == {"q": 1} for a in answers)
+    await asyncio.gather(engine.flow.counts(fresh=True), engine.flow.counts(fresh=True))
+    assert reads == 3

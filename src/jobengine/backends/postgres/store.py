@@ -51,6 +51,7 @@ from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.caller import caller_connection
 from jobengine.backends.postgres.changes import DEPENDENTS, GRAPH, STATE, Collect, J, Row, cut_after, job_rows
+from jobengine.backends.postgres.coalesce import InsertCoalescer
 from jobengine.backends.postgres.db import PgDb
 from jobengine.backends.postgres.flow import PostgresFlowMixin
 from jobengine.backends.postgres.insert import (
@@ -261,6 +262,8 @@ class PostgresStore(
         self._pool_forks: dict[asyncio.AbstractEventLoop, int] = {}
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._closed = False  # after close(), a call (a test's drop_schema) goes through a pool, as before
+        # Half the pool at most for grouped enqueues: the rest stays for reads and transitions.
+        self._coalescer = InsertCoalescer(self._insert_jobs, flushes=max(1, pool_max // 2))
         self.db = PgDb(self)  # the runner of the repositories shared with SQLite
         self._notifier: PgNotifier | None = None
         self._workers: PostgresWorkers | None = None
@@ -548,6 +551,17 @@ class PostgresStore(
     ) -> Inserted:
         if not jobs:
             return Inserted([], [], [])
+        if not watermarks and not any(j.idempotency_key is not None or j.depends_on for j in jobs):
+            return await self._coalescer.insert(jobs, now, phases)  # concurrent calls share a statement
+        return await self._insert_jobs(jobs, now, phases, watermarks)
+
+    async def _insert_jobs(
+        self,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted:
         plan = None if pipes(jobs, watermarks) else InsertPlan.of(jobs, now, phases, watermarks)
 
         tries = 0
