@@ -68,6 +68,7 @@ from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
+from .together import Together
 from .workers import SqliteWorkers
 
 T = TypeVar("T")
@@ -141,6 +142,7 @@ class SqliteStore(
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
+        self._together = Together(self._write)
         self.db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
 
     @property
@@ -188,6 +190,13 @@ class SqliteStore(
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn`` in a write transaction at ``synchronous``: enqueues, operator actions, everything durable."""
         return await self._run(lambda c: self._transaction(c, fn, self._synchronous))
+
+    async def _write_together(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """As :meth:`_write`, sharing the transaction (and its fsync) with writes that arrive meanwhile
+        (:mod:`.together`): for enqueues, which many callers make at once."""
+        if not self._together.usable():
+            return await self._write(fn)
+        return await self._together.write(fn)
 
     async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T:
         """A worker's transition: ``fn`` in a write transaction at ``worker_synchronous``, then ``then`` of
