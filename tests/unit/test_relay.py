@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,8 +25,11 @@ class Recording:
         self.published: list[Message] = []
         self.keys: set[str] = set()
         self.fail = 0
+        self.tasks: list[str] = []  # the name of the task of every publish
 
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
+        task = asyncio.current_task()
+        self.tasks.append(task.get_name() if task is not None else "")
         if self.fail:
             self.fail -= 1
             raise TransportUnavailable("down")
@@ -78,6 +81,45 @@ async def test_offered_rows_are_published_without_a_claim(store: SqliteStore) ->
     assert await relay.run_once() == 1
     await relay.flush()
     assert await store.claim_outbox(T0 + 3600, 10, 1.0) == []  # deleted, never claimed
+
+
+async def _until(condition: Callable[[], bool], ceiling: float = 30.0) -> None:
+    async with asyncio.timeout(ceiling):
+        while not condition():  # noqa: ASYNC110 - the relay announces nothing
+            await asyncio.sleep(0.01)
+
+
+async def test_a_running_relay_publishes_offered_rows_from_its_publisher_not_its_loop(store: SqliteStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, idle=3600.0)  # the loop would not look again for an hour
+    await relay.start()
+    try:
+        out = await store.insert_jobs_outboxed([NewJob("t") for _ in range(3)], T0, [()] * 3, hold=30.0)
+        relay.offer(out.rows[:1])
+        relay.offer(out.rows[1:])
+        await _until(lambda: len(transport.published) == 3)
+        assert set(transport.tasks) == {"jobengine-publish"}
+    finally:
+        await relay.stop()
+    assert [m.id for m in transport.published] == [r.job_id for r in out.rows]
+    assert await store.claim_outbox(T0 + 3600, 10, 1.0) == []  # deleted (at the latest by the stop's flush)
+
+
+async def test_rows_the_publisher_could_not_publish_go_to_the_loop(store: SqliteStore) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, idle=0.05)
+    await relay.start()
+    try:
+        out = await store.insert_jobs_outboxed([NewJob("t")], T0, [()], hold=30.0)
+        transport.fail = 1
+        relay.offer(out.rows)
+        await _until(lambda: len(transport.published) == 1)
+    finally:
+        await relay.stop()
+    assert transport.tasks == ["jobengine-publish", "jobengine-outbox-relay"]
+    assert [m.id for m in transport.published] == [out.rows[0].job_id]
 
 
 async def test_a_failed_publish_keeps_the_rows_and_a_crash_republishes_harmlessly(store: SqliteStore) -> None:

@@ -19,8 +19,11 @@ its last moments may be gone, whatever the jobs' age: the relay then publishes *
 at once, page by page, keyed by the new history, so relays of other processes that saw the same change add
 nothing within the idempotency window.
 
-It runs in every engine process that has a broker transport (``engine.start()`` starts it): the process that
-enqueued is woken at once; others notice through the store's notifier or within ``idle`` seconds.
+It runs in every engine process that has a broker transport (``engine.start()`` starts it). The rows a
+process commits are handed to its relay (:meth:`offer`) and published right after the commit by a publisher
+task of their own, so a job reaches the broker one round trip after its commit; the relay's loop publishes
+what that could not (the broker away) and the rows of other processes, which it notices through the store's
+notifier or within ``idle`` seconds.
 """
 
 from __future__ import annotations
@@ -79,7 +82,10 @@ class OutboxRelay:
         self.max_backoff = max_backoff
         self.published = 0  # messages published by this relay (tests, status)
         self._held: list[OutboxRow] = []  # claimed (or offered), not yet published
-        self._fresh: list[OutboxRow] = []  # offered by this process, not yet taken
+        self._fresh: list[OutboxRow] = []  # offered by this process, for the loop to publish
+        self._quick: list[OutboxRow] = []  # offered by this process, for the publisher task
+        self._publisher: asyncio.Task[None] | None = None
+        self._failing = False  # the loop's last publish failed: offered rows wait for its backoff
         self._done: list[int] = []  # published, not yet deleted
         self._done_since = 0.0
         self._kick = asyncio.Event()
@@ -89,9 +95,10 @@ class OutboxRelay:
         self._lost: str | None = None  # the broker's new history, while its sweep is owed
 
     def offer(self, rows: Sequence[OutboxRow]) -> None:
-        """Rows this process just committed, born held for this relay: those due are published at once,
-        without a claim (no store write on the way to a worker). Safe from any thread (``enqueue_sync``
-        runs on the engine's own loop in another thread); from another loop it is handed over."""
+        """Rows this process just committed, born held for this relay: those due are published at once by the
+        relay's publisher task, while the caller goes on (its next commit overlaps the publish), with no claim
+        and no store write on the way to a worker. Safe from any thread (``enqueue_sync`` runs on the engine's
+        own loop in another thread); from another loop it is handed over."""
         loop = self._home
         if loop is not None and not loop.is_closed():
             try:
@@ -105,8 +112,45 @@ class OutboxRelay:
 
     def _take(self, rows: Sequence[OutboxRow]) -> None:
         now = self.clock.now()
-        self._fresh.extend(r for r in rows if r.available_at <= now)
-        self._kick.set()
+        due = [r for r in rows if r.available_at <= now]
+        if not due:
+            return
+        if not self.running or self._failing:
+            # The loop publishes them (with its backoff while the broker is away).
+            self._fresh.extend(due)
+            self._kick.set()
+            return
+        self._quick.extend(due)
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.get_running_loop().create_task(self._publish_quick(), name="jobengine-publish")
+
+    async def _publish_quick(self) -> None:
+        """Publish what this process offered, in batches of what came meanwhile. Rows the broker refuses, or
+        that a cancellation interrupts, go to the loop, which publishes them again."""
+        while self._quick:
+            rows, self._quick = self._quick[: self.batch], self._quick[self.batch :]
+            try:
+                await self.transport.publish([message_of(r) for r in rows])
+            except BaseException as exc:
+                self._fresh += rows + self._quick
+                self._quick = []
+                self._kick.set()
+                if not isinstance(exc, Exception):
+                    raise
+                log.debug("relay: publishing what was just enqueued failed (%s); the loop tries again", exc)
+                return
+            self.published += len(rows)
+            if not self._done:
+                self._kick.set()  # the loop sets the deadline of the delete
+            self._forget_later(rows, self.clock.now())
+
+    def _forget_later(self, rows: Sequence[OutboxRow], now: float) -> None:
+        """Published rows are deleted later, in batches: a sequential producer would otherwise pay a store
+        write per enqueue. The rows stay held meanwhile; if this process dies first, they are published
+        again (harmless)."""
+        if not self._done:
+            self._done_since = now
+        self._done += [r.id for r in rows]
 
     async def run_once(self) -> int:
         """Publish what is due (including rows held from a failed attempt); return how many were published.
@@ -125,11 +169,7 @@ class OutboxRelay:
         await self.transport.publish([message_of(r) for r in rows])
         self._held = []
         self.published += len(rows)
-        # Deleted later, in batches: a sequential producer would otherwise pay a store write per enqueue.
-        # The rows stay held meanwhile; if this process dies first, they are published again (harmless).
-        if not self._done:
-            self._done_since = now
-        self._done += [r.id for r in rows]
+        self._forget_later(rows, now)
         if len(self._done) >= self.batch:
             await self._delete_done()
         return len(rows)
@@ -179,6 +219,8 @@ class OutboxRelay:
 
     async def flush(self) -> None:
         """Publish until nothing is due, and forget what was published (for shutdown and tests)."""
+        if self._publisher is not None and not self._publisher.done():
+            await asyncio.wait([self._publisher])
         while await self.run_once() >= self.batch or self._fresh:
             pass
         if self._done:
@@ -198,6 +240,13 @@ class OutboxRelay:
         while task is not None and not task.done():
             task.cancel()
             await asyncio.wait([task], timeout=0.1)
+        publisher = self._publisher
+        if publisher is not None and not publisher.done():
+            # What it holds goes to the flush below if it ends without publishing.
+            done, _ = await asyncio.wait([publisher], timeout=5.0)
+            if not done:
+                publisher.cancel()
+                await asyncio.wait([publisher])
         if task is not None and not task.cancelled() and task.exception() is not None:
             log.warning("relay: stopped with %r", task.exception())
         with contextlib.suppress(Exception):
@@ -221,8 +270,10 @@ class OutboxRelay:
                     self._next_sweep = self.clock.now() + self.sweep_after / 2
                     await self.sweep()
                 failures = 0
+                self._failing = False
             except Exception as exc:
                 failures += 1
+                self._failing = True
                 delay = min(self.max_backoff, 0.05 * 2**failures)
                 log.warning("relay: publishing failed (%s); trying again in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
@@ -256,8 +307,10 @@ class OutboxRelay:
             for w in waiters:
                 w.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
-        self._kick.clear()
         if kicked not in done:
             # Another process's commits wake us through the store's notifier, but so does every completion:
-            # look at the outbox at most this often when not kicked by this process.
-            await asyncio.sleep(0.02)
+            # look at the outbox at most this often, unless this process hands us rows meanwhile.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.02):
+                    await self._kick.wait()
+        self._kick.clear()

@@ -128,10 +128,13 @@ class BrokeredSource:
         self, queues: Sequence[str], limit: int, worker: WorkerId, lease_seconds: float, *, tasks: Sequence[str]
     ) -> list[Job]:
         deliveries, self._ahead = self._ahead[:limit], self._ahead[limit:]
+        received = bool(deliveries)
         room = limit - len(deliveries)
         deliveries += self._waiting[:room]
         self._waiting = self._waiting[room:]
-        if len(deliveries) < limit:
+        if not received and len(deliveries) < limit:
+            # Not after a wait that received: those deliveries are claimed without another round trip to the
+            # broker first, and the pump's next wait receives what came meanwhile.
             deliveries += await self.transport.receive(limit - len(deliveries), wait=0.0)
         jobs = await self._claim(deliveries, set(queues), worker, lease_seconds, tasks) if deliveries else []
         self._want = max(1, limit - len(jobs))

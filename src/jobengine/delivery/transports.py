@@ -4,8 +4,10 @@ metrics, and, for a broker, the outbox relay and the worker's source. ``engine.t
 With ``queue.kind: database`` the store delivers work as it always has and this holds two
 :class:`DatabaseTransport` views (health, depth, metrics). With ``redis`` or ``nats``:
 
-- :meth:`enqueue` writes jobs and their outbox rows in one store transaction and wakes the relay;
-- the relay (started by :meth:`start`) publishes the rows to the runner transport;
+- :meth:`enqueue` writes jobs and their outbox rows in one store transaction and hands the due ones to the
+  relay, which publishes them at once, while the caller goes on;
+- the relay (started by :meth:`start`) also publishes what that could not (the broker away), other
+  processes' rows and rows that come due later, and deletes published rows in batches;
 - :meth:`source` is the worker's source: deliveries in, claims by id, outcomes mirrored to the broker;
 - a message delivered more than ``maxDeliveryAttempts`` times reaches :meth:`_exhausted` first, which
   marks its job dead in the store (so the store and the dead-letter stream agree) and then lets the
@@ -132,7 +134,7 @@ class Transports:
         headers: Mapping[JobId, Mapping[str, str]] | None = None,
     ) -> list[Job]:
         """Store jobs with their outbox rows in one transaction (the caller's, with ``connection``), then
-        publish their events and wake the relay. ``headers``: per job, ``run_id`` / ``schedule_id``."""
+        publish their events and hand the rows to the relay. ``headers``: per job, ``run_id`` / ``schedule_id``."""
         store = self.engine.store
         if connection is not None:
             if not store.capabilities.transactional_outbox:

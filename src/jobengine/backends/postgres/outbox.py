@@ -2,7 +2,8 @@
 
 Mixed into :class:`PostgresStore`; statements go through its pool, retry and error translation (``_run``).
 Jobs and their outbox rows are written in one transaction: the store's own insert (``insert_jobs_in``, in a
-savepoint) followed by one INSERT of the rows. The claim by id is the store's claim (``sql.CLAIM_IDS``:
+savepoint, in a caller's transaction; ``insert_jobs_own``, without one, in the store's) followed by one
+INSERT of the rows. The claim by id is the store's claim (``sql.CLAIM_IDS``:
 the row is deleted and inserted again as running) over the delivered ids, ``FOR UPDATE SKIP LOCKED``, so two
 workers handed the same message never both start the job.
 """
@@ -10,7 +11,7 @@ workers handed the same message never both start the job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from psycopg.rows import tuple_row
 
@@ -47,6 +48,16 @@ class _Runs(StoreCalls, Protocol):
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted: ...
 
+    async def insert_jobs_own(
+        self,
+        conn: Conn,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted: ...
+
 
 async def _insert_outboxed(
     store: _Runs,
@@ -57,8 +68,13 @@ async def _insert_outboxed(
     headers: Mapping[JobId, Mapping[str, str]] | None,
     watermarks: Mapping[JobId, Sequence[Watermark]] | None,
     hold: float,
+    *,
+    own: bool = False,
 ) -> Outboxed:
-    inserted = await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)
+    if own:
+        inserted = await store.insert_jobs_own(cast(Conn, connection), jobs, now, phases, watermarks=watermarks)
+    else:
+        inserted = await store.insert_jobs_in(connection, jobs, now, phases, watermarks=watermarks)
     owed = outbox.owed(inserted, headers or {})
     if not owed:
         return Outboxed(inserted, [])
@@ -99,7 +115,7 @@ class PostgresOutboxMixin:
                 rows = await cur.fetchall()
                 return Outboxed(done, [outbox.outbox_row(r) for r in rows])
             async with conn.transaction():
-                return await _insert_outboxed(self, conn, jobs, now, phases, headers, watermarks, hold)
+                return await _insert_outboxed(self, conn, jobs, now, phases, headers, watermarks, hold, own=True)
 
         # Retried like insert_jobs: a retry first looks for the batch by its ids.
         return await self._run(op)

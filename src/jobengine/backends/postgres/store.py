@@ -634,6 +634,27 @@ class PostgresStore(
         except psycopg.Error as exc:
             raise store_error(exc) from exc
 
+    async def insert_jobs_own(
+        self,
+        conn: Conn,
+        jobs: Sequence[NewJob],
+        now: float,
+        phases: Sequence[tuple[str, ...]],
+        *,
+        watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
+    ) -> Inserted:
+        """:meth:`insert_jobs_in` inside a transaction this store opened (``conn`` from its pool), for writes
+        that go with the jobs (the outbox): an error rolls all of it back, so no savepoint around the jobs,
+        two round trips fewer."""
+        if not jobs:
+            return Inserted([], [], [])
+        try:
+            return await self._insert(conn, InsertPlan.of(jobs, now, phases, watermarks), nested=True)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+
     async def fetch_jobs(
         self,
         queues: Sequence[str],

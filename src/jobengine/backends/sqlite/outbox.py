@@ -68,7 +68,8 @@ class SqliteOutboxMixin:
         if not jobs:
             return Outboxed(Inserted([], [], []), [])
         held_until = now + hold if hold > 0 else 0.0
-        return await self._write(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
+        # In a group commit: concurrent producers share one fsync instead of queueing for one each.
+        return await self._write_together(lambda c: _insert(c, jobs, now, phases, headers or {}, held_until))
 
     async def claim_jobs(
         self: StoreCalls,

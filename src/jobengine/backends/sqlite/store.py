@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -70,77 +68,11 @@ from .leader import SqliteLeader
 from .migrate import apply_migrations, load_migrations
 from .notifier import SqliteNotifier
 from .outbox import SqliteOutboxMixin
+from .together import Together
 from .workers import SqliteWorkers
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@dataclass(slots=True)
-class _PendingInsert:
-    """One call of ``insert_jobs`` waiting for the store thread; settled by whichever call writes its group."""
-
-    jobs: Sequence[NewJob]
-    now: float
-    phases: Sequence[tuple[str, ...]]
-    texts: list[str] = field(default_factory=list)
-    written: inserts.Written | None = None
-    result: Inserted | None = None
-    error: BaseException | None = None
-
-    @property
-    def settled(self) -> bool:
-        return self.result is not None or self.error is not None
-
-
-def _write_group(
-    conn: sqlite3.Connection,
-    group: Sequence[_PendingInsert],
-    transaction: Callable[[Callable[[sqlite3.Connection], None]], None],
-) -> None:
-    """Write ``group`` in one ``transaction``, each call in a savepoint: a call whose write raises is rolled
-    back to its savepoint and gets the error; the others commit. An error of the transaction itself (the
-    lock, the COMMIT) goes to every call still unsettled."""
-    live: list[_PendingInsert] = []
-    for p in group:
-        try:
-            p.texts = inserts.encode(p.jobs)  # before BEGIN: the costliest part needs no lock
-            live.append(p)
-        except Exception as exc:
-            p.error = exc
-
-    def body(c: sqlite3.Connection) -> None:
-        if len(live) == 1:  # alone: no savepoint needed, its error rolls the transaction back
-            p = live[0]
-            p.written = inserts.write(c, p.jobs, p.texts, p.now, p.phases)
-            return
-        for p in live:
-            c.execute("SAVEPOINT enqueue")
-            try:
-                p.written = inserts.write(c, p.jobs, p.texts, p.now, p.phases)
-            except Exception as exc:
-                if not c.in_transaction:  # SQLite rolled the whole transaction back: nothing is left to save
-                    raise
-                c.execute("ROLLBACK TO enqueue")
-                p.error = exc
-            c.execute("RELEASE enqueue")
-
-    if live:
-        try:
-            transaction(body)
-        except BaseException as exc:
-            for p in live:
-                if p.error is None:
-                    p.written, p.error = None, exc
-            if not isinstance(exc, Exception):
-                raise
-    for p in live:
-        if p.error is None:
-            assert p.written is not None
-            try:
-                p.result = inserts.built(p.written)
-            except Exception as exc:
-                p.error = exc
 
 
 class SqliteStore(
@@ -207,12 +139,11 @@ class SqliteStore(
         self._prepare = prepare
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobengine-sqlite")
         # Inserts waiting for the store thread (callers may run on several event loops or threads).
-        self._group: list[_PendingInsert] = []
-        self._group_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
+        self._together = Together(self._write)
         self.db = SqliteDb(self)  # the runner of the repositories shared with PostgreSQL
 
     @property
@@ -260,6 +191,13 @@ class SqliteStore(
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn`` in a write transaction at ``synchronous``: enqueues, operator actions, everything durable."""
         return await self._run(lambda c: self._transaction(c, fn, self._synchronous))
+
+    async def _write_together(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """As :meth:`_write`, sharing the transaction (and its fsync) with writes that arrive meanwhile
+        (:mod:`.together`): for enqueues, which many callers make at once."""
+        if not self._together.usable():
+            return await self._write(fn)
+        return await self._together.write(fn)
 
     async def _work(self, fn: Callable[[sqlite3.Connection], R], then: Callable[[R], T]) -> T:
         """A worker's transition: ``fn`` in a write transaction at ``worker_synchronous``, then ``then`` of
@@ -340,30 +278,17 @@ class SqliteStore(
 
     # -- transitions --------------------------------------------------------------------------------
     async def insert_jobs(self, jobs: Sequence[NewJob], now: float, phases: Sequence[tuple[str, ...]]) -> Inserted:
-        """Concurrent calls share one transaction (group commit): each call's jobs are written in a savepoint
-        of their own, so a refused call (an unknown dependency, an idempotency conflict) changes nothing and
-        fails alone, and every call returns only once the transaction holding its jobs has committed."""
+        """Concurrent calls share one transaction (group commit, :mod:`.together`): each call's jobs are
+        written in a savepoint of their own, so a refused call (an unknown dependency, an idempotency
+        conflict) changes nothing and fails alone, and every call returns only once the transaction holding
+        its jobs has committed: one fsync for them all, where each alone would pay its own."""
         if not jobs:
             return Inserted([], [], [])
         if self._closed:  # before queueing: a call refused now must not be written by a later one
             raise StoreUnavailable("sqlite: the store is closed")
-        mine = _PendingInsert(jobs, now, phases)
-        with self._group_lock:
-            self._group.append(mine)
-        return await self._run(lambda c: self._insert_group(c, mine))
-
-    def _insert_group(self, conn: sqlite3.Connection, mine: _PendingInsert) -> Inserted:
-        """On the store thread: the calls waiting now, ``mine`` among them unless an earlier call of this
-        method took it, in one transaction at ``synchronous``: one fsync for them all, where each call alone
-        would pay its own (the fsync, not the writing, is what a single enqueue costs)."""
-        if not mine.settled:
-            with self._group_lock:
-                group, self._group = self._group, []
-            _write_group(conn, group, lambda fn: self._transaction(conn, fn, self._synchronous))
-        if mine.error is not None:
-            raise mine.error
-        assert mine.result is not None
-        return mine.result
+        texts = inserts.encode(jobs)  # outside the transaction: the costliest part needs no lock
+        written = await self._write_together(lambda c: inserts.write(c, jobs, texts, now, phases))
+        return inserts.built(written)
 
     async def fetch_jobs(
         self,
