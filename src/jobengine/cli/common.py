@@ -4,12 +4,15 @@ an ``--app``. This is the edge where the environment and the working directory a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import importlib
 import inspect
 import json
+import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -20,7 +23,7 @@ import typer
 
 from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
-from jobengine.errors import ConfigError, InvalidSchedule
+from jobengine.errors import ConfigError, InvalidSchedule, StoreUnavailable
 from jobengine.settings import Settings
 
 ActorOption = Annotated[str | None, typer.Option(help="Who makes the change (audit) [default: cli:<login>].")]
@@ -138,6 +141,61 @@ def app_engine(app: str, config: Path | None, db: str | None) -> Engine:
     if db is not None:
         return rebind(engine, replace(engine.settings, database=db))
     return engine
+
+
+#: How long a service command (worker, scheduler, serve) waits for a store it cannot reach as it starts.
+START_WAIT = 60.0
+
+
+@asynccontextmanager
+async def started_when_reachable(engine: Engine, stop: asyncio.Event | None = None) -> AsyncIterator[Engine]:
+    """``engine`` started (migrated), closed on exit; for the long-running commands. A database that cannot
+    be reached yet (restarting, or started alongside in a deploy) is tried again with backoff for up to
+    :data:`START_WAIT` seconds, saying so in the log, instead of ending the process at once; ``stop`` set
+    (a signal) ends the wait. Other errors (a wrong password, a schema of a newer release) fail at once."""
+    deadline = time.monotonic() + START_WAIT
+    delay = 0.25
+    while True:
+        try:
+            await _start_unless_stopped(engine, stop)
+            break
+        except StoreUnavailable as exc:
+            if time.monotonic() + delay > deadline or (stop is not None and stop.is_set()):
+                await engine.close()
+                raise
+            logging.getLogger("jobengine").warning("database unreachable (%s); trying again in %.1fs", exc, delay)
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
+            delay = min(delay * 2, 5.0)
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+async def _start_unless_stopped(engine: Engine, stop: asyncio.Event | None) -> None:
+    """``engine.start()``, given up when ``stop`` is set first: one attempt can wait long for a pool's
+    connection to a server that is down."""
+    if stop is None:
+        await engine.start()
+        return
+    starting = asyncio.ensure_future(engine.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+    if starting.cancelled():
+        raise StoreUnavailable("stopped while waiting for the database")
+    starting.result()
 
 
 @asynccontextmanager

@@ -18,7 +18,16 @@ import typer
 from rich.markup import escape
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, app_engine, load_app, load_settings, rebind, run
+from jobengine.cli.common import (
+    ConfigOption,
+    DbOption,
+    app_engine,
+    load_app,
+    load_settings,
+    rebind,
+    run,
+    started_when_reachable,
+)
 from jobengine.cli.logs import apply_settings
 from jobengine.cli.supervise import EarlySignals, Supervisor
 from jobengine.core.models import JobFilter, check_name
@@ -137,7 +146,7 @@ async def _worker(
     engine: Engine, overrides: dict[str, Any], packs: tuple[str, ...] = (), early: EarlySignals | None = None,
     before: Sequence[Service] = (), pending: bool = False,
 ) -> None:  # fmt: skip
-    async with Supervisor(None, early) as supervisor, engine:
+    async with Supervisor(None, early) as supervisor, started_when_reachable(engine, supervisor.stop_event):
         await engine.periodic.sync()
         if packs:  # before the worker is built: its queues default to those of the registered tasks
             from jobengine.cli.packs import load_local

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run
+from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run, started_when_reachable
 from jobengine.core.schedules import ScheduleFilter
 from jobengine.engine import Engine
 from jobengine.services import SchedulerService
@@ -23,7 +23,7 @@ async def _scheduler(engine: Engine) -> None:
     from jobengine.cli.serve import serve_until_signal
 
     console = output.stdout()  # stderr holds the log records only (one JSON object a line under json)
-    async with engine:
+    async with started_when_reachable(engine):
         service = SchedulerService(engine)
 
         async def ready() -> None:

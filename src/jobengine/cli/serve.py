@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from jobengine.cli import output
-from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run
+from jobengine.cli.common import ConfigOption, DbOption, load_app, load_settings, rebind, run, started_when_reachable
 from jobengine.engine import Engine
 from jobengine.services import Service
 from jobengine.settings import Settings
@@ -52,7 +52,7 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
     from jobengine.http.server import ApiMaintenance, ApiService  # FastAPI: imported by the commands that serve
 
     console = output.stdout()
-    async with engine:
+    async with started_when_reachable(engine):
         api = ApiService(engine, settings, host=host, port=port)
         await api.check_keys()
         from jobengine.webhooks.dispatcher import WebhookDispatcher

@@ -93,6 +93,11 @@ class Supervisor:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def stop_event(self) -> asyncio.Event:
+        """Set by the first signal: what a wait during start-up watches to end early."""
+        return self._stop
+
     async def serve(self, services: Sequence[Service], ready: Callable[[], Awaitable[None]] | None = None) -> None:
         """Start ``services``, call ``ready()``, wait for a stop, then stop every started service (in
         reverse order) whatever happened. Re-raises why the worker stopped on its own, if it crashed."""
