@@ -77,6 +77,8 @@ async def _through_the_pooler(postgres_dsn: str, tmp_path: Path, restart: Cluste
                 for name in WORKERS:
                     argv = [sys.executable, "-m", "jobengine", "worker", "--app", "tests.support.netbed_app:app"]
                     procs.run(name, argv, {"NETBED_HOST": name})
+                for p in list(procs.procs):  # every worker claims from the first batch: each runs some
+                    await asyncio.to_thread(procs.wait_output, p, "started on queues", 120)
                 ids = []
                 for start in range(0, N - 100, 1000):
                     batch = [engine.new_job("mark", {"i": i, "sleep": 0.01}) for i in range(start, start + 1000)]
