@@ -155,9 +155,11 @@ async def started_when_reachable(engine: Engine, stop: asyncio.Event | None = No
     (a signal) ends the wait. Other errors (a wrong password, a schema of a newer release) fail at once."""
     deadline = time.monotonic() + START_WAIT
     delay = 0.25
+    retry = False
     while True:
         try:
-            await _start_unless_stopped(engine, stop)
+            # The first attempt runs whatever comes: a signal during start-up is a clean stop once started.
+            await (_start_unless_stopped(engine, stop) if retry else engine.start())
             break
         except StoreUnavailable as exc:
             if time.monotonic() + delay > deadline or (stop is not None and stop.is_set()):
@@ -170,7 +172,7 @@ async def started_when_reachable(engine: Engine, stop: asyncio.Event | None = No
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await stop.wait()
-            delay = min(delay * 2, 5.0)
+            delay, retry = min(delay * 2, 5.0), True
     try:
         yield engine
     finally:
