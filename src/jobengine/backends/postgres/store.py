@@ -38,7 +38,7 @@ import logging
 import os
 import select
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -124,6 +124,18 @@ def store_error(exc: psycopg.Error) -> StoreError:
         hint = "is the schema migrated? run `jobengine migrate`"
         return StoreError(f"postgres: {exc.diag.message_primary or exc} ({hint})")
     return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """psycopg's errors as the store's, for a statement run outside :meth:`PostgresStore._run` (which retries):
+    a lost or refused connection is StoreUnavailable, the rest what :func:`store_error` makes of them."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    except psycopg.Error as exc:
+        raise store_error(exc) from exc
 
 
 def _disconnected(exc: psycopg.OperationalError, conn: Conn) -> bool:
@@ -438,13 +450,9 @@ class PostgresStore(
         if self.direct_dsn == self.dsn:
             return await self._run(op)
         # Its lock is a session's: behind a pooler, the lock and its unlock could reach different sessions.
-        try:
+        with _translated():
             async with await session(self.direct_dsn) as conn:
                 return await op(conn)
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(str(exc)) from exc
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     async def close(self) -> None:
         if self._workers is not None:
@@ -620,7 +628,7 @@ class PostgresStore(
         if not jobs:
             return Inserted([], [], [])
         plan = InsertPlan.of(jobs, now, phases, watermarks)
-        try:
+        with _translated():
             if not conn.autocommit and conn.info.transaction_status is TransactionStatus.IDLE:
                 # psycopg opens the caller's transaction with its first statement; open it now, or the
                 # savepoint below would be a transaction of its own and commit.
@@ -629,10 +637,6 @@ class PostgresStore(
             # transaction as it was.
             async with conn.transaction():
                 return await self._insert(conn, plan, nested=True)
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(str(exc)) from exc
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     async def insert_jobs_own(
         self,
@@ -648,12 +652,8 @@ class PostgresStore(
         two round trips fewer."""
         if not jobs:
             return Inserted([], [], [])
-        try:
+        with _translated():
             return await self._insert(conn, InsertPlan.of(jobs, now, phases, watermarks), nested=True)
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(str(exc)) from exc
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     async def fetch_jobs(
         self,
