@@ -32,9 +32,9 @@ DECAY = 0.05
 class Prefetch:
     """The jobs claimed ahead, oldest first, with the loop time each was claimed at. Usage::
 
-    buffer = Prefetch(limit=200, seconds=0.05, concurrency=10)
-    buffer.ran(0.0001)              # a job ran for 0.1 ms
-    buffer.target()                 # 200: claim up to this many beyond the free slots
+    buffer = Prefetch(limit, seconds, concurrency)
+    buffer.ran(duration)            # a job ended, after ``duration`` seconds
+    buffer.target()                 # how many to claim beyond the free slots
     """
 
     __slots__ = ("_claimed", "_duration", "_jobs", "concurrency", "limit", "seconds")
