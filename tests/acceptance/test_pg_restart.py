@@ -146,6 +146,16 @@ async def fleet(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Fleet]:
         procs.stop_all()
 
 
+async def _in_flight(fleet: Fleet, ids: list[str]) -> None:
+    """Until one of ``ids`` has started: the outage that follows comes while jobs run."""
+    wanted = set(ids)
+
+    async def started() -> bool:
+        return any(line[0] == "start" and line[1] in wanted for line in fleet.lines())
+
+    await _until(started, "jobs of the batch to start")
+
+
 async def _all_succeeded(fleet: Fleet, ids: list[str]) -> bool:
     sql = "SELECT count(*) FROM jobengine.jobs WHERE state = 'succeeded' AND id = ANY(%s)"
     rows = await _rows(fleet.cluster.dsn, sql, (ids,))
@@ -206,7 +216,7 @@ async def test_a_restarted_and_a_killed_postgres_lose_nothing_and_run_nothing_tw
 
     # The hard variant: the postmaster killed while jobs run, started again a moment later.
     more = await asyncio.to_thread(fleet.enqueue, 1000, N + 300)
-    await asyncio.sleep(1.0)
+    await _in_flight(fleet, more)
     started = time.time()
     await asyncio.to_thread(fleet.cluster.kill)
     await asyncio.to_thread(fleet.cluster.start)
@@ -217,7 +227,7 @@ async def test_a_restarted_and_a_killed_postgres_lose_nothing_and_run_nothing_tw
 
     # A long outage: the server stopped while jobs run, and started again OUTAGE seconds later.
     more = await asyncio.to_thread(fleet.enqueue, 1000, N + 1600)
-    await asyncio.sleep(1.0)
+    await _in_flight(fleet, more)
     started = time.time()
     await asyncio.to_thread(fleet.cluster.stop, "fast")
     await asyncio.sleep(OUTAGE)
