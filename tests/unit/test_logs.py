@@ -62,7 +62,6 @@ def test_every_server_of_a_nats_cluster_loses_its_password() -> None:
 
 
 async def test_the_nats_transport_says_where_it_is_without_passwords() -> None:
-    pytest.importorskip("nats", reason="the nats extra is not installed")
     from jobengine.backends.nats import NatsTransport
     from jobengine.core.queue_config import NatsConfig
     from jobengine.errors import TransportUnavailable

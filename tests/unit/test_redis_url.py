@@ -77,7 +77,6 @@ def test_the_webhook_rate_limiters_url_is_checked_under_its_own_name() -> None:
 
 
 async def test_a_sentinel_client_is_built_without_connecting_and_closes_cleanly() -> None:
-    pytest.importorskip("redis")
     from jobengine.backends.redis.client import SentinelRedis
     from jobengine.backends.redis.transport import connect
 
@@ -90,7 +89,6 @@ async def test_a_sentinel_client_is_built_without_connecting_and_closes_cleanly(
 
 
 async def test_a_transports_errors_show_its_url_without_the_password() -> None:
-    pytest.importorskip("redis")
     from jobengine.backends.redis.transport import RedisTransport
     from jobengine.core.queue_config import RedisConfig
 
