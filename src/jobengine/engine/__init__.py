@@ -149,7 +149,7 @@ class Engine:
         #: The hooks around enqueueing and each attempt, in order (:mod:`jobengine.middleware`); ``add`` more
         #: before a worker starts.
         self.middleware = middleware if isinstance(middleware, MiddlewareChain) else MiddlewareChain(middleware)
-        if self.settings.tracing and not any(type(m).__name__ == "TracingMiddleware" for m in self.middleware):
+        if self.settings.tracing and self.middleware.traces() is None:
             from jobengine.tracing import TracingMiddleware  # the otel extra, only when tracing is on
 
             self.middleware.add(TracingMiddleware())
