@@ -19,13 +19,19 @@ from jobengine.settings import Settings
 from jobengine.worker import JobContext
 
 
-def record(*parts: object) -> None:
+def append(path: str, *parts: object) -> None:
+    """``parts`` as one line of ``path``, in one ``os.write`` on an O_APPEND file: lines that processes
+    write at once never interleave."""
     line = " ".join(str(p) for p in parts) + "\n"
-    fd = os.open(os.environ["LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def record(*parts: object) -> None:
+    append(os.environ["LEDGER"], *parts)
 
 
 def app() -> Engine:

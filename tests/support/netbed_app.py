@@ -15,16 +15,11 @@ import time
 from jobengine.engine import Engine
 from jobengine.settings import Settings
 from jobengine.worker import JobContext
+from tests.support.ledger_app import append
 
 
 def record(*parts: object) -> None:
-    line = " ".join(str(p) for p in parts) + "\n"
-    path = os.path.join(os.environ["NETBED_LEDGER"], os.environ["NETBED_HOST"] + ".txt")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append(os.path.join(os.environ["NETBED_LEDGER"], os.environ["NETBED_HOST"] + ".txt"), *parts)
 
 
 def app() -> Engine:
