@@ -130,7 +130,8 @@ async def test_long_jobs_are_not_held_from_another_worker(engine: Engine) -> Non
     assert sorted(ran_on.values()) == sorted([first.id] * 2 + [second.id] * 2)
 
 
-async def test_a_claimed_job_that_finds_no_slot_goes_back_for_another_worker(engine: Engine) -> None:
+def _quick_and_blocker(engine: Engine) -> asyncio.Event:
+    """Registers ``quick`` (returns at once) and ``blocker`` (runs until the returned gate is set)."""
     gate = asyncio.Event()
 
     @engine.task()
@@ -141,6 +142,11 @@ async def test_a_claimed_job_that_finds_no_slot_goes_back_for_another_worker(eng
     async def blocker(ctx: JobContext) -> None:
         await gate.wait()
 
+    return gate
+
+
+async def test_a_claimed_job_that_finds_no_slot_goes_back_for_another_worker(engine: Engine) -> None:
+    gate = _quick_and_blocker(engine)
     first, t1 = await start(engine, concurrency=1, prefetch=50)
     warm = await engine.enqueue_many([engine.new_job("quick") for _ in range(20)])
     for j in warm:
@@ -161,16 +167,7 @@ async def test_a_claimed_job_that_finds_no_slot_goes_back_for_another_worker(eng
 
 
 async def test_stopping_releases_the_buffered_jobs_without_spending_an_attempt(engine: Engine) -> None:
-    gate = asyncio.Event()
-
-    @engine.task()
-    async def quick(ctx: JobContext) -> None:
-        return None
-
-    @engine.task()
-    async def blocker(ctx: JobContext) -> None:
-        await gate.wait()
-
+    _quick_and_blocker(engine)  # the blocker holds its slot until the worker stops
     worker, task = await start(engine, concurrency=1, prefetch=50, grace_period=0.1)
     warm = await engine.enqueue_many([engine.new_job("quick") for _ in range(20)])
     for j in warm:
