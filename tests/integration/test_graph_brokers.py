@@ -4,7 +4,6 @@ policy queues again inside the store's transaction, which the broker learns of f
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from jobengine.engine import Engine
 from jobengine.engine.canvas import Graph
 from jobengine.settings import Settings
 from support.services import unique_name
+from tests.support.graph_tasks import running_worker
 
 TIMEOUT = 120.0
 N = 8
@@ -89,13 +89,8 @@ async def test_every_node_runs_once_through_the_broker(engines: tuple[Engine, En
     graph.add("boom", boom.s(), after=["join"])
     graph.add("cleanup", cleanup.s(), after=["boom"], policy="always")
     handle = await producer.graphs.submit(graph)
-    worker = runner.worker(concurrency=4, heartbeat_every=0.5)
-    running = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(runner):
         status = await handle.wait(TIMEOUT)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(running, TIMEOUT)
     assert status.state is GraphState.FAILED  # boom ended dead; cleanup ran anyway
     nodes = {n.name: n.job for n in (await producer.graphs.get(handle.id, nodes=True)).nodes}
     assert nodes["join"].result == sum(range(N)) and nodes["cleanup"].state is JobState.SUCCEEDED
@@ -121,12 +116,7 @@ async def test_a_cleanup_node_a_cancel_lets_run_reaches_a_worker(engines: tuple[
     handle = await producer.graphs.submit(graph)
     nodes = {n.name: n.job for n in (await producer.graphs.get(handle.id, nodes=True)).nodes}
     await producer.cancel(nodes["hold"].id)  # queued: cancelled at once, before any worker runs
-    worker = runner.worker(concurrency=2, heartbeat_every=0.5)
-    running = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(runner):
         status = await handle.wait(TIMEOUT)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(running, TIMEOUT)
     assert status.state is GraphState.CANCELLED or status.state is GraphState.FAILED
     assert calls == Counter({"cleanup": 1})

@@ -20,6 +20,7 @@ from jobengine.engine import Engine
 from jobengine.engine.canvas import Graph
 from jobengine.errors import InvalidJob
 from jobengine.settings import Settings
+from tests.support.graph_tasks import running_worker
 
 TIMEOUT = 60.0
 N = 5
@@ -80,13 +81,8 @@ def fan(t: dict[str, object], n: int = N) -> Graph:
 
 async def run_to_end(engine: Engine, graph: Graph) -> tuple[str, GraphState]:
     handle = await engine.graphs.submit(graph)
-    worker = engine.worker(concurrency=4, poll_interval=0.05, heartbeat_every=0.2)
-    task = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(engine):
         status = await handle.wait(TIMEOUT)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, TIMEOUT)
     return handle.id, status.state
 
 
