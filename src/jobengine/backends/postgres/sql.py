@@ -471,15 +471,6 @@ edges AS (
 ), {_notify("src", "state = 'queued'")}
 SELECT true, (SELECT array_agg(id ORDER BY id) FROM ev), (SELECT count(*) FROM n)"""
 
-# A plain batch by COPY (backends/postgres/insert_copy.py): the jobs' columns in the order of its lines, then
-# one statement that takes the ids of the batch's events (ascending in the batch's order) and NOTIFYs its
-# queued queues, then the events with those ids (COPY writes an identity column's given values).
-COPY_JOBS = """COPY {s}jobs (id, tenant, queue, task, payload, priority, run_at, state, max_attempts, created_at,
-                  updated_at, timeout, phases, run_id, schedule_id, trace) FROM STDIN"""
-RESERVE_EVENTS = """SELECT ARRAY(SELECT nextval('{s}events_id_seq') FROM generate_series(1, %(n)s::int)),
-       (SELECT count(pg_notify(%(channel)s::text, q)) FROM unnest(%(queues)s::text[]) AS x(q))"""
-COPY_EVENTS = "COPY {s}events (id, at, type, job_id, tenant, queue, task, data) FROM STDIN"
-
 # The events an insert at ``now`` wrote for its jobs (read back when its answer was lost with its connection).
 INSERTED_EVENTS = """SELECT id, at, type, tenant, job_id, queue, task, data::text FROM {s}events
 WHERE job_id = ANY(%(ids)s::text[]) AND at = %(now)s::float8 AND type IN ('job.enqueued', 'job.cancelled')
@@ -574,9 +565,6 @@ class Queries:
     insert_fast: bytes
     insert_one: bytes
     insert_full: bytes
-    copy_jobs: bytes
-    reserve_events: bytes
-    copy_events: bytes
     find_by_keys: bytes
     inserted_events: bytes
     lock_parents: bytes

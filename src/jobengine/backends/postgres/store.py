@@ -58,10 +58,11 @@ from jobengine.backends.postgres.insert import (
     InsertPlan,
     insert_fast,
     insert_general,
+    insert_piped,
+    pipes,
     raise_if_id_taken,
     recover,
 )
-from jobengine.backends.postgres.insert_copy import copies, insert_copied
 from jobengine.backends.postgres.leader import PostgresLeader
 from jobengine.backends.postgres.migrate import migrate
 from jobengine.backends.postgres.mixin import session
@@ -569,7 +570,7 @@ class PostgresStore(
         phases: Sequence[tuple[str, ...]],
         watermarks: Mapping[JobId, Sequence[Watermark]] | None = None,
     ) -> Inserted:
-        plan = None if copies(jobs, watermarks) else InsertPlan.of(jobs, now, phases, watermarks)
+        plan = None if pipes(jobs, watermarks) else InsertPlan.of(jobs, now, phases, watermarks)
 
         tries = 0
 
@@ -578,8 +579,8 @@ class PostgresStore(
             tries += 1
             if tries > 1 and (done := await recover(conn, self._q, jobs, now)) is not None:
                 return done  # the try whose answer was lost had committed
-            if plan is None:  # a large plain batch: COPY in one transaction (each part makes its own plan)
-                return await insert_copied(conn, self._q, self.channel, jobs, now, phases)
+            if plan is None:  # a large plain batch: chunks piped in one transaction (each makes its own plan)
+                return await insert_piped(conn, self._q, self.channel, jobs, now, phases)
             return await self._insert(conn, plan)
 
         # Retried like a fenced transition: a retry first looks for the batch by its ids (insert.recover).

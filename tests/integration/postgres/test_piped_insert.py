@@ -8,14 +8,14 @@ import time
 import pytest
 
 from jobengine.backends.postgres import PostgresStore
-from jobengine.backends.postgres.insert_copy import COPY_CHUNK, copies
+from jobengine.backends.postgres.insert import PIPE_CHUNK, pipes
 from jobengine.core.ids import JobId
 from jobengine.core.models import JobFilter, NewJob
 from jobengine.core.states import JobState
 from jobengine.errors import InvalidJob
 from jobengine.ports.watermarks import Watermark
 
-N = 2 * COPY_CHUNK + 100  # three chunks, the last one short
+N = 2 * PIPE_CHUNK + 100  # three chunks, the last one short
 
 
 def _batch(now: float) -> list[NewJob]:
@@ -36,7 +36,7 @@ async def test_a_large_batch_is_written_whole_in_order_with_its_events(store: Po
     now = time.time()
     batch = _batch(now)
     phases = [("fetch", "store") if i % 4 == 0 else () for i in range(N)]
-    assert copies(batch, None)
+    assert pipes(batch, None)
     inserted = await store.insert_jobs(batch, now, phases)
 
     assert [j.id for j in inserted.jobs] == [j.id for j in batch]
@@ -78,7 +78,7 @@ async def test_a_taken_id_in_a_later_chunk_writes_nothing_of_the_batch(store: Po
     now = time.time()
     (first,) = (await store.insert_jobs([NewJob(task="t", payload=0)], now, [()])).jobs
     batch = _batch(now)
-    batch[COPY_CHUNK + 10] = NewJob(task="t", payload=1, id=first.id)
+    batch[PIPE_CHUNK + 10] = NewJob(task="t", payload=1, id=first.id)
     with pytest.raises(InvalidJob) as err:
         await store.insert_jobs(batch, now, [()] * N)
     assert err.value.field == "id"
@@ -89,8 +89,8 @@ async def test_a_taken_id_in_a_later_chunk_writes_nothing_of_the_batch(store: Po
 def test_only_large_batches_without_keys_dependencies_or_watermarks_are_piped() -> None:
     now = time.time()
     batch = _batch(now)
-    assert copies(batch, None)
-    assert not copies(batch[: 2 * COPY_CHUNK - 1], None)
-    assert not copies([*batch, NewJob(task="t", idempotency_key="k")], None)
-    assert not copies([*batch, NewJob(task="t", depends_on=(batch[0].id,))], None)
-    assert not copies(batch, {JobId(batch[0].id): [Watermark("src", "k", 1)]})
+    assert pipes(batch, None)
+    assert not pipes(batch[: 2 * PIPE_CHUNK - 1], None)
+    assert not pipes([*batch, NewJob(task="t", idempotency_key="k")], None)
+    assert not pipes([*batch, NewJob(task="t", depends_on=(batch[0].id,))], None)
+    assert not pipes(batch, {JobId(batch[0].id): [Watermark("src", "k", 1)]})
