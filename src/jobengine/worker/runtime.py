@@ -459,14 +459,17 @@ class Worker:
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
-            try:
-                async with asyncio.timeout(timeout) as cm:
-                    result = check_json("result", await self._run_phases(spec, run))
-            except TimeoutError as exc:
-                if cm.expired():
-                    run.shared.cancel.set()
-                    raise TaskTimeout(f"timed out after {timeout:g}s") from exc
-                raise
+            if timeout is None:  # no scope to enter and leave on every job when there is nothing to time
+                result = check_json("result", await self._run_phases(spec, run))
+            else:
+                try:
+                    async with asyncio.timeout(timeout) as cm:
+                        result = check_json("result", await self._run_phases(spec, run))
+                except TimeoutError as exc:
+                    if cm.expired():
+                        run.shared.cancel.set()
+                        raise TaskTimeout(f"timed out after {timeout:g}s") from exc
+                    raise
             if run.stop_reason != "lease_lost":
                 self._completions.append(Completion(job.id, run.lease.token, result, tuple(run.shared.added)))
                 run.result = result
