@@ -144,12 +144,8 @@ class FlowControl:
     async def claim_plan(self, queues: Sequence[str], limit: int) -> list[tuple[list[str], int, ClaimRule | None]]:
         """Paused queues are left out; queues with a concurrency setting or flow limits get a claim each,
         under their rule; the rest are claimed together."""
-        # Both are cached; when both are due (a worker's first claim) they are read at once, not one after the other.
-        settings, limits = await asyncio.gather(self._queue_settings(), self.limits(), return_exceptions=True)
-        if isinstance(settings, BaseException):
-            raise settings
-        if isinstance(limits, BaseException):
-            raise limits
+        settings = await self._queue_settings()
+        limits = await self.limits()
         plain: list[str] = []
         ruled: list[tuple[list[str], int, ClaimRule | None]] = []
         for q in dict.fromkeys(queues):
