@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bench.collector import Collector
 from bench.config import BenchConfig, WorkerSetting
+from bench.cpu import cpu_seconds, postgres_backends
 from bench.profiling import Profiler
 from bench.stores import FreshStore, fresh_store
 from bench.transports import FreshQueue, fresh_queue, published
@@ -140,12 +141,21 @@ async def process(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
     await published(opened.engine)  # with a broker: every job's message is in it before the clock starts
     with Collector(ctx.cfg.tmpdir) as collector:
         workers = _workers(ctx, opened, collector, setting, "process")
+        postgres = ctx.cfg.backend == "postgres"
+        producers = await asyncio.to_thread(postgres_backends, opened.store.database) if postgres else set()
         started = time.perf_counter()
         workers.start()
+        worker_cpu = server_cpu = None
         try:
             arrived = await asyncio.to_thread(collector.wait_for, n, timeout)
             drained = arrived and await _drained(opened.engine, timeout)
             elapsed = time.perf_counter() - started
+            # Before the stop: a process that exited has no /proc entry to read.
+            if isinstance(workers, SubprocessWorkers):
+                worker_cpu = workers.cpu_seconds()
+            if postgres:
+                backends = await asyncio.to_thread(postgres_backends, opened.store.database)
+                server_cpu = sum(cpu_seconds(pid) for pid in backends - producers)
         finally:
             await workers.stop()
         snap = collector.snapshot()
@@ -167,6 +177,11 @@ async def process(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
         Measure("process", "jobs/s (launch -> drained)", n / elapsed if ok else math.nan, "jobs/s", label,
                 tuple(checks)),
         Measure("process", "jobs/s steady (first -> last)", steady, "jobs/s", label),
+        *[
+            Measure("process", f"{who} CPU ms per 1,000 jobs", 1e6 * cpu / n if ok else math.nan, "ms", label)
+            for who, cpu in (("worker", worker_cpu), ("server", server_cpu))
+            if cpu is not None
+        ],
     ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from bench.config import WorkerSetting
+from bench.cpu import cpu_seconds
 from bench.profiling import Profiler
 from bench.workload import Sink
 from jobengine.engine import Engine
@@ -70,6 +71,12 @@ class SubprocessWorkers:
             log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self._procs.append((proc, log, log_path))
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the worker processes used so far; None under the profiler (its pids are py-spy's)."""
+        if self._profiler is not None:
+            return None
+        return sum(cpu_seconds(proc.pid) for proc, _, _ in self._procs)
 
     async def stop(self, timeout: float = 30.0) -> None:
         """SIGINT (graceful stop) to every worker's process group, then wait; SIGKILL after ``timeout``."""

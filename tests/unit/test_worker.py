@@ -15,6 +15,7 @@ from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
 from jobengine.errors import IllegalState, NonRetryable
+from jobengine.ports.workers import WorkerInfo
 from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
 from jobengine.worker.runtime import FLUSH_EARLY
@@ -297,6 +298,42 @@ async def test_lost_lease_stops_the_task_and_its_late_completion_is_refused() ->
         assert (final.state, final.result, final.attempt) == (JobState.SUCCEEDED, 2, 2)
         succeeded = [e for e in await engine.events(job_id=job.id, limit=100) if e.type == "job.succeeded"]
         assert len(succeeded) == 1
+
+
+async def test_the_first_jobs_run_while_the_worker_registers(engine: Engine) -> None:
+    """Registering (on PostgreSQL a session of its own, then a row) does not hold back the first claim; the
+    worker's row is written all the same, and removed as it stops even if it stops before the row was in."""
+
+    @engine.task()
+    async def known(ctx: JobContext) -> str:
+        return "ran"
+
+    gate = asyncio.Event()
+    register = engine.transitions.register_worker
+
+    async def slow_register(info: WorkerInfo) -> WorkerInfo:
+        await gate.wait()
+        return await register(info)
+
+    engine.transitions.register_worker = slow_register  # type: ignore[method-assign]
+    job = await engine.enqueue("known")
+    worker, task = await start(engine)
+    assert (await engine.wait_for(job.id, timeout=60)).result == "ran"
+    assert await engine.fleet.live() == []  # still registering
+    gate.set()
+    await until(lambda: worker._registered)
+    assert [w.id for w in await engine.fleet.live()] == [worker.id]
+    await stop(worker, task)
+    assert await engine.fleet.live() == []
+
+    gate.clear()  # stopped while registering: the row written late is removed too
+    worker, task = await start(engine)
+    await asyncio.sleep(0.1)
+    worker.stop()
+    await asyncio.sleep(0.1)
+    gate.set()
+    await asyncio.wait_for(task, 60)
+    assert await engine.fleet.live() == []
 
 
 async def test_a_job_of_a_task_the_worker_lacks_is_never_claimed_and_says_why(engine: Engine) -> None:

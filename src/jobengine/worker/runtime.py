@@ -195,6 +195,7 @@ class Worker:
         self._dependents_wait = False
         self._tasks: tuple[str, ...] = ()  # what this worker runs, and so claims (read at run())
         self._registered = False
+        self._registering: asyncio.Future[None] | None = None
         self._hooks = MiddlewareChain([joblog.JobLog()])  # with the app's middleware from run() on
         self.processed = 0
 
@@ -224,7 +225,9 @@ class Worker:
         self._tasks = tuple(self.source.tasks.names())
         observed = [] if self.options.observer is None else [self.options.observer]
         self._hooks = MiddlewareChain([joblog.JobLog(), *observed, *self.middleware])
-        await self._register()
+        # Registered while the first claim goes out: until its row exists no other worker can declare this
+        # one dead (only registered workers are judged), and its jobs are protected by their leases meanwhile.
+        self._registering = registering = asyncio.create_task(self._register(), name="jobengine-register")
         opts = self.options
         joblog.start_block(self.id, self.queues, opts.setup, opts.concurrency, self._tasks, opts.packs)
         pump = asyncio.create_task(self._pump(), name="jobengine-pump")
@@ -250,6 +253,7 @@ class Worker:
             await asyncio.gather(flusher, return_exceptions=True)
             await self._flush(final=True)  # whatever is left, if the flusher gave up
             self._executor.shutdown(wait=False, cancel_futures=True)
+            await asyncio.gather(registering, return_exceptions=True)  # so that its row is removed too
             await self._unregister()
             log.info("worker %s stopped", self.id)
 
@@ -277,6 +281,8 @@ class Worker:
         """Tell the registry this worker lives. Told it was declared dead (its liveness was lost for a
         while), it registers again and checks its leases at once: those were taken, and the jobs run
         elsewhere now, so they stop here."""
+        if self._registering is not None and not self._registering.done():
+            return  # the first registration is still on its way
         if not self._registered:
             await self._register()
             return
@@ -453,14 +459,17 @@ class Worker:
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
-            try:
-                async with asyncio.timeout(timeout) as cm:
-                    result = check_json("result", await self._run_phases(spec, run))
-            except TimeoutError as exc:
-                if cm.expired():
-                    run.shared.cancel.set()
-                    raise TaskTimeout(f"timed out after {timeout:g}s") from exc
-                raise
+            if timeout is None:  # no scope to enter and leave on every job when there is nothing to time
+                result = check_json("result", await self._run_phases(spec, run))
+            else:
+                try:
+                    async with asyncio.timeout(timeout) as cm:
+                        result = check_json("result", await self._run_phases(spec, run))
+                except TimeoutError as exc:
+                    if cm.expired():
+                        run.shared.cancel.set()
+                        raise TaskTimeout(f"timed out after {timeout:g}s") from exc
+                    raise
             if run.stop_reason != "lease_lost":
                 self._completions.append(Completion(job.id, run.lease.token, result, tuple(run.shared.added)))
                 run.result = result

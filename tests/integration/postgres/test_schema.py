@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from jobengine.backends.postgres import PostgresStore
-from jobengine.backends.postgres.migrate import migrations
+from jobengine.backends.postgres.migrate import lock_key, migrations
 
 SNAPSHOT = Path(__file__).parent.parent / "snapshots" / "postgres_schema.sql"
 SQLITE_MIGRATIONS = Path(__file__).parents[3] / "src" / "jobengine" / "backends" / "sqlite" / "migrations"
@@ -92,3 +92,29 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(postgres_dsn: 
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_current_schema_is_checked_without_the_migration_lock(postgres_dsn: str) -> None:
+    """A process that starts on a current schema reads the recorded versions and goes on: it does not wait
+    for the migration lock, which another migrator may hold for as long as its migrations take."""
+    store = PostgresStore(postgres_dsn, schema="current")
+    try:
+        assert await store.migrate() == [m.version for m in migrations()]
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as holder:
+            await holder.execute("SELECT pg_advisory_lock(%s)", (lock_key("migrate", "current"),))
+            assert await asyncio.wait_for(store.migrate(), 10) == []
+            # A version not recorded: the lock is waited for, and the versions read again under it (the
+            # holder, a migrator, recorded it meanwhile).
+            last = migrations()[-1]
+            await holder.execute("DELETE FROM current.jobengine_migrations WHERE version = %s", (last.version,))
+            waiting = asyncio.ensure_future(store.migrate())
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await holder.execute(
+                "INSERT INTO current.jobengine_migrations (version, name) VALUES (%s, %s)", (last.version, last.name)
+            )
+            await holder.execute("SELECT pg_advisory_unlock(%s)", (lock_key("migrate", "current"),))
+            assert await asyncio.wait_for(waiting, 10) == []
+    finally:
+        await store.drop_schema()
+        await store.close()

@@ -29,6 +29,8 @@ def lock_key(*parts: str) -> int:
 async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> list[int]:
     """Apply the pending migrations on ``conn`` (autocommit) into ``schema``; return the versions applied."""
     quoted = f'"{schema}"'
+    if await _current(conn, quoted):
+        return []
     key = lock_key("migrate", schema)
     await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
@@ -56,3 +58,16 @@ async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+async def _current(conn: psycopg.AsyncConnection[tuple[object, ...]], quoted: str) -> bool:
+    """Whether every shipped migration is recorded already, read in one statement without the lock (every
+    process that starts asks this, and once a schema is current the answer never changes: a migration's
+    row commits with its changes, and rows are only ever added). False also when the schema or its
+    migrations table does not exist yet; the caller then takes the lock and looks again."""
+    try:
+        cur = await conn.execute(f"SELECT version FROM {quoted}.jobengine_migrations".encode())
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return False
+    done = {int(str(r[0])) for r in await cur.fetchall()}
+    return all(m.version in done for m in migrations())
