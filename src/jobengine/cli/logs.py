@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -55,6 +56,16 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S")
+        self._second = -1
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """The stamp of the record's second, made once per second: a busy worker writes thousands of lines
+        in one."""
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime(self.datefmt or "", self.converter(second))
+        return self._stamp
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         text = super().formatMessage(record)

@@ -61,11 +61,20 @@ _PHRASES: Final = {
 }
 
 
+def _line(level: int, msg: str, args: tuple[object, ...], fields: dict[str, object],
+          exc: BaseException | None = None) -> None:  # fmt: skip
+    """One record, made and handed to the logger's handlers directly: a worker writes two per job, and
+    :meth:`logging.Logger.info` would also walk the stack for the caller's file and line, which no job line
+    shows (the lines say ``(job)`` there)."""
+    exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
+    log.handle(log.makeRecord(log.name, level, "(job)", 0, msg, args, exc_info, extra=fields))
+
+
 def started(job: Job) -> None:
     if log.isEnabledFor(logging.INFO):
         fields = {"job_id": job.id, "task": job.task, "attempt": job.attempt, "outcome": "started"}
-        log.info("job %s (%s) started (attempt %d of %d)", job.id, job.task, job.attempt, job.max_attempts,
-                 extra=fields)  # fmt: skip
+        _line(logging.INFO, "job %s (%s) started (attempt %d of %d)",
+              (job.id, job.task, job.attempt, job.max_attempts), fields)  # fmt: skip
 
 
 def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = None) -> None:
@@ -80,8 +89,8 @@ def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = No
     failed = exc is not None and outcome in ("retry", "dead")
     if failed:
         tail += f": {type(exc).__name__}: {exc}"
-    log.log(level, "job %s (%s) %s in %d ms (attempt %d of %d)%s", job.id, job.task, verb, ms, job.attempt,
-            job.max_attempts, tail, extra=fields, exc_info=exc if failed else None)  # fmt: skip
+    args = (job.id, job.task, verb, ms, job.attempt, job.max_attempts, tail)
+    _line(level, "job %s (%s) %s in %d ms (attempt %d of %d)%s", args, fields, exc if failed else None)
 
 
 class JobLog(Middleware):
