@@ -28,6 +28,7 @@ from jobengine.core.flow.select import ClaimRule
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Changed, Job, NewJob, check_name
 from jobengine.core.states import JobState
+from jobengine.engine.ahead import ReadAhead
 from jobengine.errors import InvalidJob, Overloaded, QueueFull
 from jobengine.ports.flow import FlowCounts, FlowStore
 from jobengine.ports.queues import QueueSettings
@@ -77,6 +78,8 @@ class FlowControl:
         self._policy = shed_policy(settings)
         self._stored: dict[str, FlowLimits] = {}
         self._stored_read_at = -1e18
+        self._limit_writes = 0
+        self._ahead = ReadAhead("flow-limits")
         self._counts = FlowCounts()
         self._counts_read_at = -1e18
         # The read of the counts or the stored limits in flight, per kind: callers that find the cache
@@ -93,13 +96,22 @@ class FlowControl:
 
     # -- limits -------------------------------------------------------------------------------------
     async def limits(self, *, fresh: bool = False) -> dict[str, FlowLimits]:
-        """Limits by queue: configured ones, replaced by stored ones (cached ``flow_cache_seconds``)."""
+        """Limits by queue: configured ones, replaced by stored ones (cached ``flow_cache_seconds``, read again
+        in the background past half of it: :mod:`jobengine.engine.ahead`)."""
         ttl = max(self._settings.flow_cache_seconds, 0.0)
-        if fresh or time.monotonic() - self._stored_read_at > ttl:
-            stored = await self._shared_read("limits", self._store.list_flow_limits, fresh)
-            self._stored = {lim.queue: lim for lim in stored}
-            self._stored_read_at = time.monotonic()
+        age = time.monotonic() - self._stored_read_at
+        if fresh or age > ttl:
+            await self._reload_limits(fresh)
+        elif age > ttl / 2:
+            self._ahead.start(self._reload_limits)
         return {**self._configured, **self._stored}
+
+    async def _reload_limits(self, fresh: bool = False) -> None:
+        writes, read_at = self._limit_writes, time.monotonic()
+        stored = await self._shared_read("limits", self._store.list_flow_limits, fresh)
+        if writes == self._limit_writes:  # else a change of this process came after the read began
+            self._stored = {lim.queue: lim for lim in stored}
+            self._stored_read_at = read_at
 
     async def set_limits(self, queue: str, **fields: Any) -> FlowLimits:
         """Replace the queue's flow limits with ``fields`` (FlowLimits fields; InvalidJob names a bad one).
@@ -110,6 +122,7 @@ class FlowControl:
             raise InvalidJob(unknown[0], "is not a flow limit")
         limits = FlowLimits(queue=queue, updated_at=self._clock.now(), **fields)
         await self._store.set_flow_limits(limits)
+        self._limit_writes += 1
         self._stored[queue] = limits
         self._aimd.pop(queue, None)
         self._notify()
@@ -119,6 +132,7 @@ class FlowControl:
         """Remove the queue's stored limits (its configured ones, if any, apply again)."""
         check_name("queue", queue)
         await self._store.delete_flow_limits(queue)
+        self._limit_writes += 1
         self._stored.pop(queue, None)
         self._aimd.pop(queue, None)
         self._notify()

@@ -17,6 +17,7 @@ from jobengine.core.flow.pressure import Pressure
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, JobFilter, check_name
 from jobengine.core.states import RUNNABLE, JobState
+from jobengine.engine.ahead import ReadAhead
 from jobengine.engine.flow import FlowControl
 from jobengine.errors import InvalidJob
 from jobengine.ports.deadletter import DeadLetterStore
@@ -46,16 +47,28 @@ class QueueSettingsCache:
         self._store = store
         self._settings: dict[str, QueueSettings] = {}
         self._read_at = -1e18
+        self._writes = 0  # a read that began before a write of this process is not kept
+        self._ahead = ReadAhead("queue-settings")
 
     async def read(self, *, fresh: bool = False) -> dict[str, QueueSettings]:
-        """Settings by queue name (``fresh`` reads them from the store now)."""
-        if fresh or time.monotonic() - self._read_at > QUEUE_SETTINGS_TTL:
-            self._settings = {s.queue: s for s in await self._store.list_queue_settings()}
-            self._read_at = time.monotonic()
+        """Settings by queue name (``fresh`` reads them from the store now). Read again in the background
+        past half their time, so that claims do not wait for it (:mod:`jobengine.engine.ahead`)."""
+        age = time.monotonic() - self._read_at
+        if fresh or age > QUEUE_SETTINGS_TTL:
+            await self._reload()
+        elif age > QUEUE_SETTINGS_TTL / 2:
+            self._ahead.start(self._reload)
         return self._settings
+
+    async def _reload(self) -> None:
+        writes, read_at = self._writes, time.monotonic()
+        settings = {s.queue: s for s in await self._store.list_queue_settings()}
+        if writes == self._writes:
+            self._settings, self._read_at = settings, read_at
 
     async def write(self, settings: QueueSettings) -> None:
         await self._store.set_queue_settings(settings)
+        self._writes += 1
         self._settings[settings.queue] = settings
 
 

@@ -52,3 +52,28 @@ async def test_a_refused_call_in_a_group_fails_alone(store: PostgresStore) -> No
     _check_own(calls[:7] + calls[8:], nows[1:], results[:7] + results[8:])
     stored = await store.list_jobs(JobFilter(limit=1000))
     assert {j.id for j in stored} == {taken.id} | {j.id for i, c in enumerate(calls) if i != 7 for j in c}
+
+
+async def test_sequential_calls_each_write_their_own_jobs(store: PostgresStore) -> None:
+    now = time.time()
+    results = [await store.insert_jobs([NewJob(task="t", payload={"i": i})], now + i, [()]) for i in range(5)]
+    # Alone, a call is written at its own time, never grouped with another.
+    assert [got.jobs[0].created_at for got in results] == [now + i for i in range(5)]
+    assert [[e.job_id for e in got.events] for got in results] == [[got.jobs[0].id] for got in results]
+
+
+async def test_cancelled_calls_leave_the_writes_free(store: PostgresStore) -> None:
+    # As many calls as the store writes at once, cancelled during their writes: each gives its write back.
+    now = time.time()
+    loop = asyncio.get_running_loop()
+    cancelled = [loop.create_task(store.insert_jobs([NewJob(task="t")], now, [()])) for _ in range(4)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    for task in cancelled:
+        task.cancel()
+    await asyncio.gather(*cancelled, return_exceptions=True)
+    calls = [[NewJob(task="t", payload={"i": i})] for i in range(10)]
+    nows = [now + 1] * len(calls)
+    async with asyncio.timeout(30):
+        results = await _concurrently(store, calls, nows)
+    _check_own(calls, nows, results)

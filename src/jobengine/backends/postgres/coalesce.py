@@ -2,8 +2,9 @@
 
 Each enqueue in its own transaction costs a round trip and a commit (a WAL flush) each, and takes a pooled
 connection for both; a server taking single enqueues from many clients spends its pool waiting on commits.
-Calls that arrive while ``flushes`` writes are already running wait together, and the next write takes all
-of them (up to ``max_jobs`` jobs) in one INSERT: one round trip, one commit.
+A call that finds a write free and nobody waiting writes its jobs itself, in its own task (a sequential
+producer's every call). Calls that arrive while ``flushes`` writes are already running wait together, and
+the next write takes all of them (up to ``max_jobs`` jobs) in one INSERT: one round trip, one commit.
 
 Only calls whose jobs cannot be refused one by one are grouped: no idempotency key, no dependency, no
 watermark (the store checks that), so the group's statement can only fail as a whole (the server, a taken
@@ -59,14 +60,27 @@ class InsertCoalescer:
         group = self._groups.get(loop)
         if group is None:
             group = self._groups[loop] = _Group()
+        if not group.waiting and group.flushing < self._flushes:
+            # Nobody waits and a write may start: the call writes its own jobs in its own task. A task and a
+            # future to hand them to would cost a sequential producer more than the rest of its Python.
+            group.flushing += 1
+            try:
+                return await self._insert(jobs, now, phases)
+            finally:
+                group.flushing -= 1
+                if group.waiting and group.flushing < self._flushes:
+                    self._start(loop, group)  # calls that queued behind this write while every write ran
         call = _Call(jobs, now, phases, loop.create_future())
         group.waiting.append(call)
         if group.flushing < self._flushes:
-            group.flushing += 1
-            task = loop.create_task(self._flush(group), name="jobengine-insert-flush")
-            group.tasks.add(task)  # held until done: a task only the loop references may be collected
-            task.add_done_callback(group.tasks.discard)
+            self._start(loop, group)
         return await call.future
+
+    def _start(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        group.flushing += 1
+        task = loop.create_task(self._flush(group), name="jobengine-insert-flush")
+        group.tasks.add(task)  # held until done: a task only the loop references may be collected
+        task.add_done_callback(group.tasks.discard)
 
     async def _flush(self, group: _Group) -> None:
         batch: list[_Call] = []

@@ -207,6 +207,31 @@ async def insert_fast(conn: Conn, q: Queries, channel: str, plan: InsertPlan) ->
     return Inserted(jobs=jobs, created=[True] * len(jobs), events=_enqueued(ids, jobs, now))
 
 
+def writes_one(jobs: Sequence[NewJob], watermarks: Mapping[JobId, Sequence[Watermark]] | None) -> bool:
+    """Whether ``jobs`` is one job that INSERT_ONE can write: no idempotency key, dependency or watermark."""
+    return len(jobs) == 1 and not watermarks and jobs[0].idempotency_key is None and not jobs[0].depends_on
+
+
+async def insert_one_outboxed(
+    conn: Conn, q: Queries, plan: InsertPlan, headers: Mapping[str, str], held_until: float
+) -> tuple[Inserted, int]:
+    """One job (see :func:`writes_one`) and its outbox row in one statement that commits alone
+    (``sql.INSERT_ONE_OUTBOXED``): what was written, and the outbox row's id."""
+    jobs, _ = _fast_batch(plan)
+    row = _job_row(jobs[0])
+    row += [plan.now, dict(headers), held_until]
+    cur = conn.cursor(row_factory=tuple_row)
+    try:
+        await cur.execute(q.insert_one_outboxed, {"row": encode_rows(row)})
+    except pg_errors.UniqueViolation as exc:
+        raise_if_id_taken(exc)
+        raise
+    one = await cur.fetchone()
+    assert one is not None
+    inserted = Inserted(jobs=jobs, created=[True], events=_enqueued([one[0]], jobs, plan.now))
+    return inserted, int(one[1])
+
+
 def pipes(jobs: Sequence[NewJob], watermarks: Mapping[JobId, Sequence[Watermark]] | None) -> bool:
     """Whether :func:`insert_piped` writes this batch: two chunks or more, no keys, dependencies or watermarks."""
     return (

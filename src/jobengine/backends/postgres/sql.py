@@ -442,6 +442,27 @@ INSERT_ONE = f"""WITH src AS (
 )
 SELECT (SELECT id FROM ev), (SELECT pg_notify('{{channel}}', queue) FROM src WHERE state = 'queued')"""
 
+# INSERT_ONE with the job's outbox row (a broker transport): the row as INSERT_ONE's, then the message's
+# headers and the hold (0: none), in one statement that commits alone, instead of a transaction of four
+# round trips. Only a row due now is held, as ``outbox._INSERT`` does. Returns the event id and the outbox id.
+INSERT_ONE_OUTBOXED = f"""WITH src AS (
+    SELECT {_row_exprs(_SRC_COLUMNS + ", now float8, headers jsonb, held_until float8")}
+    FROM (SELECT %(row)s::jsonb AS e) r
+), ins AS (
+    {_INSERT_JOBS.replace("%(now)s::float8", "now")}
+), ev AS (
+    {_INSERT_EVENTS}
+    {_ENQUEUED.replace("%(now)s::float8", "now")}
+    RETURNING id
+), ob AS (
+    INSERT INTO {{s}}outbox (job_id, queue, available_at, headers, held_until)
+    SELECT id, queue, run_at, coalesce(headers, '{{}}'), CASE WHEN run_at <= now THEN held_until ELSE 0 END
+    FROM src
+    RETURNING id
+)
+SELECT (SELECT id FROM ev), (SELECT id FROM ob),
+    (SELECT pg_notify('{{channel}}', queue) FROM src WHERE state = 'queued')"""
+
 # The general insert: states, events and dependency edges decided by the caller (in Python, mirroring the
 # parity oracle) after it locked the parents. Event ids are assigned in ``ev_*`` order.
 INSERT_FULL = f"""WITH {_SRC},
@@ -564,6 +585,7 @@ class Queries:
     cascade: bytes
     insert_fast: bytes
     insert_one: bytes
+    insert_one_outboxed: bytes
     insert_full: bytes
     find_by_keys: bytes
     inserted_events: bytes
