@@ -313,15 +313,13 @@ def sqlite_fill(finished: int, seed: int, logdir: str, cfg: BenchConfig, directo
     count = finished - seed
     t0 = time.time() - SPAN_DAYS * 86400 - 3600
     step = SPAN_DAYS * 86400 / max(1, count)
-    source = f"""(WITH RECURSIVE gs(g) AS (SELECT :lo UNION ALL SELECT g + 1 FROM gs WHERE g < :hi)
-        SELECT g, s.*, t.at, x.id AS nid, x.shift FROM gs
-        JOIN seed_jobs s ON s.k = g % :seed
-        CROSS JOIN (SELECT :t0 + g * :step AS at) t
-        CROSS JOIN (SELECT printf('%012x', CAST(t.at * 1000 AS INTEGER)) AS h) p
-        CROSS JOIN (SELECT {_SQLITE_ID} AS id, t.at - s.created_at AS shift) x)"""
-    # SQLite has no LATERAL: the subqueries above read the outer row, which it allows in a join's subquery
-    # only in this form, so the source is materialized per chunk in a temp table first.
-    select_source = source.replace("(WITH", "WITH", 1)[:-1]
+    # The filler jobs of one chunk with their seed job's columns, their new id (nid), created_at (at) and the
+    # shift of their times, materialized in a temp table that the two inserts read.
+    select_source = f"""WITH RECURSIVE gs(g) AS (SELECT :lo UNION ALL SELECT g + 1 FROM gs WHERE g < :hi),
+        t AS (SELECT g, :t0 + g * :step AS at FROM gs),
+        p AS (SELECT g, at, printf('%012x', CAST(at * 1000 AS INTEGER)) AS h FROM t)
+        SELECT p.g, s.*, p.at, {_SQLITE_ID} AS nid, p.at - s.created_at AS shift
+        FROM p JOIN seed_jobs s ON s.k = p.g % :seed"""
     for lo in range(0, count, CHUNK):
         params = {"lo": lo, "hi": min(count, lo + CHUNK) - 1, "seed": seed, "t0": t0, "step": step}
         conn.execute("BEGIN IMMEDIATE")
