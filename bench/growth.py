@@ -277,6 +277,7 @@ class SqliteGrown:
         folder = tempfile.mkdtemp(prefix="jobengine-growth-phase-", dir=os.path.dirname(self.folder))
         path = os.path.join(folder, "jobs.db")
         shutil.copyfile(self.path, path)
+        os.sync()  # the copy's writeback must not compete with the phase's fsyncs
         return FreshStore(path, lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
