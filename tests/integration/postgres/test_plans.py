@@ -54,3 +54,32 @@ async def test_a_small_completion_probes_the_primary_key_of_a_larger_table(
         plan = "\n".join(r[0] for r in await cur.fetchall())
     assert "Seq Scan on jobs" not in plan, plan
     assert "jobs_pkey" in plan, plan
+
+
+async def _finish(store: PostgresStore, n: int, now: float) -> None:
+    await store.insert_jobs([NewJob(task="t", payload={"i": i}) for i in range(n)], now, [()] * n)
+    claimed = await store.fetch_jobs(["default"], n, "w", 30.0, now)
+    await store.complete_jobs([Completion(j.id, j.lease_token or "", None) for j in claimed.jobs], now)
+
+
+async def test_retention_reads_only_the_jobs_it_changes(store: PostgresStore, postgres_dsn: str) -> None:
+    """A store that keeps many recently finished jobs: a retention pass with nothing old enough reads no job
+    row, then one whose time has come makes them stale and later deletes them."""
+    now = time.time()
+    await _finish(store, 2000, now)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute("ANALYZE jobengine.jobs")
+        cur = conn.cursor()
+        params = {"stale_before": now - 3600, "delete_before": now - 7200, "now": now, "limit": 10_000}
+        await cur.execute(b"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + store._q.prune, params)
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+    candidates = plan.split("CTE del")[0]  # how the pass finds its jobs; the rest changes the ones found
+    assert "jobs_done_at" in candidates and "jobs_stale_at" in candidates, plan
+    assert "Seq Scan" not in candidates and "jobs_pkey" not in candidates, plan
+    assert (await store.prune_jobs(now - 3600, now - 7200, now, 10_000)).staled == 0
+
+    staled = await store.prune_jobs(now + 1, now - 7200, now + 1, 10_000)
+    assert (staled.staled, staled.deleted) == (2000, 0)
+    deleted = await store.prune_jobs(now + 2, now + 1, now + 2, 10_000)
+    assert (deleted.staled, deleted.deleted) == (0, 2000)
+    assert await store.count_jobs() == {}

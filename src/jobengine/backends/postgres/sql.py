@@ -512,26 +512,37 @@ LOCK_PARENTS = f"""WITH l AS (
 SELECT {job_names("l")} FROM l"""
 
 # -- retention ------------------------------------------------------------------------------------------
-PRUNE = """WITH cand AS (
-    SELECT j.id, j.state FROM {s}jobs j
-    WHERE j.state IN ('succeeded', 'dead', 'cancelled', 'stale')
-      AND ((j.state = 'stale' AND coalesce(j.finished_at, j.updated_at) < %(delete_before)s::float8)
-           OR (j.state <> 'stale' AND coalesce(j.finished_at, j.updated_at) < %(stale_before)s::float8))
-    ORDER BY j.id LIMIT %(limit)s::int4
+# Stale jobs to delete first, then terminal ones to make stale, ``limit`` in all, each oldest first by the
+# partial index of its step (jobs_stale_at, jobs_done_at): a pass reads the jobs it changes, not every job
+# kept. One snapshot decides both steps, so no job is made stale and deleted in the same call. The jobs found
+# are changed by primary key (``= ANY(ARRAY(…))``): joined with ``cand``, whose size the planner cannot know,
+# the update was planned as a hash join over a scan of the whole table.
+_FINISHED_AT = "coalesce(j.finished_at, j.updated_at)"
+PRUNE = f"""WITH doomed AS (
+    SELECT j.id, j.state FROM {{s}}jobs j
+    WHERE j.state = 'stale' AND {_FINISHED_AT} < %(delete_before)s::float8
+    ORDER BY {_FINISHED_AT} LIMIT %(limit)s::int4
     FOR UPDATE SKIP LOCKED
+), done AS (
+    SELECT j.id, j.state FROM {{s}}jobs j
+    WHERE j.state IN ('succeeded', 'dead', 'cancelled') AND {_FINISHED_AT} < %(stale_before)s::float8
+    ORDER BY {_FINISHED_AT} LIMIT greatest(0, %(limit)s::int4 - (SELECT count(*) FROM doomed))
+    FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT id, state FROM doomed UNION ALL SELECT id, state FROM done
 ), del AS (
-    DELETE FROM {s}jobs j USING cand WHERE j.id = cand.id AND cand.state = 'stale'
+    DELETE FROM {{s}}jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM cand WHERE state = 'stale'))
     RETURNING j.id, j.tenant, j.queue, j.task, j.attempt
 ), deps AS (
-    DELETE FROM {s}job_dependencies d USING del WHERE d.job_id = del.id
+    DELETE FROM {{s}}job_dependencies d USING del WHERE d.job_id = del.id
 ), marks AS (
-    DELETE FROM {s}job_watermarks m USING del WHERE m.job_id = del.id
+    DELETE FROM {{s}}job_watermarks m USING del WHERE m.job_id = del.id
 ), st AS (
-    UPDATE {s}jobs j SET state = 'stale', outcome = j.state, updated_at = %(now)s::float8
-    FROM cand WHERE j.id = cand.id AND cand.state <> 'stale'
+    UPDATE {{s}}jobs j SET state = 'stale', outcome = j.state, updated_at = %(now)s::float8
+    WHERE j.id = ANY(ARRAY(SELECT id FROM cand WHERE state <> 'stale'))
     RETURNING j.id, j.tenant, j.queue, j.task, j.attempt, j.outcome
 ), ev AS (
-    INSERT INTO {s}events (at, type, tenant, job_id, queue, task, data)
+    INSERT INTO {{s}}events (at, type, tenant, job_id, queue, task, data)
     SELECT %(now)s::float8, type, tenant, id, queue, task, data FROM (
         SELECT 'job.deleted' AS type, tenant, id, queue, task,
                jsonb_build_object('state', 'stale', 'attempt', attempt) AS data FROM del
