@@ -167,6 +167,7 @@ async def process(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
         Measure("process", "jobs/s (launch -> drained)", n / elapsed if ok else math.nan, "jobs/s", label,
                 tuple(checks)),
         Measure("process", "jobs/s steady (first -> last)", steady, "jobs/s", label),
+        Measure("process", "worker CPU s / 1,000 jobs", 1000 * workers.cpu_seconds / n, "s", label),
     ]  # fmt: skip
 
 
@@ -218,6 +219,8 @@ async def latency(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
     label = setting.label
     out = [Measure("latency", f"p{p} ms", percentile(ms, p), "ms", label) for p in (50, 90, 99)]
     out.append(Measure("latency", "max ms", max(ms) if ms else math.nan, "ms", label, tuple(checks)))
+    out.append(Measure("latency", "worker CPU s / 1,000 jobs", 1000 * workers.cpu_seconds / (warm + total), "s",
+                       label))  # fmt: skip
     return out
 
 
