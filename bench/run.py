@@ -65,7 +65,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p.add_argument("--fetch-batch", default=DEFAULT_FETCH_BATCH, help="max jobs per claim, 0: free slots (list)")
     p.add_argument("--prefetch", default="", help="jobs claimed beyond free slots ('': the default) (list)")
     p.add_argument("--poll-interval", default=DEFAULT_POLL_INTERVAL, help="idle re-check, seconds (list)")
-    p.add_argument("--loop", default="auto", help="the workers' event_loop setting: auto, asyncio, uvloop (list)")
+    p.add_argument("--loop", default="asyncio", help="the workers' event loop: asyncio, uvloop (list)")
     p.add_argument("--lease-seconds", type=float, default=30.0, help="worker lease (heartbeat: a third)")
     p.add_argument("--rate", type=float, default=200.0, help="latency phase: jobs/s offered")
     p.add_argument("--duration", type=float, default=20.0, help="latency phase: seconds")

@@ -11,9 +11,9 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from bench.workload import make_engine
-from jobengine.cli.common import loop_factory
 
 #: The last line of a worker's log: the CPU seconds (every thread) its worker spent from run() to its stop.
 CPU_LINE = "bench-worker-cpu-seconds"
@@ -30,7 +30,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch", type=int, help="jobs claimed beyond the free slots (default: the product's)")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--queue", help="the queue: settings as JSON (--transport redis|nats)")
-    p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the event_loop setting")
+    p.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the event loop (uvloop: installed)"
+    )
     return p.parse_args(argv)
 
 
@@ -54,6 +56,14 @@ async def serve(args: argparse.Namespace) -> None:
         await worker.run()
         print(f"{CPU_LINE} {time.process_time() - cpu:.6f} {type(loop).__module__}", flush=True)
     sink.close()
+
+
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if loop == "uvloop":
+        import uvloop  # not a jobengine dependency: pip install uvloop to compare
+
+        return uvloop.new_event_loop
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:

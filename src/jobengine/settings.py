@@ -80,12 +80,6 @@ class Settings:
     log_format: str = setting(
         "text", "`text`, or `json`: one object per line with time, level, logger, message and the job's fields"
     )
-    # -- processes --
-    event_loop: str = setting(
-        "auto",
-        "the event loop of `jobengine worker`, `serve`, `scheduler` and `up`: `auto` runs uvloop when it is "
-        "installed (the `uvloop` extra), else asyncio's own; `asyncio` always asyncio's; `uvloop` requires it",
-    )
     # -- workers --
     worker_concurrency: int = setting(50, "jobs in flight per worker process")
     worker_queues: tuple[str, ...] = setting(
@@ -323,8 +317,6 @@ class Settings:
             raise ConfigError("packs_four_eyes: one of on, off, auto")
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError(f"log_level: one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
-        if self.event_loop not in EVENT_LOOPS:
-            raise ConfigError(f"event_loop: one of {', '.join(EVENT_LOOPS)}, not {self.event_loop!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format: one of {', '.join(LOG_FORMATS)}, not {self.log_format!r}")
         if self.database_direct and not (
@@ -425,7 +417,6 @@ POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 BLOB_STORES = ("filesystem", "s3", "database")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
-EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
 
 def blob_store_kind(s: Settings, store_kind: str) -> str:

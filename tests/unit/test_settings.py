@@ -81,7 +81,6 @@ def test_an_empty_file_means_defaults(tmp_path: Path) -> None:
         ("sqlite_synchronous: sometimes\n", {}, "sqlite_synchronous: one of OFF, NORMAL, FULL, EXTRA"),
         ("sqlite_worker_synchronous: lazy\n", {}, "sqlite_worker_synchronous: one of OFF, NORMAL, FULL, EXTRA"),
         ("", {"JOBENGINE_WORKER_METRICS_PORT": "70000"}, "worker_metrics_port: must be a TCP port"),
-        ("", {"JOBENGINE_EVENT_LOOP": "trio"}, "event_loop: one of auto, asyncio, uvloop, not 'trio'"),
         ("database_direct: postgresql://db/jobs\n", {}, "database_direct: a postgresql:// URL, and only with"),
         (
             "database: postgresql://bouncer/jobs\n",

@@ -65,27 +65,8 @@ async def open_engine(settings: Settings, *, must_exist: bool = False) -> AsyncI
         await engine.close()
 
 
-def loop_factory(event_loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """What makes the event loop of the ``event_loop`` setting: uvloop's for ``uvloop``, and for ``auto``
-    when it is installed; None (asyncio's default) otherwise. Raises ConfigError for ``uvloop`` when it is
-    not installed."""
-    if event_loop == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ModuleNotFoundError:
-        if event_loop == "uvloop":
-            raise ConfigError("event_loop: uvloop is not installed (pip install 'jobengine[uvloop]')") from None
-        return None
-    return uvloop.new_event_loop
-
-
-def run(coro: Coroutine[Any, Any, T], event_loop: str = "asyncio") -> T:
-    """What ``coro`` returns, run on a new event loop of the ``event_loop`` setting's kind (``loop_factory``).
-    The long-running commands pass their setting; a one-shot command keeps asyncio's loop, as importing
-    uvloop would only lengthen its start-up."""
-    with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
-        return runner.run(coro)
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
 
 
 def with_engine(

@@ -113,7 +113,7 @@ def up(
             f"move the file there, or run with --db {DATABASE_FILE}"
         )
     apply_settings(settings, live_view=True)
-    run(_up(settings, early, engine), settings.event_loop)
+    run(_up(settings, early, engine))
 
 
 def parse_queues(value: str | None) -> tuple[str, ...] | None:
@@ -241,7 +241,7 @@ def worker(
     }
     observe, metrics = worker_metrics(settings)
     refs = refs if refs is not None else settings.worker_packs
-    run(_worker(engine, {**overrides, **observe}, refs, early, metrics, pending=pending_packs), settings.event_loop)
+    run(_worker(engine, {**overrides, **observe}, refs, early, metrics, pending=pending_packs))
 
 
 def _remote_worker(
@@ -279,4 +279,4 @@ def _remote_worker(
         observe, metrics = worker_metrics(settings)
         await run_remote(url, key, tasks, {**options, **observe}, early, metrics)
 
-    run(go(), settings.event_loop)
+    run(go())

@@ -55,4 +55,4 @@ def scheduler(
     from jobengine.cli.logs import apply_settings
 
     apply_settings(engine.settings)
-    run(_scheduler(engine), engine.settings.event_loop)
+    run(_scheduler(engine))

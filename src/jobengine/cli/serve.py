@@ -90,7 +90,7 @@ def serve(
     from jobengine.cli.logs import apply_settings
 
     apply_settings(settings)
-    run(_serve(engine, settings, settings.api_host, settings.api_port), settings.event_loop)
+    run(_serve(engine, settings, settings.api_host, settings.api_port))
 
 
 def dev_key_file(settings: Settings) -> Path | None:
