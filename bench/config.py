@@ -18,13 +18,15 @@ class WorkerSetting:
     poll_interval: float
     lease_seconds: float = 30.0
     prefetch: int | None = None  # jobs claimed beyond the free slots; None: the product's default
+    loop: str = "asyncio"  # the worker processes' event loop: asyncio (the product's), or uvloop to compare
 
     @property
     def label(self) -> str:
         ahead = "" if self.prefetch is None else f", prefetch {self.prefetch}"
+        loop = "" if self.loop == "asyncio" else f", {self.loop} loop"
         return (
             f"{self.processes}x{self.concurrency}, fetch {self.fetch_batch or 'auto'}{ahead}, "
-            f"poll {self.poll_interval:g}s"
+            f"poll {self.poll_interval:g}s{loop}"
         )
 
 

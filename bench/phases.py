@@ -238,6 +238,8 @@ async def latency(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
     label = setting.label
     out = [Measure("latency", f"p{p} ms", percentile(ms, p), "ms", label) for p in (50, 90, 99)]
     out.append(Measure("latency", "max ms", max(ms) if ms else math.nan, "ms", label, tuple(checks)))
+    out.append(Measure("latency", "worker CPU s / 1,000 jobs", 1000 * workers.run_cpu_seconds / (warm + total), "s",
+                       label))  # fmt: skip
     return out
 
 

@@ -47,6 +47,8 @@ def fmt(value: float, unit: str) -> str:
         return "-"
     if unit == "ms":
         return f"{value:,.2f}"
+    if unit == "s":
+        return f"{value:,.3f}"
     return f"{value:,.0f}"
 
 

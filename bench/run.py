@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import math
 import os
 import platform
 import signal
@@ -30,7 +29,7 @@ from bench.ceilings import sqlite_commit_rate
 from bench.config import BACKENDS, PHASES, BenchConfig, WorkerSetting
 from bench.phases import Context, Measure, run_round
 from bench.profiling import Profiler, summarize
-from bench.report import aggregate, render
+from bench.report import aggregate, fmt, render
 from bench.transports import TRANSPORTS
 
 # Worker defaults for no-op jobs, chosen with this benchmark (see README.md, "Worker defaults").
@@ -66,6 +65,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p.add_argument("--fetch-batch", default=DEFAULT_FETCH_BATCH, help="max jobs per claim, 0: free slots (list)")
     p.add_argument("--prefetch", default="", help="jobs claimed beyond free slots ('': the default) (list)")
     p.add_argument("--poll-interval", default=DEFAULT_POLL_INTERVAL, help="idle re-check, seconds (list)")
+    p.add_argument("--loop", default="asyncio", help="the workers' event loop: asyncio, uvloop (list)")
     p.add_argument("--lease-seconds", type=float, default=30.0, help="worker lease (heartbeat: a third)")
     p.add_argument("--rate", type=float, default=200.0, help="latency phase: jobs/s offered")
     p.add_argument("--duration", type=float, default=20.0, help="latency phase: seconds")
@@ -84,9 +84,13 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     if unknown := [x for x in phases if x not in PHASES]:
         p.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASES)})")
     settings = tuple(
-        WorkerSetting(a.workers, c, b, poll, a.lease_seconds, ahead)
-        for c, b, ahead, poll in itertools.product(
-            _list(int, a.concurrency), _list(int, a.fetch_batch), _prefetch(a.prefetch), _list(float, a.poll_interval)
+        WorkerSetting(a.workers, c, b, poll, a.lease_seconds, ahead, loop)
+        for c, b, ahead, poll, loop in itertools.product(
+            _list(int, a.concurrency),
+            _list(int, a.fetch_batch),
+            _prefetch(a.prefetch),
+            _list(float, a.poll_interval),
+            _list(str, a.loop),
         )
     )
     if a.backend == "postgres" and not a.dsn:
@@ -138,7 +142,7 @@ def load() -> str:
 
 
 def _progress(run: int, runs: int, m: Measure) -> None:
-    value = "-" if math.isnan(m.value) else (f"{m.value:,.2f}" if m.unit == "ms" else f"{m.value:,.0f}")
+    value = fmt(m.value, m.unit)
     who = "" if m.workers.startswith("producer") else f" [{m.workers}]"
     print(f"run {run}/{runs}{who} {m.phase}: {m.metric} = {value} {m.unit}", file=sys.stderr, flush=True)
 

@@ -10,8 +10,13 @@ import argparse
 import asyncio
 import logging
 import signal
+import time
+from collections.abc import Callable
 
 from bench.workload import make_engine
+
+#: The last line of a worker's log: the CPU seconds (every thread) its worker spent from run() to its stop.
+CPU_LINE = "bench-worker-cpu-seconds"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,6 +30,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch", type=int, help="jobs claimed beyond the free slots (default: the product's)")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--queue", help="the queue: settings as JSON (--transport redis|nats)")
+    p.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the event loop (uvloop: installed)"
+    )
     return p.parse_args(argv)
 
 
@@ -44,13 +52,25 @@ async def serve(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
+        cpu = time.process_time()
         await worker.run()
+        print(f"{CPU_LINE} {time.process_time() - cpu:.6f} {type(loop).__module__}", flush=True)
     sink.close()
+
+
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if loop == "uvloop":
+        import uvloop  # not a jobengine dependency: pip install uvloop to compare
+
+        return uvloop.new_event_loop
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
-    asyncio.run(serve(parse(argv)))
+    args = parse(argv)
+    with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+        runner.run(serve(args))
 
 
 if __name__ == "__main__":

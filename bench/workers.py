@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from typing import IO, Protocol
 from bench.config import WorkerSetting
 from bench.cpu import cpu_seconds
 from bench.profiling import Profiler
+from bench.worker import CPU_LINE
 from bench.workload import Sink
 from jobengine.engine import Engine
 from jobengine.worker.runtime import Worker
@@ -28,6 +30,9 @@ _ROOT = Path(__file__).resolve().parent.parent  # so that `-m bench.worker` impo
 
 
 class Workers(Protocol):
+    #: CPU seconds the workers spent from start to graceful stop, summed (NaN: not measured), after stop().
+    run_cpu_seconds: float
+
     def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -50,6 +55,7 @@ class SubprocessWorkers:
             "--database", database, "--socket", socket_path, "--synchronous", synchronous,
             "--concurrency", str(setting.concurrency), "--fetch-batch", str(setting.fetch_batch),
             "--poll-interval", str(setting.poll_interval), "--lease-seconds", str(setting.lease_seconds),
+            "--loop", setting.loop,
         ]  # fmt: skip
         if setting.prefetch is not None:
             self._args += ["--prefetch", str(setting.prefetch)]
@@ -59,6 +65,7 @@ class SubprocessWorkers:
         self._profiler = profiler
         self._tag = tag
         self._procs: list[tuple[subprocess.Popen[bytes], IO[bytes], str]] = []
+        self.run_cpu_seconds = math.nan
 
     def start(self) -> None:
         env = dict(os.environ)
@@ -94,9 +101,18 @@ class SubprocessWorkers:
             log.close()
             if rc != 0:
                 failed.append((rc, log_path))
+        self.run_cpu_seconds = sum(_cpu_seconds(log_path) for _, _, log_path in self._procs)
         self._procs.clear()
         for rc, log_path in failed:
             _show_tail(rc, log_path)
+
+
+def _cpu_seconds(log_path: str) -> float:
+    """What the worker's last ``CPU_LINE`` says (NaN when it stopped without one)."""
+    for line in reversed(Path(log_path).read_text(errors="replace").splitlines()):
+        if line.startswith(CPU_LINE):
+            return float(line.split()[1])
+    return math.nan
 
 
 def _show_tail(rc: int, log_path: str) -> None:
@@ -113,6 +129,7 @@ class InProcessWorkers:
         self._sink = sink
         self._socket_path = socket_path
         self._workers: list[Worker] = []
+        self.run_cpu_seconds = math.nan  # shared with the producer: not told apart
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
