@@ -19,6 +19,7 @@ from jobengine.core.locations import describe_store, describe_transport, redact_
 from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
+from jobengine.worker import joblog
 
 JOB_ID = "01a222f5-cf1e-7000-8b74-9496dd02d32f"
 
@@ -207,3 +208,63 @@ def test_a_failure_with_lone_surrogates_is_escaped_before_any_handler() -> None:
     text = TextFormatter().format(seen[0])
     text.encode("utf-8")
     assert "lone \\udc00" in text and "ValueError" in text
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _job_lines(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A job's start and end lines as the command line's handler writes them, the stamp cut off."""
+    from jobengine.core.models import Job, JobState
+
+    job = Job(JOB_ID, "default", "default", "lookup", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    joblog.started(job)
+    joblog.ended(job, "succeeded", 0.012)
+    return [line.split("INFO", 1)[1] if "INFO" in line else line for line in err.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.usefixtures("restore_logging")
+def test_job_lines_written_without_a_record_read_as_those_with_one(monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    logging.getLogger().handlers[:] = []  # pytest's own handlers would see records: only the CLI's stays
+    configure_from("info", fmt, {})
+    assert joblog._sole_writer(logging.INFO) is not None
+    direct = _job_lines(monkeypatch)
+    app = _Collect()
+    logging.getLogger().addHandler(app)  # an app's handler: the lines go through records again
+    assert joblog._sole_writer(logging.INFO) is None
+    through_records = _job_lines(monkeypatch)
+    assert len(direct) == 2 and direct == through_records
+    assert [r.getMessage() for r in app.records] == [
+        f"job {JOB_ID} (lookup) started (attempt 1 of 3)",
+        f"job {JOB_ID} (lookup) succeeded in 12 ms (attempt 1 of 3)",
+    ]
+    assert app.records[1].__dict__["duration_ms"] == 12
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_filter_of_an_apps_on_the_job_lines_still_sees_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "text", {})
+    seen: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        seen.append(record.getMessage())
+        return not record.getMessage().endswith("started (attempt 1 of 3)")
+
+    jobs = logging.getLogger("jobengine.worker.jobs")
+    jobs.addFilter(keep)
+    try:
+        lines = _job_lines(monkeypatch)
+    finally:
+        jobs.removeFilter(keep)
+    assert len(seen) == 2
+    assert len(lines) == 1 and "succeeded in 12 ms" in lines[0]

@@ -33,15 +33,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value
+        fields = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+        out = self._object(record.created, record.levelname, record.name, record.getMessage(), fields)
         if record.exc_info:
             out["exc_info"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -49,6 +42,17 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(out, default=str, ensure_ascii=False)
+
+    def line(self, created: float, levelname: str, name: str, message: str, fields: Mapping[str, object]) -> str:
+        """The line of a record without a traceback, made from its parts (see :meth:`_StderrHandler.write_line`)."""
+        return json.dumps(self._object(created, levelname, name, message, fields), default=str, ensure_ascii=False)
+
+    @staticmethod
+    def _object(
+        created: float, levelname: str, name: str, message: str, fields: Mapping[str, object]
+    ) -> dict[str, Any]:
+        time_ = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+        return {"time": time_, "level": levelname, "logger": name, "message": message, **fields}
 
 
 class TextFormatter(logging.Formatter):
@@ -60,16 +64,23 @@ class TextFormatter(logging.Formatter):
         self._stamp = ""
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        """The stamp of the record's second, made once per second: a busy worker writes thousands of lines
-        in one."""
-        second = int(record.created)
+        return self._stamp_of(record.created)
+
+    def _stamp_of(self, created: float) -> str:
+        """The stamp of the second, made once per second: a busy worker writes thousands of lines in one."""
+        second = int(created)
         if second != self._second:
             self._second, self._stamp = second, time.strftime(self.datefmt or "", self.converter(second))
         return self._stamp
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        text = super().formatMessage(record)
-        job_id = getattr(record, "job_id", None)
+        fields = {"job_id": getattr(record, "job_id", None)}
+        return self.line(record.created, record.levelname, record.name, record.message, fields)
+
+    def line(self, created: float, levelname: str, name: str, message: str, fields: Mapping[str, object]) -> str:
+        """The line of a record without a traceback, made from its parts (see :meth:`_StderrHandler.write_line`)."""
+        text = f"{self._stamp_of(created)} {levelname:<7} {name}: {message}"
+        job_id = fields.get("job_id")
         return text.replace(job_id, short_id(job_id)) if isinstance(job_id, str) and job_id else text
 
 
@@ -89,6 +100,19 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     @stream.setter
     def stream(self, value: TextIO) -> None:
         """Ignored: the stream is always the current ``sys.stderr``."""
+
+    def write_line(self, level: int, name: str, message: str, fields: Mapping[str, object]) -> None:
+        """A record's line without the record: what :meth:`emit` writes for a record of ``level`` from the
+        logger ``name`` with ``message`` and the extra ``fields``, and no traceback. A worker writes two lines
+        per job; a :class:`logging.LogRecord` and its trip through the logger cost more than the job itself
+        when the job is short. The caller makes sure no other handler or filter would have seen it."""
+        formatter = self.formatter
+        assert isinstance(formatter, JsonFormatter | TextFormatter)
+        text = formatter.line(time.time(), logging.getLevelName(level), name, message, fields)
+        with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
+            stream = self.stream
+            stream.write(text + self.terminator)
+            stream.flush()  # as emit() does: a replaced stderr (a capture, a pipe's wrapper) may buffer
 
 
 def check(level: str, fmt: str) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from jobengine.core.models import Job
 from jobengine.middleware import Middleware
@@ -61,11 +61,37 @@ _PHRASES: Final = {
 }
 
 
+#: The loggers a job line passes on its way to the root logger's handlers.
+_CHAIN: Final = (log, logging.getLogger("jobengine.worker"), logging.getLogger("jobengine"))
+
+
+def _sole_writer(level: int) -> Any:
+    """The one handler a line at ``level`` would reach, when it can write the line without a record (the
+    command line's stderr handler has ``write_line``) and nothing else would see the record: no handler or
+    filter of an app's on the way, one root handler. None otherwise."""
+    if len(log.filters) != 1:  # ours, which only escapes tracebacks
+        return None
+    for logger in _CHAIN:
+        if logger.handlers or not logger.propagate or (logger is not log and logger.filters):
+            return None
+    handlers = logging.root.handlers
+    if len(handlers) != 1:
+        return None
+    handler = handlers[0]
+    if handler.filters or level < handler.level or not hasattr(handler, "write_line"):
+        return None
+    return handler
+
+
 def _line(level: int, msg: str, args: tuple[object, ...], fields: dict[str, object],
           exc: BaseException | None = None) -> None:  # fmt: skip
-    """One record, made and handed to the logger's handlers directly: a worker writes two per job, and
-    :meth:`logging.Logger.info` would also walk the stack for the caller's file and line, which no job line
-    shows (the lines say ``(job)`` there)."""
+    """One job line. Without a traceback and with only the command line's handler listening, the handler
+    writes it from its parts; otherwise a record is made and handed to the logger's handlers directly,
+    since :meth:`logging.Logger.info` would also walk the stack for the caller's file and line, which no job
+    line shows (the lines say ``(job)`` there)."""
+    if exc is None and (writer := _sole_writer(level)) is not None:
+        writer.write_line(level, log.name, msg % args, fields)
+        return
     exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
     log.handle(log.makeRecord(log.name, level, "(job)", 0, msg, args, exc_info, extra=fields))
 
