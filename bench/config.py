@@ -19,14 +19,18 @@ class WorkerSetting:
     lease_seconds: float = 30.0
     prefetch: int | None = None  # jobs claimed beyond the free slots; None: the product's default
     loop: str = "asyncio"  # the worker processes' event loop: asyncio (the product's), or uvloop to compare
+    #: The workers' log level: ``warning`` keeps job lines out; ``info`` writes the two lines per job that
+    #: ``jobengine worker`` writes at its defaults, through the command line's own handler.
+    log_level: str = "warning"
 
     @property
     def label(self) -> str:
         ahead = "" if self.prefetch is None else f", prefetch {self.prefetch}"
         loop = "" if self.loop == "asyncio" else f", {self.loop} loop"
+        logs = "" if self.log_level == "warning" else f", log {self.log_level}"
         return (
             f"{self.processes}x{self.concurrency}, fetch {self.fetch_batch or 'auto'}{ahead}, "
-            f"poll {self.poll_interval:g}s{loop}"
+            f"poll {self.poll_interval:g}s{loop}{logs}"
         )
 
 

@@ -66,6 +66,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     p.add_argument("--prefetch", default="", help="jobs claimed beyond free slots ('': the default) (list)")
     p.add_argument("--poll-interval", default=DEFAULT_POLL_INTERVAL, help="idle re-check, seconds (list)")
     p.add_argument("--loop", default="asyncio", help="the workers' event loop: asyncio, uvloop (list)")
+    p.add_argument("--worker-log-level", default="warning", help="the workers' log level (info: the job lines) (list)")
     p.add_argument("--lease-seconds", type=float, default=30.0, help="worker lease (heartbeat: a third)")
     p.add_argument("--rate", type=float, default=200.0, help="latency phase: jobs/s offered")
     p.add_argument("--duration", type=float, default=20.0, help="latency phase: seconds")
@@ -84,13 +85,14 @@ def parse(argv: list[str] | None = None) -> tuple[BenchConfig, str | None]:
     if unknown := [x for x in phases if x not in PHASES]:
         p.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASES)})")
     settings = tuple(
-        WorkerSetting(a.workers, c, b, poll, a.lease_seconds, ahead, loop)
-        for c, b, ahead, poll, loop in itertools.product(
+        WorkerSetting(a.workers, c, b, poll, a.lease_seconds, ahead, loop, level)
+        for c, b, ahead, poll, loop, level in itertools.product(
             _list(int, a.concurrency),
             _list(int, a.fetch_batch),
             _prefetch(a.prefetch),
             _list(float, a.poll_interval),
             _list(str, a.loop),
+            _list(str, a.worker_log_level),
         )
     )
     if a.backend == "postgres" and not a.dsn:

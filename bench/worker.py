@@ -33,6 +33,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the event loop (uvloop: installed)"
     )
+    p.add_argument("--log-level", default="warning", help="info: the job lines, as `jobengine worker` writes")
     return p.parse_args(argv)
 
 
@@ -67,8 +68,13 @@ def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     args = parse(argv)
+    if args.log_level == "warning":
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
+    else:
+        from jobengine.cli.logs import configure_logging
+
+        configure_logging(args.log_level, "text")
     with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
         runner.run(serve(args))
 

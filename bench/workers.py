@@ -55,7 +55,7 @@ class SubprocessWorkers:
             "--database", database, "--socket", socket_path, "--synchronous", synchronous,
             "--concurrency", str(setting.concurrency), "--fetch-batch", str(setting.fetch_batch),
             "--poll-interval", str(setting.poll_interval), "--lease-seconds", str(setting.lease_seconds),
-            "--loop", setting.loop,
+            "--loop", setting.loop, "--log-level", setting.log_level,
         ]  # fmt: skip
         if setting.prefetch is not None:
             self._args += ["--prefetch", str(setting.prefetch)]

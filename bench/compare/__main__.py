@@ -64,12 +64,13 @@ SYSTEMS = ["jobengine defaults", "jobengine", "pgqueuer", "procrastinate"]
 
 def worker_flags(setting: str) -> list[str]:
     """``--concurrency``/``--fetch-batch``/``--prefetch`` for the benchmark; for ``defaults``, the product's
-    values (the benchmark's own defaults are tuned ones)."""
+    values (the benchmark's own defaults are tuned ones), its log level included: two job lines per job."""
     if setting == DEFAULTS:
         from jobengine.settings import Settings
 
         d = Settings()
-        return ["--concurrency", str(d.worker_concurrency), "--fetch-batch", str(d.fetch_batch)]
+        return ["--concurrency", str(d.worker_concurrency), "--fetch-batch", str(d.fetch_batch),
+                "--worker-log-level", d.log_level]  # fmt: skip
     concurrency, _, batch = setting.partition("/")
     return ["--concurrency", concurrency, "--fetch-batch", batch or "0"]
 

@@ -10,7 +10,10 @@ from jobengine.settings import Settings
 
 def test_defaults_are_the_products_settings_not_the_benchmarks() -> None:
     d = Settings()
-    assert worker_flags(DEFAULTS) == ["--concurrency", str(d.worker_concurrency), "--fetch-batch", str(d.fetch_batch)]
+    assert worker_flags(DEFAULTS) == [
+        "--concurrency", str(d.worker_concurrency), "--fetch-batch", str(d.fetch_batch),
+        "--worker-log-level", d.log_level,
+    ]  # fmt: skip
     assert worker_flags("300/0") == ["--concurrency", "300", "--fetch-batch", "0"]
     assert worker_flags("100") == ["--concurrency", "100", "--fetch-batch", "0"]
 
