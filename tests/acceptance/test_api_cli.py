@@ -43,7 +43,8 @@ def test_serve_answers_and_stops_on_sigterm(cli: Cli) -> None:
     key = cli.json("keys", "create", "--tenant", "acme", "--admin")["key"]
     server = cli.spawn("server", "serve", "--port", "0")
     url = wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+", cli.output(server)), 120, "the server").group(0)
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
+    # A first request may build the OpenAPI document or a page under a busy suite: more than httpx's 5 s.
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         assert api.get("/healthz").json()["status"] == "ok"
         assert api.get("/readyz").status_code == 200
         assert api.post("/api/v1/jobs", json={"task": "hello"}).status_code == 201
@@ -60,7 +61,8 @@ def test_up_prints_a_dev_key_that_works_and_keeps_it(cli: Cli) -> None:
     pattern = r"API on (http://127\.0\.0\.1:\d+) .*dev key (je_\S+)"
     found = wait_for(lambda: re.search(pattern, cli.output(first)), 120, "the API of `up`")
     url, key = found.group(1), found.group(2)
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
+    # A first request may build the OpenAPI document or a page under a busy suite: more than httpx's 5 s.
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         jobs = wait_for(lambda: api.get("/api/v1/jobs").json()["items"], 120, "the demo jobs")
         assert {j["tenant"] for j in jobs} == {"default"}
         # The dashboard is served at / (issue 9): without a session, its login page.
