@@ -425,36 +425,34 @@ INSERT_FAST = f"""WITH {_SRC}, existing AS (
 ), {_notify("unnest(%(queues)s::text[]) AS x(queue)", "(SELECT ok FROM go)")}
 SELECT (SELECT ok FROM go), (SELECT array_agg(id ORDER BY id) FROM ev), (SELECT count(*) FROM n)"""
 
+
+def _one_job(columns: str) -> str:
+    """The job row and its event of a single enqueue, from one jsonb parameter of ``columns`` (``now`` among
+    them): the statement's head up to its ``ev`` part, which returns the event id."""
+    return f"""WITH src AS (
+    SELECT {_row_exprs(_SRC_COLUMNS + columns)} FROM (SELECT %(row)s::jsonb AS e) r
+), ins AS (
+    {_INSERT_JOBS.replace("%(now)s::float8", "now")}
+), ev AS (
+    {_INSERT_EVENTS}
+    {_ENQUEUED.replace("%(now)s::float8", "now")}
+    RETURNING id
+)"""
+
+
 # One job without idempotency key or watermarks (a single enqueue): the same rows as INSERT_FAST from a
 # statement cheaper on the server (no array function, sorts or guard), with one parameter (the row, ``now``
 # last) and one value back (the event id), as each parameter and column costs the client instructions
 # (docs/decisions/0019-postgres-single-enqueue-statement.md). The channel is written in (``{channel}``, the
 # schema's). A keyed job goes through INSERT_FAST, whose guard writes nothing when the key is taken: a
 # failed insert would still have used up an event id.
-INSERT_ONE = f"""WITH src AS (
-    SELECT {_row_exprs(_SRC_COLUMNS + ", now float8")} FROM (SELECT %(row)s::jsonb AS e) r
-), ins AS (
-    {_INSERT_JOBS.replace("%(now)s::float8", "now")}
-), ev AS (
-    {_INSERT_EVENTS}
-    {_ENQUEUED.replace("%(now)s::float8", "now")}
-    RETURNING id
-)
+INSERT_ONE = f"""{_one_job(", now float8")}
 SELECT (SELECT id FROM ev), (SELECT pg_notify('{{channel}}', queue) FROM src WHERE state = 'queued')"""
 
 # INSERT_ONE with the job's outbox row (a broker transport): the row as INSERT_ONE's, then the message's
 # headers and the hold (0: none), in one statement that commits alone, instead of a transaction of four
 # round trips. Only a row due now is held, as ``outbox._INSERT`` does. Returns the event id and the outbox id.
-INSERT_ONE_OUTBOXED = f"""WITH src AS (
-    SELECT {_row_exprs(_SRC_COLUMNS + ", now float8, headers jsonb, held_until float8")}
-    FROM (SELECT %(row)s::jsonb AS e) r
-), ins AS (
-    {_INSERT_JOBS.replace("%(now)s::float8", "now")}
-), ev AS (
-    {_INSERT_EVENTS}
-    {_ENQUEUED.replace("%(now)s::float8", "now")}
-    RETURNING id
-), ob AS (
+INSERT_ONE_OUTBOXED = f"""{_one_job(", now float8, headers jsonb, held_until float8")}, ob AS (
     INSERT INTO {{s}}outbox (job_id, queue, available_at, headers, held_until)
     SELECT id, queue, run_at, coalesce(headers, '{{}}'), CASE WHEN run_at <= now THEN held_until ELSE 0 END
     FROM src
