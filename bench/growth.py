@@ -44,6 +44,7 @@ from typing import Any
 
 from bench import postgres
 from bench.config import PHASES, BenchConfig, WorkerSetting
+from bench.cpu import cpu_seconds
 from bench.phases import Context, Measure, run_round
 from bench.run import load
 from bench.stores import FreshStore, fresh_store
@@ -223,21 +224,12 @@ class PgCpu:
         self._last: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._tick = os.sysconf("SC_CLK_TCK")
-
-    def _cpu(self, pid: int) -> float | None:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / self._tick
 
     def _sample(self, conn: Any, into: dict[int, float]) -> None:
         pids = [r[0] for r in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s)", (list(self._dbs),)).fetchall()]  # fmt: skip
         for pid in pids:
-            if (cpu := self._cpu(pid)) is not None:
+            if cpu := cpu_seconds(pid):  # 0: gone between the query and the read (or not started yet)
                 into[pid] = cpu
 
     def _loop(self) -> None:

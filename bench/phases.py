@@ -154,8 +154,7 @@ async def process(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
             drained = arrived and await _drained(opened.engine, timeout)
             elapsed = time.perf_counter() - started
             # Before the stop: a process that exited has no /proc entry to read.
-            if isinstance(workers, SubprocessWorkers):
-                worker_cpu = workers.cpu_seconds()
+            worker_cpu = workers.cpu_seconds()
             if postgres:
                 backends = await asyncio.to_thread(postgres_backends, opened.store.database)
                 server_cpu = sum(cpu_seconds(pid) for pid in backends - producers)
@@ -226,6 +225,7 @@ async def latency(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
                 await engine.enqueue(TASK, payload(warm + k))
             produced = time.perf_counter() - begun
             arrived = await asyncio.to_thread(collector.wait_for, warm + total, cfg.timeout)
+            worker_cpu = workers.cpu_seconds()  # before the stop, as in process()
         finally:
             await workers.stop()
         snap = collector.snapshot(only=range(warm, warm + total))
@@ -238,8 +238,8 @@ async def latency(ctx: Context, opened: Opened, setting: WorkerSetting) -> list[
     label = setting.label
     out = [Measure("latency", f"p{p} ms", percentile(ms, p), "ms", label) for p in (50, 90, 99)]
     out.append(Measure("latency", "max ms", max(ms) if ms else math.nan, "ms", label, tuple(checks)))
-    out.append(Measure("latency", "worker CPU s / 1,000 jobs", 1000 * workers.run_cpu_seconds / (warm + total), "s",
-                       label))  # fmt: skip
+    if worker_cpu is not None:
+        out.append(Measure("latency", "worker CPU ms per 1,000 jobs", 1e6 * worker_cpu / (warm + total), "ms", label))
     return out
 
 

@@ -10,13 +10,9 @@ import argparse
 import asyncio
 import logging
 import signal
-import time
 from collections.abc import Callable
 
 from bench.workload import make_engine
-
-#: The last line of a worker's log: the CPU seconds (every thread) its worker spent from run() to its stop.
-CPU_LINE = "bench-worker-cpu-seconds"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,9 +49,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        cpu = time.process_time()
         await worker.run()
-        print(f"{CPU_LINE} {time.process_time() - cpu:.6f} {type(loop).__module__}", flush=True)
     sink.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
 import subprocess
@@ -21,7 +20,6 @@ from typing import IO, Protocol
 from bench.config import WorkerSetting
 from bench.cpu import cpu_seconds
 from bench.profiling import Profiler
-from bench.worker import CPU_LINE
 from bench.workload import Sink
 from jobengine.engine import Engine
 from jobengine.worker.runtime import Worker
@@ -30,10 +28,11 @@ _ROOT = Path(__file__).resolve().parent.parent  # so that `-m bench.worker` impo
 
 
 class Workers(Protocol):
-    #: CPU seconds the workers spent from start to graceful stop, summed (NaN: not measured), after stop().
-    run_cpu_seconds: float
-
     def start(self) -> None: ...
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the worker processes used so far, before stop(); None where they cannot be told apart."""
+        ...
 
     async def stop(self) -> None: ...
 
@@ -65,7 +64,6 @@ class SubprocessWorkers:
         self._profiler = profiler
         self._tag = tag
         self._procs: list[tuple[subprocess.Popen[bytes], IO[bytes], str]] = []
-        self.run_cpu_seconds = math.nan
 
     def start(self) -> None:
         env = dict(os.environ)
@@ -101,18 +99,9 @@ class SubprocessWorkers:
             log.close()
             if rc != 0:
                 failed.append((rc, log_path))
-        self.run_cpu_seconds = sum(_cpu_seconds(log_path) for _, _, log_path in self._procs)
         self._procs.clear()
         for rc, log_path in failed:
             _show_tail(rc, log_path)
-
-
-def _cpu_seconds(log_path: str) -> float:
-    """What the worker's last ``CPU_LINE`` says (NaN when it stopped without one)."""
-    for line in reversed(Path(log_path).read_text(errors="replace").splitlines()):
-        if line.startswith(CPU_LINE):
-            return float(line.split()[1])
-    return math.nan
 
 
 def _show_tail(rc: int, log_path: str) -> None:
@@ -129,7 +118,6 @@ class InProcessWorkers:
         self._sink = sink
         self._socket_path = socket_path
         self._workers: list[Worker] = []
-        self.run_cpu_seconds = math.nan  # shared with the producer: not told apart
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -144,6 +132,9 @@ class InProcessWorkers:
             )  # fmt: skip
             self._workers.append(worker)
             self._tasks.append(asyncio.create_task(worker.run()))
+
+    def cpu_seconds(self) -> float | None:
+        return None  # the workers share this process with the producer
 
     async def stop(self) -> None:
         for worker in self._workers:
