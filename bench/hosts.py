@@ -173,7 +173,7 @@ def _enqueue(api: str, key: str, n: int, sleep: float) -> float:
 
 
 async def _active(engine: Engine) -> int:
-    counts = await engine.count_jobs()
+    counts = await engine.count_jobs(finished=False)
     return sum(c for (_, state), c in counts.items() if state not in TERMINAL and state is not JobState.STALE)
 
 

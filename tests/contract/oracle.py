@@ -360,10 +360,11 @@ class Oracle:
                     break
         return out
 
-    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
+    async def count_jobs(self, tenant: str | None = None, *, finished: bool = True) -> dict[tuple[str, JobState], int]:
         counts: dict[tuple[str, JobState], int] = {}
         for job in self._jobs.values():
-            if tenant is None or job.tenant == tenant:
+            live = job.state not in TERMINAL and job.state is not JobState.STALE
+            if (tenant is None or job.tenant == tenant) and (finished or live):
                 counts[(job.queue, job.state)] = counts.get((job.queue, job.state), 0) + 1
         return counts
 

@@ -73,7 +73,7 @@ class Driver:
         async def state(name: str, store: Store) -> Any:
             jobs = [_job(j) for j in await store.list_jobs(JobFilter(limit=10_000))]
             events = [_event(e) for e in await store.list_events(0, 100_000)]
-            counts = await store.count_jobs()
+            counts = await store.count_jobs(), await store.count_jobs(finished=False)
             nxt = {q: await store.next_run_at([q]) for q in QUEUES}
             expired = sorted(j.id for j in await store.expired_jobs(self.now, 1000))
             return jobs, events, counts, nxt, expired

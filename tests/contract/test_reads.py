@@ -80,6 +80,32 @@ async def test_count_jobs_by_queue_and_state(store: Store) -> None:
     assert await store.count_jobs(tenant="nobody") == {}
 
 
+async def test_count_jobs_of_unfinished_jobs_leaves_every_finished_state_out(store: Store) -> None:
+    parent, _, _, doomed, _ = await enqueue(
+        store,
+        NewJob(task="t", queue="q1", tenant="a"),
+        NewJob(task="t", queue="q1", tenant="a"),
+        NewJob(task="t", queue="q2", tenant="b", run_at=T0 + 5),
+        NewJob(task="t", queue="q3", tenant="b"),
+        NewJob(task="t", queue="q4", tenant="a"),
+    )
+    (child,) = await enqueue(store, NewJob(task="t", queue="q1", tenant="a", depends_on=(parent.id,)))
+    assert child.state is JobState.BLOCKED
+    (done,) = await claim(store, T0, queues=["q4"])
+    await store.complete_jobs([completion(done)], T0 + 1)
+    await store.cancel_jobs([doomed.id], "no", T0 + 1)
+    await claim(store, T0 + 1, queues=["q1"], limit=1)
+    everything = await store.count_jobs()
+    assert everything[("q4", JobState.SUCCEEDED)] == 1 and everything[("q3", JobState.CANCELLED)] == 1
+    assert await store.count_jobs(finished=False) == {
+        ("q1", JobState.RUNNING): 1,
+        ("q1", JobState.QUEUED): 1,
+        ("q1", JobState.BLOCKED): 1,
+        ("q2", JobState.SCHEDULED): 1,
+    }
+    assert await store.count_jobs(tenant="b", finished=False) == {("q2", JobState.SCHEDULED): 1}
+
+
 async def test_next_run_at_is_the_earliest_runnable_run_at(store: Store) -> None:
     assert await store.next_run_at(["default"]) is None
     parent = NewJob(task="p", queue="busy")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from jobengine.backends.sql.base import Dialect
+from jobengine.backends.sql.reads import count_statement
 from jobengine.backends.sqlite import SqliteStore
 from jobengine.backends.sqlite.migrate import load_migrations
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
@@ -333,6 +335,7 @@ async def test_the_hot_statements_use_their_indexes(store: SqliteStore) -> None:
     await store.list_jobs(JobFilter(tenant="default", states=(JobState.DEAD, JobState.QUEUED), queue="other"))
     await store.list_events(0, 10, job_id=parent.id)
     await store.next_run_at(["default", "other"])
+    await store.count_jobs("default", finished=False)
     await store.get_jobs([parent.id, child.id])
     await store._read(lambda c: c.set_trace_callback(None))
 
@@ -347,6 +350,13 @@ async def test_the_hot_statements_use_their_indexes(store: SqliteStore) -> None:
     assert len(found) > 20
     full_scans = {sql[:200]: plan for sql, plan in found.items() if any(_FULL_SCAN.match(p) for p in plan)}
     assert full_scans == {}
+
+
+async def test_counting_unfinished_jobs_of_every_tenant_reads_only_their_partial_indexes(store: SqliteStore) -> None:
+    sql, _ = count_statement(None, finished=False)
+    plan = await store._read(lambda c: [r[3] for r in c.execute("EXPLAIN QUERY PLAN " + Dialect().q(sql))])
+    scans = [step for step in plan if step.startswith("SCAN")]
+    assert scans == [f"SCAN jobs USING INDEX {i}" for i in ("jobs_claim", "jobs_lease", "jobs_blocked")], plan
 
 
 # -- the state directory --------------------------------------------------------------------------------

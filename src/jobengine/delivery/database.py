@@ -141,7 +141,7 @@ class DatabaseTransport:
 
     async def depth(self) -> int:
         """Jobs of the transport's queues that are not finished (waiting, blocked, running)."""
-        counts = await self.store.count_jobs()
+        counts = await self.store.count_jobs(finished=False)
         return sum(
             n
             for (queue, state), n in counts.items()

@@ -755,8 +755,10 @@ class Engine:
     async def list_jobs(self, filter: JobFilter | None = None) -> list[Job]:
         return await self.store.list_jobs(filter or JobFilter())
 
-    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
-        return await self.store.count_jobs(tenant)
+    async def count_jobs(self, tenant: str | None = None, *, finished: bool = True) -> dict[tuple[str, JobState], int]:
+        """Job counts by (queue, state); ``finished=False`` leaves the finished jobs out, and costs only what
+        the unfinished ones do."""
+        return await self.store.count_jobs(tenant, finished=finished)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by user", tenant: str | None = None) -> Job:
         """Cancel a job that has not run yet at once; ask a running one to stop (it ends ``cancelled``).

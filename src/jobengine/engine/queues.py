@@ -151,7 +151,7 @@ class Queues:
         only ``tenant``'s — a tenant's caller must not learn how much work other tenants have queued."""
         if tenant is None:
             return (await self._flow.counts(fresh=True)).depth.get(queue, 0)
-        counts = await self._jobs.count_jobs(tenant)
+        counts = await self._jobs.count_jobs(tenant, finished=False)
         return sum(counts.get((queue, s), 0) for s in RUNNABLE)
 
     async def pressure(self, queue: str) -> Pressure:

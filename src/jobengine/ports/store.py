@@ -197,8 +197,10 @@ class Store(OutboxStore, PackStore, IdIndex, Protocol):
         """Newest first."""
         ...
 
-    async def count_jobs(self, tenant: str | None = None) -> dict[tuple[str, JobState], int]:
-        """Job counts by (queue, state)."""
+    async def count_jobs(self, tenant: str | None = None, *, finished: bool = True) -> dict[tuple[str, JobState], int]:
+        """Job counts by (queue, state). ``finished=False``: only the jobs not finished yet (blocked,
+        scheduled, queued, running, failed), read without touching the finished ones, whose number only
+        grows."""
         ...
 
     async def next_run_at(self, queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:

@@ -194,12 +194,12 @@ class TestEngine:
     async def _queues(self, engine: Engine) -> list[str]:
         """Every queue holding a job, and those of the registered tasks: a job enqueued to a queue of its
         own runs too."""
-        counts = await engine.count_jobs()
+        counts = await engine.count_jobs(finished=False)
         return sorted({queue for queue, _ in counts} | set(engine.tasks.queues()))
 
     async def _due(self, engine: Engine, queues: list[str]) -> bool:
         """A job is running, or one of a registered task is due now."""
-        counts = await engine.count_jobs()
+        counts = await engine.count_jobs(finished=False)
         if any(state is JobState.RUNNING and n for (_, state), n in counts.items()):
             return True
         nxt = await engine.store.next_run_at(queues, engine.tasks.names())

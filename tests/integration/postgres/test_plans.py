@@ -15,8 +15,11 @@ from typing import Any
 import psycopg
 
 from jobengine.backends.postgres import PostgresStore
+from jobengine.backends.sql.base import Dialect
+from jobengine.backends.sql.reads import count_statement
 from jobengine.core import codec
 from jobengine.core.models import Completion, NewJob
+from jobengine.core.states import JobState
 
 from .helpers import lane_session
 
@@ -83,3 +86,20 @@ async def test_retention_reads_only_the_jobs_it_changes(store: PostgresStore, po
     deleted = await store.prune_jobs(now + 2, now + 1, now + 2, 10_000)
     assert (deleted.staled, deleted.deleted) == (0, 2000)
     assert await store.count_jobs() == {}
+
+
+async def test_counting_unfinished_jobs_reads_no_finished_one(store: PostgresStore, postgres_dsn: str) -> None:
+    """Each unfinished state is read from the partial index that holds it, however many finished jobs the
+    store keeps."""
+    now = time.time()
+    await _finish(store, 3000, now)
+    await store.insert_jobs([NewJob(task="t", queue="q")], now, [()])
+    sql, _ = count_statement(None, finished=False)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute("ANALYZE jobengine.jobs")
+        cur = conn.cursor()
+        await cur.execute(b"EXPLAIN (COSTS OFF) " + Dialect(prefix="jobengine.", native=True).q(sql).encode())
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+    assert "Seq Scan" not in plan, plan
+    assert "jobs_runnable" in plan and "jobs_blocked" in plan, plan  # running: one of its two partial indexes
+    assert await store.count_jobs(finished=False) == {("q", JobState.QUEUED): 1}
