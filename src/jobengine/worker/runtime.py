@@ -104,6 +104,12 @@ FLUSH_EARLY = 64
 #: Seconds between cancellations of a task that runs on after being cancelled (see :func:`_halt`).
 HALT_AGAIN = 0.1
 
+#: Seconds an answer of ``next_run_at`` serves the pump's waits after empty claims. Every commit of a runnable
+#: job wakes every idle worker, and asking again after each wake-up doubled the round trips of a worker
+#: at low rates. What the answer can miss meanwhile is a job made due later (scheduled, or a retry after a
+#: delay): no notification announces one, so an idle worker learns of it at its poll anyway.
+DUE_FRESH = 0.1
+
 
 async def _halt(tasks: Iterable[asyncio.Task[None]]) -> None:
     """Cancel ``tasks`` and return once each has ended, cancelling again any that runs on.
@@ -181,6 +187,7 @@ class Worker:
         self._inflight: dict[JobId, _Running] = {}
         self._buffer = Prefetch(opts.prefetch, opts.prefetch_seconds, opts.concurrency)
         self._dry = False  # the last claim got fewer jobs than it asked for: no claiming ahead meanwhile
+        self._due: tuple[float, float | None] | None = None  # (loop time read, next_run_at's answer)
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
         self._releases: list[Lease] = []
@@ -354,7 +361,7 @@ class Worker:
                 timeout = opts.poll_interval
                 # Also after a claim that got some jobs: a rate limit may have held the rest back, and
                 # nothing wakes the worker when the bucket's next token is due but this answer.
-                nxt = await self.source.next_run_at(self.queues, self._tasks)
+                nxt = await self._next_due(loop.time())
                 if nxt is not None:
                     timeout = max(0.0, min(timeout, nxt - self.source.clock.now()))
                 if timeout > 0:
@@ -363,6 +370,13 @@ class Worker:
                     except Exception:  # a notifier must not raise; if one does, the pump polls on
                         log.exception("waiting for work failed; polling")
                         await asyncio.sleep(min(timeout, 0.5))
+
+    async def _next_due(self, now: float) -> float | None:
+        """``next_run_at`` of the worker's queues, read again when :data:`DUE_FRESH` old or already due."""
+        due = self._due
+        if due is None or now - due[0] >= DUE_FRESH or (due[1] is not None and due[1] <= self.source.clock.now()):
+            due = self._due = (now, await self.source.next_run_at(self.queues, self._tasks))
+        return due[1]
 
     def _ahead(self) -> int:
         """How many jobs to claim beyond the free slots: none while the buffer holds more than half its target

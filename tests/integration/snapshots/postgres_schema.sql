@@ -316,6 +316,7 @@ INDEX CREATE INDEX http_idempotency_expires ON http_idempotency USING btree (exp
 INDEX CREATE INDEX inbound_hooks_name ON inbound_hooks USING btree (name)
 INDEX CREATE INDEX inbound_receipts_received ON inbound_receipts USING btree (received_at)
 INDEX CREATE INDEX job_dependencies_job ON job_dependencies USING btree (job_id, dep_id)
+INDEX CREATE INDEX jobs_blocked ON jobs USING btree (queue) WHERE (state = 'blocked'::text)
 INDEX CREATE INDEX jobs_done_at ON jobs USING btree (COALESCE(finished_at, updated_at)) WHERE (state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text]))
 INDEX CREATE INDEX jobs_graph ON jobs USING btree (graph_id, state) WHERE (graph_id IS NOT NULL)
 INDEX CREATE INDEX jobs_lease_worker ON jobs USING btree (lease_worker) WHERE (state = 'running'::text)

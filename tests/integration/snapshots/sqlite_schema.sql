@@ -9,6 +9,7 @@ CREATE INDEX http_idempotency_expires ON http_idempotency (expires_at);
 CREATE INDEX inbound_hooks_name ON inbound_hooks (name);
 CREATE INDEX inbound_receipts_received ON inbound_receipts (received_at);
 CREATE INDEX job_deps_depends_on ON job_deps (depends_on);
+CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'queued' OR state = 'scheduled' OR state = 'failed';
 CREATE INDEX jobs_graph ON jobs (graph_id, state) WHERE graph_id IS NOT NULL;
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
