@@ -61,7 +61,7 @@ async def test_services_started_before_their_database_wait_for_it(tmp_path: Path
                 assert api.poll() is None, procs.output(api)
                 assert time.monotonic() < deadline, f"the API did not answer: {procs.output(api)}"
                 await asyncio.sleep(0.2)
-            assert scheduler.poll() is None, procs.output(scheduler)
+            await asyncio.to_thread(procs.wait_output, scheduler, "jobengine scheduler", 120)
             for p in (worker, scheduler, api):
                 p.send_signal(signal.SIGTERM)
             for p in (worker, scheduler, api):
@@ -70,18 +70,27 @@ async def test_services_started_before_their_database_wait_for_it(tmp_path: Path
             procs.stop_all()
 
 
-async def test_a_worker_stopped_while_it_waits_ends_at_once(tmp_path: Path) -> None:
+async def test_services_stopped_while_they_wait_end_at_once(tmp_path: Path) -> None:
+    """SIGTERM during the wait for the database: each ends with an error of its own, not killed by the signal
+    (exit -15) and not after its whole wait."""
     with postgres_cluster() as cluster:
         cluster.stop("fast")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": cluster.dsn}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "JOBENGINE_DATABASE": cluster.dsn,
+               "JOBENGINE_API_PORT": str(free_port())}  # fmt: skip
         procs = Processes(tmp_path, env, ROOT)
         try:
-            worker = procs.run(
-                "worker", [sys.executable, "-m", "jobengine", "worker", "--app", "tests.support.netbed_app:app"]
-            )
-            await asyncio.to_thread(procs.wait_output, worker, "database unreachable", 120)
-            worker.send_signal(signal.SIGTERM)
-            code = await asyncio.to_thread(worker.wait, 30)  # not the whole wait for the database
-            assert code != 0 and "error:" in procs.output(worker), procs.output(worker)
+            app = ["--app", "tests.support.netbed_app:app"]
+            started = [
+                procs.run("worker", [sys.executable, "-m", "jobengine", "worker", *app]),
+                procs.run("scheduler", [sys.executable, "-m", "jobengine", "scheduler", *app]),
+                procs.run("api", [sys.executable, "-m", "jobengine", "serve"]),
+            ]
+            for p in started:
+                await asyncio.to_thread(procs.wait_output, p, "database unreachable", 120)
+            for p in started:
+                p.send_signal(signal.SIGTERM)
+            for p in started:
+                code = await asyncio.to_thread(p.wait, 30)  # not the whole wait for the database
+                assert code > 0 and "error:" in procs.output(p), (code, procs.output(p))
         finally:
             procs.stop_all()

@@ -20,20 +20,22 @@ from jobengine.services import SchedulerService
 
 
 async def _scheduler(engine: Engine) -> None:
-    from jobengine.cli.serve import serve_until_signal
+    from jobengine.cli.serve import on_signals, serve_until_signal
 
     console = output.stdout()  # stderr holds the log records only (one JSON object a line under json)
-    async with started_when_reachable(engine):
-        service = SchedulerService(engine)
+    with on_signals() as stop:
+        async with started_when_reachable(engine, stop):
+            service = SchedulerService(engine)
 
-        async def ready() -> None:
-            count = len(await engine.schedules.list(ScheduleFilter(limit=100_000)))
-            console.print(
-                f"[bold]jobengine scheduler[/bold] started · database [cyan]{escape(engine.settings.database)}[/cyan]"
-                f" · {count} schedule(s) · instance {escape(service.loop.instance)}"
-            )
+            async def ready() -> None:
+                count = len(await engine.schedules.list(ScheduleFilter(limit=100_000)))
+                database = escape(engine.settings.database)
+                console.print(
+                    f"[bold]jobengine scheduler[/bold] started · database [cyan]{database}[/cyan]"
+                    f" · {count} schedule(s) · instance {escape(service.loop.instance)}"
+                )
 
-        await serve_until_signal([service], console, ready)
+            await serve_until_signal([service], console, stop, ready)
     console.print("stopped")
 
 

@@ -7,9 +7,10 @@ A server bound to an address other than loopback refuses to start while no API k
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -24,14 +25,30 @@ from jobengine.services import Service
 from jobengine.settings import Settings
 
 
-async def serve_until_signal(
-    services: Sequence[Service], console: Console, ready: Callable[[], Awaitable[None]] | None = None
-) -> None:
-    """Start ``services`` in order, call ``ready()``, wait for SIGINT / SIGTERM, stop them in reverse order."""
+@contextlib.contextmanager
+def on_signals() -> Iterator[asyncio.Event]:
+    """An event that SIGINT / SIGTERM set while inside. A service command enters it before it waits for its
+    database, so a stop during that wait ends the process as one after it does, not by the signal's
+    default action."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def serve_until_signal(
+    services: Sequence[Service],
+    console: Console,
+    stop: asyncio.Event,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Start ``services`` in order, call ``ready()``, wait for ``stop`` (:func:`on_signals`), stop them in
+    reverse order."""
     started: list[Service] = []
     try:
         for service in services:
@@ -42,8 +59,6 @@ async def serve_until_signal(
         await stop.wait()
         console.print("[bold]stopping[/bold]")
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         while started:
             await started.pop().stop()
 
@@ -52,26 +67,27 @@ async def _serve(engine: Engine, settings: Settings, host: str, port: int) -> No
     from jobengine.http.server import ApiMaintenance, ApiService  # FastAPI: imported by the commands that serve
 
     console = output.stdout()
-    async with started_when_reachable(engine):
-        api = ApiService(engine, settings, host=host, port=port)
-        await api.check_keys()
-        from jobengine.webhooks.dispatcher import WebhookDispatcher
+    with on_signals() as stop:
+        async with started_when_reachable(engine, stop):
+            api = ApiService(engine, settings, host=host, port=port)
+            await api.check_keys()
+            from jobengine.webhooks.dispatcher import WebhookDispatcher
 
-        services: list[Service] = [ApiMaintenance(engine), api, WebhookDispatcher(engine)]
+            services: list[Service] = [ApiMaintenance(engine), api, WebhookDispatcher(engine)]
 
-        async def ready() -> None:
-            # The app and the engine are built: what exists now lives as long as the process, so the
-            # collector's full passes need not walk it on every few hundred requests.
-            from jobengine.worker.runtime import tune_gc
+            async def ready() -> None:
+                # The app and the engine are built: what exists now lives as long as the process, so the
+                # collector's full passes need not walk it on every few hundred requests.
+                from jobengine.worker.runtime import tune_gc
 
-            tune_gc()
-            console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "
-                          f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
-            if not await engine.keys.any_active():
-                console.print("[yellow]no API key exists yet: every request gets 401; create one with "
-                              "`jobengine keys create`[/yellow]")  # fmt: skip
+                tune_gc()
+                console.print(f"[bold]jobengine serve[/bold] · {api.url} (dashboard; docs {api.url}/docs) · database "
+                              f"[cyan]{escape(settings.database)}[/cyan]")  # fmt: skip
+                if not await engine.keys.any_active():
+                    console.print("[yellow]no API key exists yet: every request gets 401; create one with "
+                                  "`jobengine keys create`[/yellow]")  # fmt: skip
 
-        await serve_until_signal(services, console, ready)
+            await serve_until_signal(services, console, stop, ready)
     console.print("stopped")
 
 
