@@ -18,18 +18,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 
 from jobengine import dashboard
 from jobengine.engine import Engine
-from jobengine.http import docs, problems
+from jobengine.http import docs, openapi, problems
 from jobengine.http.auth import Authenticator
 from jobengine.http.context import ApiContext
 from jobengine.http.metrics import Metrics, RequestMetrics
 from jobengine.http.middleware import BodyLimit, Idempotency, SingleValuedQuery, Unexpected
-from jobengine.http.openapi import build_openapi
 from jobengine.http.routes import (
     events,
     flow,
@@ -77,7 +75,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        openapi_url="/openapi.json",
+        openapi_url=None,  # openapi.install serves it
         docs_url=None,  # docs.install serves /docs from vendored files
         redoc_url=None,
     )
@@ -90,6 +88,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     )  # fmt: skip
     for router in routers:
         app.include_router(router)
+    openapi.install(app, "/openapi.json")
     docs.install(app, openapi_url="/openapi.json")  # Swagger UI at /docs, no CDN
     dashboard.install(app, ctx)  # the web UI at / (its own package; calls the engine facade too)
     # add_middleware wraps: the last added is the outermost.
@@ -103,9 +102,4 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
         from jobengine.tracing import TraceHeaders  # the otel extra, only when tracing is on
 
         app.add_middleware(TraceHeaders)
-
-    def openapi() -> dict[str, Any]:
-        return build_openapi(app)
-
-    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 
 from jobengine.http.problems import PROBLEM_JSON
 
@@ -33,3 +35,18 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         components.pop(unused, None)
     app.openapi_schema = schema
     return schema
+
+
+def install(app: FastAPI, url: str) -> None:
+    """Serve the document at ``url``. It is built on its first request, in a thread: building it takes about
+    a second of CPU, and on the event loop that second would hold up every other request of the process
+    (workers' claims, streams, the dashboard). The body is rendered once too."""
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    rendered: list[bytes] = []
+
+    @app.get(url, include_in_schema=False)
+    async def openapi_document() -> Response:
+        if not rendered:
+            body = await asyncio.to_thread(lambda: bytes(JSONResponse(app.openapi()).body))
+            rendered[:] = [body]
+        return Response(rendered[0], media_type="application/json")

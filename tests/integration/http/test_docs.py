@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from typing import Any
 
 import httpx
 
@@ -46,3 +48,21 @@ async def test_docs_assets_are_served_with_their_content_types(api: Api) -> None
         # Nothing else of the npm package is served (no source maps, no ES bundles), and no ReDoc.
         assert (await c.get(f"{STATIC_PATH}/swagger-ui-bundle.min.js.map")).status_code == 404
         assert (await c.get("/redoc")).status_code == 404
+
+
+async def test_the_openapi_document_is_built_once_off_the_event_loop(api: Api) -> None:
+    """Building it takes about a second of CPU: on the event loop, every other request would wait for it."""
+    built_in: list[threading.Thread] = []
+    build = api.app.openapi
+
+    def recorded() -> dict[str, Any]:
+        built_in.append(threading.current_thread())
+        return build()
+
+    api.app.openapi = recorded  # type: ignore[method-assign]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://api") as c:
+        first, second = await c.get("/openapi.json"), await c.get("/openapi.json")
+    assert first.status_code == 200 and first.json()["info"]["title"] == "jobengine"
+    assert first.headers["content-type"] == "application/json"
+    assert second.content == first.content
+    assert len(built_in) == 1 and built_in[0] is not threading.current_thread()
