@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -41,7 +42,9 @@ def to_datetime(ts: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
+@functools.lru_cache(maxsize=1024)
 def iso(ts: float | None) -> str | None:
-    """ISO 8601 in UTC with milliseconds; clamped like :func:`to_datetime`."""
+    """ISO 8601 in UTC with milliseconds; clamped like :func:`to_datetime`. Cached: the jobs of one batch
+    (an API answer, a page of a list) share their times, and a datetime costs more than the lookup."""
     moment = to_datetime(ts)
     return None if moment is None else moment.isoformat(timespec="milliseconds")
