@@ -38,8 +38,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def install(app: FastAPI, url: str) -> None:
-    """Serve the document at ``url``. It is built on its first request, in a thread: building it takes about
-    a second of CPU, and on the event loop that second would hold up every other request of the process
+    """Serve the document at ``url``. It is built on its first request, in a thread: building it walks every
+    route's models, and on the event loop that would hold up every other request of the process meanwhile
     (workers' claims, streams, the dashboard). The body is rendered once too."""
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     rendered: list[bytes] = []

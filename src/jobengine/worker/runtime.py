@@ -105,8 +105,8 @@ FLUSH_EARLY = 64
 HALT_AGAIN = 0.1
 
 #: Seconds an answer of ``next_run_at`` serves the pump's waits after empty claims. Every commit of a runnable
-#: job wakes every idle worker, and asking again after each wake-up doubled the round trips of a worker
-#: at low rates. What the answer can miss meanwhile is a job made due later (scheduled, or a retry after a
+#: job wakes every idle worker, and asking again after each wake-up would double the round trips of a
+#: worker at low rates. What the answer can miss meanwhile is a job made due later (scheduled, or a retry after a
 #: delay): no notification announces one, so an idle worker learns of it at its poll anyway.
 DUE_FRESH = 0.1
 
