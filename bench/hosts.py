@@ -55,9 +55,9 @@ if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))  # the bed and the deploy files' reader live with the tests
 
 from bench.collector import Collector  # noqa: E402
+from bench.phases import active_jobs  # noqa: E402
 from bench.postgres import fresh_database  # noqa: E402
 from bench.workload import TASK  # noqa: E402
-from jobengine.core.states import TERMINAL, JobState  # noqa: E402
 from jobengine.engine import Engine  # noqa: E402
 from jobengine.settings import Settings  # noqa: E402
 from support.deploy import DeployFiles  # noqa: E402
@@ -172,15 +172,10 @@ def _enqueue(api: str, key: str, n: int, sleep: float) -> float:
     return n / (time.perf_counter() - started)
 
 
-async def _active(engine: Engine) -> int:
-    counts = await engine.count_jobs(finished=False)
-    return sum(c for (_, state), c in counts.items() if state not in TERMINAL and state is not JobState.STALE)
-
-
 async def _drained(engine: Engine, deadline: float) -> bool:
     """Poll the store until nothing is active (True) or ``deadline`` (``perf_counter``) passed (False)."""
     while time.perf_counter() < deadline:
-        if await _active(engine) == 0:
+        if await active_jobs(engine) == 0:
             return True
         await asyncio.sleep(0.005)
     return False

@@ -21,7 +21,7 @@ from bench.stores import FreshStore, fresh_store
 from bench.transports import FreshQueue, fresh_queue, published
 from bench.workers import InProcessWorkers, SubprocessWorkers, Workers
 from bench.workload import TASK, Sink, make_engine, payload
-from jobengine.core.states import TERMINAL, JobState
+from jobengine.core.states import JobState
 from jobengine.engine import Engine
 
 #: Who did the work of a measure: enqueue phases have no workers, only the producer.
@@ -120,17 +120,16 @@ async def enqueue_single(ctx: Context, opened: Opened) -> Measure:
 
 
 # -- 3. process ---------------------------------------------------------------------------------------
-async def _active(engine: Engine) -> int:
+async def active_jobs(engine: Engine) -> int:
     """Jobs not yet finished: queued, scheduled, running, failed (awaiting a retry), blocked."""
-    counts = await engine.count_jobs(finished=False)
-    return sum(c for (_, state), c in counts.items() if state not in TERMINAL and state is not JobState.STALE)
+    return sum((await engine.count_jobs(finished=False)).values())
 
 
 async def _drained(engine: Engine, timeout: float) -> bool:
     """Poll the store every 2 ms until nothing is active (True) or ``timeout`` passed (False)."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        if await _active(engine) == 0:
+        if await active_jobs(engine) == 0:
             return True
         await asyncio.sleep(0.002)
     return False

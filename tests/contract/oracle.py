@@ -35,7 +35,7 @@ from jobengine.core.models import (
     filter_matches,
     overall_progress,
 )
-from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, JobState
+from jobengine.core.states import BREAKS_DEPENDENTS, RUNNABLE, TERMINAL, UNFINISHED, JobState
 from jobengine.errors import IdempotencyConflict, InvalidJob, UnknownDependency
 
 
@@ -363,8 +363,7 @@ class Oracle:
     async def count_jobs(self, tenant: str | None = None, *, finished: bool = True) -> dict[tuple[str, JobState], int]:
         counts: dict[tuple[str, JobState], int] = {}
         for job in self._jobs.values():
-            live = job.state not in TERMINAL and job.state is not JobState.STALE
-            if (tenant is None or job.tenant == tenant) and (finished or live):
+            if (tenant is None or job.tenant == tenant) and (finished or job.state in UNFINISHED):
                 counts[(job.queue, job.state)] = counts.get((job.queue, job.state), 0) + 1
         return counts
 

@@ -6,11 +6,11 @@ from typing import cast
 
 from jobengine.core.ids import JobId
 from jobengine.core.models import JobFilter, NewJob
-from jobengine.core.states import JobState
+from jobengine.core.states import UNFINISHED, JobState
 from jobengine.ports.outbox import OutboxStore
 from jobengine.ports.store import Store
 
-from .helpers import T0, claim, completion, enqueue
+from .helpers import T0, claim, completion, enqueue, failure
 
 MISSING = JobId("0190f2c4-0000-7000-8000-000000000000")
 
@@ -81,18 +81,21 @@ async def test_count_jobs_by_queue_and_state(store: Store) -> None:
 
 
 async def test_count_jobs_of_unfinished_jobs_leaves_every_finished_state_out(store: Store) -> None:
-    parent, _, _, doomed, _ = await enqueue(
+    parent, _, _, doomed, _, _ = await enqueue(
         store,
         NewJob(task="t", queue="q1", tenant="a"),
         NewJob(task="t", queue="q1", tenant="a"),
         NewJob(task="t", queue="q2", tenant="b", run_at=T0 + 5),
         NewJob(task="t", queue="q3", tenant="b"),
         NewJob(task="t", queue="q4", tenant="a"),
+        NewJob(task="t", queue="q5", tenant="a", max_attempts=2),
     )
     (child,) = await enqueue(store, NewJob(task="t", queue="q1", tenant="a", depends_on=(parent.id,)))
     assert child.state is JobState.BLOCKED
     (done,) = await claim(store, T0, queues=["q4"])
     await store.complete_jobs([completion(done)], T0 + 1)
+    (failing,) = await claim(store, T0, queues=["q5"])
+    await store.fail_jobs([failure(failing, T0 + 1)], T0 + 1)  # to run again: failed, not finished
     await store.cancel_jobs([doomed.id], "no", T0 + 1)
     await claim(store, T0 + 1, queues=["q1"], limit=1)
     everything = await store.count_jobs()
@@ -102,7 +105,9 @@ async def test_count_jobs_of_unfinished_jobs_leaves_every_finished_state_out(sto
         ("q1", JobState.QUEUED): 1,
         ("q1", JobState.BLOCKED): 1,
         ("q2", JobState.SCHEDULED): 1,
+        ("q5", JobState.FAILED): 1,
     }
+    assert {state for _, state in everything} - UNFINISHED == {JobState.SUCCEEDED, JobState.CANCELLED}
     assert await store.count_jobs(tenant="b", finished=False) == {("q2", JobState.SCHEDULED): 1}
 
 

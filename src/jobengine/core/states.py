@@ -29,6 +29,8 @@ class JobState(StrEnum):
 TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
 #: States a worker may claim once ``run_at`` has passed.
 RUNNABLE: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.SCHEDULED, JobState.FAILED})
+#: States of a job that is not finished: what ``count_jobs(finished=False)`` counts.
+UNFINISHED: frozenset[JobState] = frozenset({JobState.BLOCKED, JobState.RUNNING}) | RUNNABLE
 #: States that end a dependency chain: dependents of such a job are cancelled.
 BREAKS_DEPENDENTS: frozenset[JobState] = frozenset({JobState.DEAD, JobState.CANCELLED})
 

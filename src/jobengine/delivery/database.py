@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from jobengine.core.clock import Clock, SystemClock
 from jobengine.core.ids import JobId, LeaseToken, WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure, JobFilter, Lease
-from jobengine.core.states import TERMINAL, JobState
+from jobengine.core.states import JobState
 from jobengine.core.transitions import expired_failure
 from jobengine.ports.store import Store
 from jobengine.ports.transport import DeadLetter, Delivery, Health, Message, TransportCapabilities, TransportOptions
@@ -142,11 +142,7 @@ class DatabaseTransport:
     async def depth(self) -> int:
         """Jobs of the transport's queues that are not finished (waiting, blocked, running)."""
         counts = await self.store.count_jobs(finished=False)
-        return sum(
-            n
-            for (queue, state), n in counts.items()
-            if queue in self.job_queues and state not in TERMINAL and state is not JobState.STALE
-        )
+        return sum(n for (queue, _), n in counts.items() if queue in self.job_queues)
 
     async def health(self) -> Health:
         started = time.perf_counter()

@@ -192,8 +192,8 @@ class TestEngine:
         return self.engine
 
     async def _queues(self, engine: Engine) -> list[str]:
-        """Every queue holding a job, and those of the registered tasks: a job enqueued to a queue of its
-        own runs too."""
+        """Every queue holding a job not finished, and those of the registered tasks: a job enqueued to a
+        queue of its own runs too."""
         counts = await engine.count_jobs(finished=False)
         return sorted({queue for queue, _ in counts} | set(engine.tasks.queues()))
 

@@ -13,11 +13,12 @@ from typing import Any, Final
 from jobengine.core.graphs import GraphRecord, GraphSpec, GraphState, Node, Policy, check_in_graph, settle
 from jobengine.core.ids import GraphId, JobId
 from jobengine.core.models import AddedNode, Changed, Completion, Event, Inserted, Job, NewEvent, NewJob
+from jobengine.core.states import UNFINISHED
 
 from .base import Db, Tx, conditions
 
 _GRAPH: Final = "SELECT id, tenant, name, total, cancelled, state, created_at, updated_at, finished_at FROM {s}graphs"
-_UNFINISHED: Final = "('blocked', 'scheduled', 'queued', 'running', 'failed')"
+_UNFINISHED: Final = "(" + ", ".join(f"'{s}'" for s in sorted(UNFINISHED)) + ")"
 
 
 def _record(r: Sequence[Any]) -> GraphRecord:
