@@ -88,8 +88,8 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     )  # fmt: skip
     for router in routers:
         app.include_router(router)
-    openapi.install(app, "/openapi.json")
-    docs.install(app, openapi_url="/openapi.json")  # Swagger UI at /docs, no CDN
+    openapi.install(app)
+    docs.install(app, openapi_url=openapi.URL)  # Swagger UI at /docs, no CDN
     dashboard.install(app, ctx)  # the web UI at / (its own package; calls the engine facade too)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(Unexpected)

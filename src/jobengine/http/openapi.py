@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -37,7 +37,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def install(app: FastAPI, url: str) -> None:
+#: Where the document is served.
+URL: Final = "/openapi.json"
+
+
+def install(app: FastAPI, url: str = URL) -> None:
     """Serve the document at ``url``. It is built on its first request, in a thread: building it walks every
     route's models, and on the event loop that would hold up every other request of the process meanwhile
     (workers' claims, streams, the dashboard). The body is rendered once too."""

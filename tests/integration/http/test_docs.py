@@ -51,7 +51,7 @@ async def test_docs_assets_are_served_with_their_content_types(api: Api) -> None
 
 
 async def test_the_openapi_document_is_built_once_off_the_event_loop(api: Api) -> None:
-    """Building it takes about a second of CPU: on the event loop, every other request would wait for it."""
+    """Building it walks every route's models: on the event loop, every other request would wait for it."""
     built_in: list[threading.Thread] = []
     build = api.app.openapi
 
