@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
@@ -18,7 +18,7 @@ from jobengine.errors import IllegalState, NonRetryable
 from jobengine.ports.workers import WorkerInfo
 from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
-from jobengine.worker.runtime import FLUSH_EARLY
+from jobengine.worker.runtime import DUE_FRESH, FLUSH_EARLY
 
 FAST = RetryPolicy(base=0.01, cap=0.02)
 
@@ -479,3 +479,35 @@ async def test_the_observer_counts_retries_dead_letters_and_a_release_at_the_sto
     assert value("jobengine_worker_jobs_in_flight") == 0
     assert value("jobengine_worker_jobs_claimed_total") == 3
     assert (await engine.get_job(held.id)).state is JobState.QUEUED
+
+
+async def test_an_idle_worker_reads_next_run_at_again_only_when_its_answer_is_old_or_due() -> None:
+    """Every runnable commit wakes every idle worker; the answer of the last read serves for ``DUE_FRESH``
+    seconds of loop time, unless the time it named has come."""
+    clock = ManualClock(start=1_000_000.0)
+    engine = Engine(open_store("memory"), clock=clock)
+    async with engine:
+
+        @engine.task()
+        async def later(ctx: JobContext) -> None:
+            pass
+
+        job = await engine.enqueue("later", delay=30)
+        reads: list[float | None] = []
+        read = engine.store.next_run_at
+
+        async def counted(queues: Sequence[str], tasks: Sequence[str] | None = None) -> float | None:
+            reads.append(answer := await read(queues, tasks))
+            return answer
+
+        engine.store.next_run_at = counted  # type: ignore[method-assign]
+        worker = engine.worker()
+        worker._tasks = ("later",)  # what run() reads from the registry
+        assert await worker._next_due(0.0) == job.run_at
+        assert await worker._next_due(DUE_FRESH / 2) == job.run_at
+        assert reads == [job.run_at]  # the second wake-up reused the answer
+        await worker._next_due(DUE_FRESH)
+        assert len(reads) == 2  # old: read again
+        clock.advance(31)
+        await worker._next_due(DUE_FRESH * 1.5)
+        assert len(reads) == 3  # young, but the time it named has come
