@@ -69,10 +69,14 @@ def say(text: str) -> None:
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------------------
-def _pg(url: str) -> Any:
+#: The application_name of a grown store's reset: work of the bench, which :class:`PgCpu` leaves out.
+RESET = "jobengine-bench-reset"
+
+
+def _pg(url: str, application_name: str = "jobengine-bench") -> Any:
     import psycopg
 
-    return psycopg.connect(url, autocommit=True)
+    return psycopg.connect(url, autocommit=True, application_name=application_name)
 
 
 @dataclass
@@ -85,15 +89,12 @@ class PgGrown:
     last_job: str
     last_event: int
     finished: int
-    #: The backends of the resets: the work of the bench, which :class:`PgCpu` leaves out.
-    resets: set[int] = field(default_factory=set)
 
     def reset(self) -> None:
         """Back to the store as filled: delete what a phase added, vacuum the tables it touched, and write
         the pages that made dirty before the phase starts (its VACUUM reads every index of the 5,000,000
         jobs' tables, which a phase on an empty store never pays)."""
-        with _pg(self.url) as conn:
-            self.resets.add(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+        with _pg(self.url, RESET) as conn:
             conn.execute(f"DELETE FROM {SCHEMA}.events WHERE id > %s", (self.last_event,))
             for table in _pg_job_tables(conn):
                 conn.execute(f"DELETE FROM {SCHEMA}.{table} WHERE job_id > %s", (self.last_job,))
@@ -225,11 +226,8 @@ class PgCpu:
     every ``period`` s (a backend first seen after the start counts from zero). Needs the server on this
     machine."""
 
-    def __init__(
-        self, admin_dsn: str, databases: set[str], period: float = 0.2, exclude: set[int] | None = None
-    ) -> None:
+    def __init__(self, admin_dsn: str, databases: set[str], period: float = 0.2) -> None:
         self._dsn, self._dbs, self._period = admin_dsn, databases, period
-        self._exclude = exclude if exclude is not None else set()  # read when the seconds are summed
         self._base: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._stop = threading.Event()
@@ -237,7 +235,8 @@ class PgCpu:
 
     def _sample(self, conn: Any, into: dict[int, float]) -> None:
         pids = [r[0] for r in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s)", (list(self._dbs),)).fetchall()]  # fmt: skip
+            "SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s) AND application_name <> %s",
+            (list(self._dbs), RESET)).fetchall()]  # fmt: skip
         for pid in pids:
             if cpu := cpu_seconds(pid):  # 0: gone between the query and the read (or not started yet)
                 into[pid] = cpu
@@ -262,7 +261,7 @@ class PgCpu:
 
     @property
     def seconds(self) -> float:
-        return sum(cpu - self._base.get(pid, 0.0) for pid, cpu in self._last.items() if pid not in self._exclude)
+        return sum(cpu - self._base.get(pid, 0.0) for pid, cpu in self._last.items())
 
 
 # -- SQLite -----------------------------------------------------------------------------------------------
@@ -374,10 +373,10 @@ class Round:
 
 
 @contextmanager
-def _cpu_meter(args: argparse.Namespace, databases: set[str], exclude: set[int]) -> Iterator[dict[str, float]]:
+def _cpu_meter(args: argparse.Namespace, databases: set[str]) -> Iterator[dict[str, float]]:
     out: dict[str, float] = {}
     self0, kids0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    meter = PgCpu(args.dsn, databases, exclude=exclude) if args.backend == "postgres" else None
+    meter = PgCpu(args.dsn, databases) if args.backend == "postgres" else None
     if meter is not None:
         meter.__enter__()
     try:
@@ -403,7 +402,7 @@ def jobs_per_round(cfg: BenchConfig) -> int:
 
 
 def run_all(args: argparse.Namespace, cfg: BenchConfig, grown_store: Callable[[], FreshStore],
-            grown_db: str | None, resets: set[int]) -> list[Round]:  # fmt: skip
+            grown_db: str | None) -> list[Round]:  # fmt: skip
     rounds: list[Round] = []
     setting = default_setting()
     tag = os.urandom(4).hex()
@@ -430,7 +429,7 @@ def run_all(args: argparse.Namespace, cfg: BenchConfig, grown_store: Callable[[]
                     value = "-" if math.isnan(m.value) else f"{m.value:,.2f}"
                     say(f"run {run}/{args.runs} {r.variant}: {m.phase} {m.metric} = {value} {m.unit}")
 
-                with _cpu_meter(args, databases, resets) as cpu:
+                with _cpu_meter(args, databases) as cpu:
                     asyncio.run(run_round(ctx, setting, report))
                 r.cpu = cpu
                 jobs = jobs_per_round(cfg)
@@ -539,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fill_only:
             return 0
         started = time.time()
-        rounds = run_all(args, cfg, grown_store, grown_db, pg.resets if pg is not None else set())
+        rounds = run_all(args, cfg, grown_store, grown_db)
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
         title = (
             f"jobengine growth - {args.backend}, N={cfg.n:,}, {args.runs} runs interleaved (empty, grown), "
