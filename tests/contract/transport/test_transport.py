@@ -236,6 +236,26 @@ async def test_one_key_published_50_times_from_4_processes_gives_one_message(mak
     await env.transport.ack(got)
 
 
+async def test_one_publish_of_many_messages_adds_each_key_once_in_order(make_env: EnvFactory) -> None:
+    env = await make_env()
+    if env.kind.startswith("database"):
+        pytest.skip("the database transport publishes nothing: the job rows are the messages")
+    tag = time.time_ns()
+    (first,) = await env.transport.publish([Message(f"m{tag}-0", "default", key=f"k{tag}-0")])
+    assert first
+    # Well past any chunk a transport splits a publish into; every third key repeats one just before it
+    # in the same call, and the first repeats the key published above.
+    keys = [f"k{tag}-{i - i % 3}" for i in range(1201)]
+    messages = [Message(f"m{tag}-{i}", "default", key=k) for i, k in enumerate(keys)]
+    added = await env.transport.publish(messages)
+    assert added == [i % 3 == 0 and i > 0 for i in range(1201)]
+    want = sum(added)
+    assert await depth_settles_at(env.transport, want + 1, timeout=10.0) == want + 1
+    got = await receive_all(env.transport, want + 2, timeout=5.0)
+    assert ids(got) == sorted([f"m{tag}-0", *(m.id for m, a in zip(messages, added, strict=True) if a)])
+    await env.transport.ack(got)
+
+
 async def test_health_answers(make_env: EnvFactory) -> None:
     env = await make_env()
     health = await env.transport.health()

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from typing import Final
 
-#: KEYS: stream, idempotency key. ARGV: body, window (ms). Returns 1 (added) or 0 (the key was taken).
+#: KEYS: stream, then one idempotency key per message. ARGV: window (ms), then the bodies in the keys' order.
+#: Returns, per message, 1 (added) or 0 (its key was taken).
 PUBLISH: Final = """
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
-  redis.call('XADD', KEYS[1], '*', 'm', ARGV[1])
-  return 1
+local out = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[1]) then
+    redis.call('XADD', KEYS[1], '*', 'm', ARGV[i])
+    out[i - 1] = 1
+  else
+    out[i - 1] = 0
+  end
 end
-return 0
+return out
 """
 
 #: KEYS: stream, delayed set. ARGV: group, consumer, min idle (ms), count, now (ms), autoclaim cursor.

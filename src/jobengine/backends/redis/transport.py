@@ -63,6 +63,7 @@ _MAINTAIN_EVERY = 0.25  # seconds between promotions of due retries and take-ove
 _ORPHANS_EVERY = 0.5  # seconds between looks for consumers whose process is gone
 _ORPHAN_GRACE = 1.0  # a consumer absent this long (at two looks) is gone, not reconnecting
 _HISTORY_EVERY = 1.0  # seconds between looks at which server (and which history of it) answers
+_PUBLISH_CHUNK = 500  # messages per publish script call: one call holds Redis for its whole length
 
 
 class RedisTransport:
@@ -165,10 +166,14 @@ class RedisTransport:
         await self._ensure()
         window = max(1, int(self.options.idempotency_window * 1000))
         prefix = self.config.idempotency_key_prefix
-        async with self._errors("publishing"), self._redis.pipeline(transaction=False) as pipe:
-            for m in messages:
-                await self._publish(keys=[self._stream, prefix + m.dedupe_key], args=[m.body(), window], client=pipe)
-            added = [bool(x) for x in await pipe.execute()]
+        added: list[bool] = []
+        async with self._errors("publishing"):
+            # One script call per chunk: a script in a pipeline would cost redis-py a SCRIPT EXISTS round
+            # trip on every execute.
+            for at in range(0, len(messages), _PUBLISH_CHUNK):
+                chunk = messages[at : at + _PUBLISH_CHUNK]
+                keys = [self._stream, *(prefix + m.dedupe_key for m in chunk)]
+                added += [bool(x) for x in await self._publish(keys=keys, args=[window, *(m.body() for m in chunk)])]
         n = sum(added)
         self.options.counters.count("enqueued", n)
         if n < len(added):
