@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from jobengine.backends.sqlite import SqliteStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.models import NewJob
-from jobengine.delivery.relay import OutboxRelay
+from jobengine.delivery.relay import STORE_LOOK_EVERY, OutboxRelay
 from jobengine.errors import TransportUnavailable
 from jobengine.ports.transport import Message
 
@@ -119,6 +120,44 @@ async def test_rows_the_publisher_could_not_publish_go_to_the_loop(store: Sqlite
     finally:
         await relay.stop()
     assert transport.tasks == ["jobengine-publish", "jobengine-outbox-relay"]
+    assert [m.id for m in transport.published] == [out.rows[0].job_id]
+
+
+async def test_another_process_rows_wake_the_relay_which_looks_at_the_outbox_sparingly(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    looks = 0
+    due = store.outbox_due
+
+    async def counted(now: float) -> tuple[bool, float | None]:
+        nonlocal looks
+        looks += 1
+        return await due(now)
+
+    store.outbox_due = counted  # type: ignore[method-assign]
+    notifier = store.notifier()
+    relay = OutboxRelay(store, transport, clock, notifier, idle=3600.0)  # only a wake-up makes it look
+    other = SqliteStore(str(tmp_path / "jobs.db"))  # another process: no relay, its rows not held
+    await relay.start()
+    try:
+        await _until(lambda: looks >= 1)  # the first round looked, and waits
+        before, started = looks, time.monotonic()
+        # 200 commits within ~0.4 s, each of which wakes the relay through the store's notifier: every one
+        # of them may be the row of a process that will never publish it.
+        for _ in range(200):
+            await other.insert_jobs([NewJob("noise")], T0, [()])
+            await asyncio.sleep(0.002)
+        out = await other.insert_jobs_outboxed([NewJob("t")], T0, [()])
+        await _until(lambda: len(transport.published) == 1)
+        # One look per round, and at most one round per STORE_LOOK_EVERY: not one (or two) per commit.
+        rounds = (time.monotonic() - started) / STORE_LOOK_EVERY
+        assert looks - before <= rounds + 2, (looks - before, rounds)
+    finally:
+        await relay.stop()
+        await notifier.close()
+        await other.close()
     assert [m.id for m in transport.published] == [out.rows[0].job_id]
 
 

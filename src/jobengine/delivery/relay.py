@@ -43,6 +43,11 @@ log = logging.getLogger("jobengine.relay")
 #: Seconds a published row waits for others to be deleted with it (one store write for many rows).
 DELETE_AFTER = 0.2
 
+#: Seconds between looks at the outbox that the store's notifier prompts. Every commit of every process
+#: notifies, and nearly all of them are enqueues whose rows their own relay holds and publishes: a look per
+#: commit would be a query per job in every process with a relay.
+STORE_LOOK_EVERY = 0.05
+
 #: How far ahead a sweep after a failover looks: every runnable job, however far its run_at.
 _EVERY_RUNNABLE = 100 * 365 * 86400.0
 
@@ -93,6 +98,8 @@ class OutboxRelay:
         self._home: asyncio.AbstractEventLoop | None = None  # the event loop the relay runs on
         self._next_sweep = 0.0
         self._lost: str | None = None  # the broker's new history, while its sweep is owed
+        # The earliest row not yet due, as this round's look at the outbox found it (None: no look this round).
+        self._later: tuple[float | None] | None = None
 
     def offer(self, rows: Sequence[OutboxRow]) -> None:
         """Rows this process just committed, born held for this relay: those due are published at once by the
@@ -156,10 +163,12 @@ class OutboxRelay:
         """Publish what is due (including rows held from a failed attempt); return how many were published.
         Raises what the transport or store raises (the rows stay held)."""
         now = self.clock.now()
+        self._later = None
         if not self._held and self._fresh:
             self._held, self._fresh = self._fresh[: self.batch], self._fresh[self.batch :]
         if not self._held:
-            due, _ = await self.store.outbox_due(now)
+            due, later = await self.store.outbox_due(now)
+            self._later = (later,)
             if not due:
                 return 0
             self._held = await self.store.claim_outbox(now, self.batch, self.hold)
@@ -290,10 +299,15 @@ class OutboxRelay:
                 await self._delete_done()
             else:
                 timeout = min(timeout, wait)
-        with contextlib.suppress(Exception):
-            _, later = await self.store.outbox_due(self.clock.now())
-            if later is not None:
-                timeout = max(0.0, min(timeout, later - self.clock.now()))
+        looked, self._later = self._later, None
+        later: float | None = None
+        if looked is not None:  # this round's look: rows due since were held by others or are offered to us
+            (later,) = looked
+        else:
+            with contextlib.suppress(Exception):
+                _, later = await self.store.outbox_due(self.clock.now())
+        if later is not None:
+            timeout = max(0.0, min(timeout, later - self.clock.now()))
         if self._kick.is_set():
             self._kick.clear()
             return
@@ -308,9 +322,9 @@ class OutboxRelay:
                 w.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
         if kicked not in done:
-            # Another process's commits wake us through the store's notifier, but so does every completion:
+            # Another process's commits wake us through the store's notifier, but so does every commit:
             # look at the outbox at most this often, unless this process hands us rows meanwhile.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.02):
+                async with asyncio.timeout(STORE_LOOK_EVERY):
                     await self._kick.wait()
         self._kick.clear()
