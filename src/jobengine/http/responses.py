@@ -3,6 +3,7 @@ route documents."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,10 +12,39 @@ from starlette.responses import Response
 from jobengine.core import codec
 from jobengine.http.problems import problem_responses
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson comes with the postgres extra
+    _orjson = None  # type: ignore[assignment]
+
+# orjson writes what the canonical writer does except for floats, which it writes as their shortest digits
+# in other forms in two cases: an integral float (``1.0``, ``1e+16``; canonical ``1``,
+# ``10000000000000000``) and one from 1e-6 to 1e-5 (``5e-6``; canonical ``0.000005``). Both leave a mark
+# no other canonical number has: a number ending ``.0``, an ``e+``, an ``e-6``. A string that happens to
+# hold one only sends its body to the canonical writer. Keys sort alike unless they mix characters from
+# U+E000 with characters above U+FFFF, which start with bytes 0xEE-0xF4.
+_NOT_CANONICAL = re.compile(rb"\.0(?:[,}\]]|\Z)|e\+|e-6(?:[,}\]]|\Z)")
+_SORTS_APART = re.compile(rb"[\xee-\xf4]")
+
+
+def encode(data: Any) -> bytes:
+    """``codec.dumpb(data)``, by orjson when it is installed and its text is that (see above): the API's
+    answers hold many jobs' fields, which the pure-Python canonical writer spends most of a batch
+    request's CPU on. Unlike the canonical writer, orjson writes NaN and infinities as null; an answer is
+    built from stored values, which cannot hold them."""
+    if _orjson is not None:
+        try:
+            out: bytes = _orjson.dumps(data, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:  # an integer beyond 64 bits, a key that is not a string, a lone surrogate...
+            pass  # the canonical writer writes it, or raises its own error
+        else:
+            if not _NOT_CANONICAL.search(out) and (out.isascii() or not _SORTS_APART.search(out)):
+                return out
+    return codec.dumpb(data, "response")
+
 
 def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(codec.dumps(data, "response").encode(), status, headers=dict(headers or {}),
-                    media_type="application/json")  # fmt: skip
+    return Response(encode(data), status, headers=dict(headers or {}), media_type="application/json")
 
 
 #: Every authenticated route can answer these.
