@@ -1,4 +1,4 @@
-"""The collector: a thread in the benchmark process that reads the workers' datagrams.
+"""The collector: a thread in the benchmark process that reads the workers' records (bench.workload.Sink).
 
 It counts distinct completions and duplicates and keeps, per job number, the first ``(t, start)`` seen,
 so the benchmark never has to ask the queue what ran.
@@ -6,7 +6,9 @@ so the benchmark never has to ask the queue what ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
 import socket
 import tempfile
 import threading
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from bench.workload import RECORD
 
-_STOP = -1  # a datagram with this job number ends the reader thread
+_STOP = -1  # a record with this job number ends the reader thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +29,15 @@ class Snapshot:
 
 
 class Collector:
-    """Bind a fresh AF_UNIX datagram socket and read it in a daemon thread until :meth:`close`."""
+    """Listen on a fresh AF_UNIX stream socket and read every connection in a daemon thread until :meth:`close`."""
 
     def __init__(self, directory: str | None = None) -> None:
         self._dir = tempfile.mkdtemp(prefix="jobengine-bench-sock-", dir=directory)
         self.path = os.path.join(self._dir, "collector.sock")
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.path)
+        self._sock.listen(128)
+        self._sock.setblocking(False)
         self._lock = threading.Lock()
         self._seen: dict[int, tuple[float, float]] = {}
         self._duplicates = 0
@@ -44,22 +47,56 @@ class Collector:
         self._thread.start()
 
     def _read(self) -> None:
-        unpack, size = RECORD.unpack, RECORD.size
-        recv = self._sock.recv
-        while True:
-            data = recv(64)
-            if len(data) != size:
-                continue
-            i, t, start = unpack(data)
-            if i == _STOP:
-                return
-            with self._lock:
-                if i in self._seen:
+        """Accept every sink's connection and read its records until one says stop."""
+        size = RECORD.size
+        selector = selectors.DefaultSelector()
+        selector.register(self._sock, selectors.EVENT_READ)
+        rest: dict[socket.socket, bytes] = {}
+        try:
+            while True:
+                for key, _ in selector.select():
+                    conn = key.fileobj
+                    assert isinstance(conn, socket.socket)
+                    if conn is self._sock:
+                        with contextlib.suppress(BlockingIOError):
+                            new, _ = conn.accept()
+                            new.setblocking(False)
+                            selector.register(new, selectors.EVENT_READ)
+                            rest[new] = b""
+                        continue
+                    try:
+                        data = conn.recv(1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if not data:  # that sink closed
+                        selector.unregister(conn)
+                        conn.close()
+                        del rest[conn]
+                        continue
+                    data = rest[conn] + data
+                    whole = len(data) - len(data) % size
+                    rest[conn] = data[whole:]
+                    if self._take(data[:whole]):
+                        return
+        finally:
+            for conn in rest:
+                conn.close()
+            selector.close()
+
+    def _take(self, data: bytes) -> bool:
+        """Record whole records; True at the stop record."""
+        with self._lock:
+            seen = self._seen
+            for i, t, start in RECORD.iter_unpack(data):
+                if i == _STOP:
+                    return True
+                if i in seen:
                     self._duplicates += 1
                     continue
-                self._seen[i] = (t, start)
-                if self._target and len(self._seen) >= self._target:
-                    self._reached.set()
+                seen[i] = (t, start)
+            if self._target and len(seen) >= self._target:
+                self._reached.set()
+        return False
 
     def wait_for(self, count: int, timeout: float) -> bool:
         """Block until ``count`` distinct jobs reported (True) or ``timeout`` seconds passed (False)."""
@@ -89,8 +126,9 @@ class Collector:
         )
 
     def close(self) -> None:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.sendto(RECORD.pack(_STOP, 0.0, 0.0), self.path)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(self.path)
+            s.sendall(RECORD.pack(_STOP, 0.0, 0.0))
         self._thread.join(timeout=5)
         self._sock.close()
         os.unlink(self.path)

@@ -1,7 +1,7 @@
 """The app of ``bench/hosts.py``'s processes: the standard job (``bench/workload.py``'s ``bench_noop``) with
 settings from ``JOBENGINE_*``, as the deploy files give them to every host.
 
-The body reports ``(i, t, now)`` in one datagram to ``$HOSTS_BENCH_SOCKET`` (a path-named AF_UNIX socket:
+The body reports ``(i, t, now)`` in one record to ``$HOSTS_BENCH_SOCKET`` (a path-named AF_UNIX socket:
 it reaches across network namespaces, which only separate the network), then, when the payload has
 ``sleep`` (seconds), waits that long: the I/O-bound variant of the job, a call to another service that
 takes time but no CPU. The API host has no socket: it never runs the task.

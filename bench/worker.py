@@ -18,7 +18,7 @@ from bench.workload import make_engine
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.worker")
     p.add_argument("--database", required=True)
-    p.add_argument("--socket", required=True, help="the collector's AF_UNIX datagram socket")
+    p.add_argument("--socket", required=True, help="the collector's AF_UNIX stream socket")
     p.add_argument("--synchronous", default="FULL")
     p.add_argument("--concurrency", type=int, required=True)
     p.add_argument("--fetch-batch", type=int, default=0)

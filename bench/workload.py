@@ -1,8 +1,11 @@
-"""The standard job: a no-op task that receives ``(i, t)`` and reports ``(i, t, now)`` in one datagram.
+"""The standard job: a no-op task that receives ``(i, t)`` and reports ``(i, t, now)`` in one record.
 
 The benchmark process (the producer) and every worker process build their engine through
 :func:`make_engine`, so they register the same task with the same defaults. The task body costs the same
-for every system being compared: one ``send`` on a connected AF_UNIX datagram socket.
+for every system being compared: one ``send`` of a 24-byte record on a connected AF_UNIX stream socket.
+Not a datagram socket: Linux queues at most ``net.unix.max_dgram_qlen`` (10 by default) datagrams for a
+receiver, so a collector that lags by a few milliseconds (its thread waiting for the producer's GIL) blocks
+every worker in its ``send``; a stream socket's buffer holds thousands of records.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from jobengine.engine import Engine
 from jobengine.settings import Settings
 
 TASK = "bench_noop"
-#: One datagram: job number, enqueue-call time, start time of the job body (UNIX seconds).
+#: One record: job number, enqueue-call time, start time of the job body (UNIX seconds).
 RECORD = struct.Struct("<qdd")
 
 
@@ -31,7 +34,7 @@ class Sink:
 
     def connect(self, path: str) -> None:
         self.close()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)
         self._sock = sock
 
@@ -39,8 +42,9 @@ class Sink:
         now = time.time()
         if self._sock is None:
             raise RuntimeError("the benchmark sink is not connected")
-        # Blocking on purpose: AF_UNIX datagrams are never dropped, the sender waits for queue space.
-        self._sock.send(RECORD.pack(i, t, now))
+        # Blocking on purpose: nothing is dropped, the sender waits for buffer space. A record is one write of
+        # 24 bytes, which processes sharing the socket (a forking worker's children) never interleave.
+        self._sock.sendall(RECORD.pack(i, t, now))
 
     def close(self) -> None:
         if self._sock is not None:

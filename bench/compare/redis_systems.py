@@ -3,7 +3,7 @@
 Runs in a comparison venv (never this project's): ``/tmp/jobengine-compare-redis-venv`` (RQ, Celery,
 Dramatiq, Huey; redis-py 6+) and ``/tmp/jobengine-compare-arq-venv`` (arq pins redis-py below 6). Each system
 gets the standard job of ``bench/README.md``: a no-op that receives ``(i, t)`` and sends one ``(i, t, now)``
-datagram to the collector (:class:`bench.workload.Sink`), with results and retries turned off where the
+record to the collector (:class:`bench.workload.Sink`), with results and retries turned off where the
 system keeps them by default, so that every system does the same work per job. Every phase starts from an
 empty Redis database (FLUSHDB of the db number the comparison claimed).
 

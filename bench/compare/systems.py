@@ -1,7 +1,7 @@
 """The other job queues of the comparison, behind one small interface (runs in the comparison venv).
 
 Each system gets the standard job (``bench/README.md``): a no-op that receives ``(i, t)`` and sends one
-``(i, t, now)`` datagram to the collector, exactly as jobengine's benchmark task does
+``(i, t, now)`` record to the collector, exactly as jobengine's benchmark task does
 (:class:`bench.workload.Sink`). Each phase runs on a fresh database that the system installs itself into.
 
 - PgQueuer: asyncpg driver, ``Queries.enqueue`` (lists for a batch), ``QueueManager.run(batch_size=...)``.
