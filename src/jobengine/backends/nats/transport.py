@@ -345,10 +345,9 @@ class NatsTransport:
             msgs += await self._request(n - len(msgs), None)
         if msgs or wait <= 0:
             return msgs
-        msgs = await self._request(1, wait)  # wait for one, then take what else is there at once
-        if msgs and n > 1:
-            msgs += await self._request(n - 1, None)
-        return msgs
+        # Wait for one and hand it over at once: a no_wait request for the rest would cost a round trip before
+        # its claim, and the next pull takes what came meanwhile with its first (no_wait) request anyway.
+        return await self._request(1, wait)
 
     async def _arrive(self, msg: Msg) -> None:
         self._arrivals.append(msg)
