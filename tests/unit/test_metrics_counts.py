@@ -1,0 +1,76 @@
+"""The job counts of ``/metrics`` (``http.metrics.StoreCounts``) on a real SQLite store: exact at every scrape
+while a full count is cheap; once it is not, the unfinished states stay exact and the finished ones come
+from the last full count, run again in the background when it is old."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jobengine import Engine
+from jobengine.core.states import JobState
+from jobengine.http.metrics import StoreCounts
+from jobengine.settings import Settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    async with Engine.from_settings(Settings(database=str(tmp_path / "jobs.db"))) as engine:
+        yield engine
+
+
+def _by_state(counts: dict[tuple[str, JobState], int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (_, state), n in counts.items():
+        out[state.value] = out.get(state.value, 0) + n
+    return out
+
+
+async def test_counts_are_exact_at_every_scrape_while_a_full_count_is_cheap(engine: Engine) -> None:
+    counts = StoreCounts()  # a small store: its full count takes far less than 0.1 s
+    jobs = [await engine.enqueue("t") for _ in range(3)]
+    assert _by_state(await counts.counts(engine)) == {"queued": 3}
+    await engine.cancel(jobs[0].id)
+    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+
+
+async def test_an_expensive_full_count_is_reused_and_refreshed_in_the_background(engine: Engine) -> None:
+    clock = Clock()
+    counts = StoreCounts(cheap=-1.0, max_age=60.0, clock=clock)  # every full count counts as expensive
+    full = 0
+    count_jobs = engine.count_jobs
+
+    async def counted(tenant: str | None = None, *, finished: bool = True) -> dict[tuple[str, JobState], int]:
+        nonlocal full
+        full += finished
+        return await count_jobs(tenant, finished=finished)
+
+    engine.count_jobs = counted  # type: ignore[method-assign]
+    jobs = [await engine.enqueue("t") for _ in range(3)]
+    await engine.cancel(jobs[0].id)
+    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert full == 1  # the first scrape has nothing to reuse
+
+    # Unfinished states are read afresh; the finished count is the last full one until it is old.
+    await engine.cancel(jobs[1].id)
+    await engine.enqueue("t")
+    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert full == 1
+
+    clock.now = 61.0  # old: this scrape answers at once and starts the next full count
+    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    async with asyncio.timeout(30):  # the background count lands; scrapes meanwhile start no other
+        while _by_state(await counts.counts(engine)) != {"queued": 2, "cancelled": 2}:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # the background count announces nothing
+    assert full == 2
