@@ -1,6 +1,6 @@
-"""The job counts of ``/metrics`` (``http.metrics.StoreCounts``) on a real SQLite store: exact at every scrape
-while a full count is cheap; once it is not, the unfinished states stay exact and the finished ones come
-from the last full count, run again in the background when it is old."""
+"""The job counts of ``/metrics`` and the dashboard's live overview (``engine.counts.StoreCounts``) on a real
+SQLite store: exact each time while a full count is cheap; once it is not, the unfinished states stay exact
+and the finished ones come from the last full count, run again in the background when it is old."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from jobengine import Engine
 from jobengine.core.states import JobState
-from jobengine.http.metrics import StoreCounts
+from jobengine.engine.counts import StoreCounts
 from jobengine.settings import Settings
 
 
@@ -43,6 +43,16 @@ async def test_counts_are_exact_at_every_scrape_while_a_full_count_is_cheap(engi
     assert _by_state(await counts.counts(engine)) == {"queued": 3}
     await engine.cancel(jobs[0].id)
     assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+
+
+async def test_each_tenant_has_its_own_counts(engine: Engine) -> None:
+    counts = StoreCounts(cheap=-1.0)  # every full count counts as expensive: reused once made
+    await engine.enqueue("t", tenant="acme")
+    await engine.enqueue("t", tenant="globex")
+    await engine.enqueue("t", tenant="globex")
+    assert _by_state(await counts.counts(engine, "acme")) == {"queued": 1}
+    assert _by_state(await counts.counts(engine, "globex")) == {"queued": 2}
+    assert _by_state(await counts.counts(engine)) == {"queued": 3}
 
 
 async def test_an_expensive_full_count_is_reused_and_refreshed_in_the_background(engine: Engine) -> None:

@@ -12,11 +12,9 @@ transport). :class:`MetricsServer` serves a registry on a port of its own, witho
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
@@ -25,65 +23,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobengine.core import events as ev
 from jobengine.core.graphs import GRAPH_CANCELLED, GRAPH_COMPLETED, GRAPH_FAILED, GraphState
 from jobengine.core.models import Event
-from jobengine.core.states import UNFINISHED, JobState
+from jobengine.core.states import JobState
+from jobengine.engine.counts import StoreCounts
 from jobengine.errors import ConfigError
 from jobengine.worker.metrics import DURATION_BUCKETS
-
-if TYPE_CHECKING:
-    from jobengine.engine import Engine
-
-log = logging.getLogger("jobengine.http")
-
-Counts = dict[tuple[str, JobState], int]
 
 _OUTCOMES = {ev.SUCCEEDED: "succeeded", ev.FAILED: "failed", ev.DEAD: "dead", ev.CANCELLED: "cancelled"}
 _GRAPH_OUTCOMES = {GRAPH_COMPLETED: "succeeded", GRAPH_FAILED: "failed", GRAPH_CANCELLED: "cancelled"}
 #: A graph runs from seconds (a chain of quick jobs) to a day (a nightly pipeline).
 GRAPH_DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 24 * 3600)
-
-
-class StoreCounts:
-    """The job counts ``/metrics`` reports: the unfinished states counted afresh on every scrape (from the
-    partial indexes that hold them, cheap however many jobs the store keeps), the finished ones from the
-    last full count. A full count reads every job the store keeps: seconds once it keeps millions, which a
-    scrape must not wait for. So while a full count takes ``cheap`` seconds or less, every scrape runs one;
-    once it takes longer, a scrape that finds it ``max_age`` old starts the next one in the background and
-    answers with the last.
-    """
-
-    def __init__(
-        self, *, cheap: float = 0.1, max_age: float = 60.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._cheap, self._max_age, self._clock = cheap, max_age, clock
-        self._finished: Counts | None = None
-        self._counted_at = 0.0
-        self._took = 0.0
-        self._refresh: asyncio.Task[Counts] | None = None
-        self._lock = asyncio.Lock()
-
-    async def counts(self, engine: Engine) -> Counts:
-        async with self._lock:  # concurrent scrapes wait for one full count instead of each running theirs
-            if self._finished is None or self._took <= self._cheap:
-                return await self._full(engine)
-            stale = self._clock() - self._counted_at >= self._max_age
-            if stale and (self._refresh is None or self._refresh.done()):
-                self._refresh = asyncio.get_running_loop().create_task(self._full(engine, quiet=True))
-            unfinished = await engine.count_jobs(finished=False)
-            return {**self._finished, **unfinished}
-
-    async def _full(self, engine: Engine, *, quiet: bool = False) -> Counts:
-        started = time.perf_counter()
-        try:
-            counts = await engine.count_jobs()
-        except Exception as exc:
-            if not quiet:
-                raise
-            log.warning("counting the store's finished jobs for /metrics failed (%s); the last count stays", exc)
-            return {}
-        self._took = time.perf_counter() - started
-        self._counted_at = self._clock()
-        self._finished = {k: n for k, n in counts.items() if k[1] not in UNFINISHED}
-        return counts
 
 
 class Metrics:
