@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from jobengine.core.clock import Clock
 from jobengine.ports.notifier import Notifier
@@ -53,6 +54,13 @@ _EVERY_RUNNABLE = 100 * 365 * 86400.0
 
 RUN_ID_KEY = "run_id"
 SCHEDULE_ID_KEY = "schedule_id"
+
+
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """A round's look at the outbox: when its earliest row not yet due comes due (None: there is none)."""
+
+    later: float | None
 
 
 def message_of(row: OutboxRow) -> Message:
@@ -98,8 +106,6 @@ class OutboxRelay:
         self._home: asyncio.AbstractEventLoop | None = None  # the event loop the relay runs on
         self._next_sweep = 0.0
         self._lost: str | None = None  # the broker's new history, while its sweep is owed
-        # The earliest row not yet due, as this round's look at the outbox found it (None: no look this round).
-        self._later: tuple[float | None] | None = None
 
     def offer(self, rows: Sequence[OutboxRow]) -> None:
         """Rows this process just committed, born held for this relay: those due are published at once by the
@@ -162,18 +168,24 @@ class OutboxRelay:
     async def run_once(self) -> int:
         """Publish what is due (including rows held from a failed attempt); return how many were published.
         Raises what the transport or store raises (the rows stay held)."""
+        published, _ = await self._round()
+        return published
+
+    async def _round(self) -> tuple[int, Looked | None]:
+        """:meth:`run_once`, with what its look at the outbox found (None: it published rows it already had,
+        without looking)."""
         now = self.clock.now()
-        self._later = None
+        look: Looked | None = None
         if not self._held and self._fresh:
             self._held, self._fresh = self._fresh[: self.batch], self._fresh[self.batch :]
         if not self._held:
             due, later = await self.store.outbox_due(now)
-            self._later = (later,)
+            look = Looked(later)
             if not due:
-                return 0
+                return 0, look
             self._held = await self.store.claim_outbox(now, self.batch, self.hold)
         if not self._held:
-            return 0
+            return 0, look
         rows = self._held
         await self.transport.publish([message_of(r) for r in rows])
         self._held = []
@@ -181,7 +193,7 @@ class OutboxRelay:
         self._forget_later(rows, now)
         if len(self._done) >= self.batch:
             await self._delete_done()
-        return len(rows)
+        return len(rows), look
 
     async def _delete_done(self) -> None:
         done, self._done = self._done, []
@@ -274,7 +286,7 @@ class OutboxRelay:
                     await self.sweep_lost(lost)
                     if self._lost == lost:
                         self._lost = None
-                n = await self.run_once()
+                n, look = await self._round()
                 if self.clock.now() >= self._next_sweep:
                     self._next_sweep = self.clock.now() + self.sweep_after / 2
                     await self.sweep()
@@ -289,9 +301,11 @@ class OutboxRelay:
                 continue
             if n >= self.batch or self._fresh:
                 continue  # more is due
-            await self._wait()
+            await self._wait(look)
 
-    async def _wait(self) -> None:
+    async def _wait(self, look: Looked | None) -> None:
+        """Until this process offers rows, the store's notifier rings, the earliest row not yet due comes
+        due (as ``look`` found it, if the round looked), the published rows are to be deleted, or ``idle``."""
         timeout = self.idle
         if self._done:
             wait = self._done_since + DELETE_AFTER - self.clock.now()
@@ -299,10 +313,9 @@ class OutboxRelay:
                 await self._delete_done()
             else:
                 timeout = min(timeout, wait)
-        looked, self._later = self._later, None
         later: float | None = None
-        if looked is not None:  # this round's look: rows due since were held by others or are offered to us
-            (later,) = looked
+        if look is not None:  # rows due since were held by others, or are offered to us
+            later = look.later
         else:
             with contextlib.suppress(Exception):
                 _, later = await self.store.outbox_due(self.clock.now())
