@@ -7,10 +7,9 @@ import time
 
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import AttemptError, Completion, FailOutcome, Failure
-from jobengine.core.states import JobState
 from jobengine.dashboard.render import ago, duration, percent, sparkline
 from jobengine.dashboard.session import csrf_token, safe_next
-from jobengine.dashboard.stats import BUCKET_SECONDS, BUCKETS, CountCache, Recorder
+from jobengine.dashboard.stats import BUCKET_SECONDS, BUCKETS, Recorder
 from jobengine.engine import Engine
 from jobengine.engine.compose import open_store
 
@@ -46,18 +45,6 @@ async def test_recorder_counts_enqueued_succeeded_and_failed_per_minute_and_tena
         clock.now += BUCKET_SECONDS * (BUCKETS + 1)  # an hour later the buckets have aged out
         await recorder.pull()
         assert sum(recorder.series("acme")["enqueued"]) == 0
-
-
-async def test_count_cache_shares_a_count_for_its_ttl() -> None:
-    async with Engine(open_store("memory")) as engine:
-        clock = Clock(100.0)
-        cache = CountCache(engine, ttl=1.0, clock=clock)
-        await engine.enqueue("t", tenant="acme")
-        assert (await cache.counts("acme"))[("default", JobState.QUEUED)] == 1
-        await engine.enqueue("t", tenant="acme")
-        assert (await cache.counts("acme"))[("default", JobState.QUEUED)] == 1
-        clock.now += 1.5
-        assert (await cache.counts("acme"))[("default", JobState.QUEUED)] == 2
 
 
 def test_filters() -> None:

@@ -20,8 +20,9 @@ from starlette.responses import RedirectResponse, Response
 
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.session import DashboardError, LoginRequired, Session, current
-from jobengine.dashboard.stats import CountCache, Recorder
+from jobengine.dashboard.stats import Recorder
 from jobengine.engine import Engine
+from jobengine.engine.counts import StoreCounts
 from jobengine.errors import JobEngineError
 from jobengine.http.context import context
 from jobengine.http.problems import status_of
@@ -46,7 +47,10 @@ NAV = (
 class DashboardState:
     renderer: Renderer
     recorder: Recorder
-    counts: CountCache
+    #: The tenants' job counts, shared by the open overview streams for one refresh. On SQLite a full count
+    #: is one pass over the tenant's jobs (docs/decisions/0030-dashboard-counts-without-index.md): without
+    #: sharing, ten open tabs would spend most of a core counting. Pages a person asks for count afresh.
+    counts: StoreCounts
     #: Seconds between refreshes of the live overview.
     refresh: float
 

@@ -15,8 +15,9 @@ from typing import Any
 from jobengine.core.models import JobFilter
 from jobengine.core.runs import RunFilter, RunTrigger
 from jobengine.core.states import JobState
-from jobengine.dashboard.stats import CountCache, Recorder
+from jobengine.dashboard.stats import Recorder
 from jobengine.engine import Engine
+from jobengine.engine.counts import StoreCounts
 from jobengine.errors import JobEngineError
 from jobengine.ports.workers import WorkerInfo
 
@@ -49,7 +50,9 @@ async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
     return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None
 
 
-async def overview(engine: Engine, tenant: str, recorder: Recorder, shared: CountCache | None = None) -> dict[str, Any]:
+async def overview(
+    engine: Engine, tenant: str, recorder: Recorder, shared: StoreCounts | None = None
+) -> dict[str, Any]:
     """The overview's values; ``shared``: take the counts from that cache (the live stream) instead of counting."""
     now = time.time()
     # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).

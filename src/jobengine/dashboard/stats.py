@@ -17,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobengine.core import events as ev
-from jobengine.core.states import JobState
 from jobengine.engine import Engine
-from jobengine.engine.counts import StoreCounts
 
 BUCKET_SECONDS = 60
 BUCKETS = 60
@@ -85,35 +83,3 @@ class Recorder:
         for name in SERIES:
             out[name] = [float(buckets.get(b, {}).get(name, 0)) for b in keys]
         return out
-
-
-class CountCache:
-    """A tenant's job counts (``count_jobs``), shared by the open overview streams for ``ttl`` seconds.
-
-    On SQLite the count is one pass over the tenant's jobs
-    (docs/decisions/0030-dashboard-counts-without-index.md); every open overview re-renders each
-    ``dashboard_refresh_seconds``, so without sharing, ten open tabs would spend most of a core counting.
-    Once a full count takes more than 0.1 s, the finished states come from the last one, counted again in
-    the background each minute (:class:`jobengine.engine.counts.StoreCounts`). Pages (a person asked)
-    always count afresh.
-    """
-
-    def __init__(self, engine: Engine, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._engine = engine
-        self._ttl = ttl
-        self._clock = clock
-        self._entries: dict[str, tuple[float, dict[tuple[str, JobState], int]]] = {}
-        self._lock = asyncio.Lock()
-        # Behind the sharing: a store that keeps millions of finished jobs is not read whole at each refresh.
-        self._store = StoreCounts(clock=clock)
-
-    async def counts(self, tenant: str) -> dict[tuple[str, JobState], int]:
-        async with self._lock:  # concurrent streams wait for one count instead of each running their own
-            hit = self._entries.get(tenant)
-            if hit is not None and self._clock() - hit[0] < self._ttl:
-                return hit[1]
-            counts = await self._store.counts(self._engine, tenant)
-            if len(self._entries) > 1000:
-                self._entries.clear()
-            self._entries[tenant] = (self._clock(), counts)
-            return counts

@@ -24,7 +24,6 @@ from jobengine.core import events as ev
 from jobengine.core.graphs import GRAPH_CANCELLED, GRAPH_COMPLETED, GRAPH_FAILED, GraphState
 from jobengine.core.models import Event
 from jobengine.core.states import JobState
-from jobengine.engine.counts import StoreCounts
 from jobengine.errors import ConfigError
 from jobengine.worker.metrics import DURATION_BUCKETS
 
@@ -36,8 +35,6 @@ GRAPH_DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600,
 
 class Metrics:
     def __init__(self) -> None:
-        #: The store's job counts by queue and state, for the gauges (see :class:`StoreCounts`).
-        self.store_counts = StoreCounts()
         self.registry = r = CollectorRegistry()
         self.events = Counter("jobengine_events", "Events seen on the bus, by type", ["type"], registry=r)
         self.finished = Counter(

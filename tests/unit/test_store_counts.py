@@ -1,6 +1,7 @@
 """The job counts of ``/metrics`` and the dashboard's live overview (``engine.counts.StoreCounts``) on a real
-SQLite store: exact each time while a full count is cheap; once it is not, the unfinished states stay exact
-and the finished ones come from the last full count, run again in the background when it is old."""
+SQLite store: shared for ``share`` seconds; exact each time while a full count is cheap; once it is not, the
+unfinished states stay exact and the finished ones come from the last full count, run again in the
+background when it is old."""
 
 from __future__ import annotations
 
@@ -38,26 +39,37 @@ def _by_state(counts: dict[tuple[str, JobState], int]) -> dict[str, int]:
 
 
 async def test_counts_are_exact_at_every_scrape_while_a_full_count_is_cheap(engine: Engine) -> None:
-    counts = StoreCounts()  # a small store: its full count takes far less than 0.1 s
+    counts = StoreCounts(engine)  # a small store: its full count takes far less than 0.1 s
     jobs = [await engine.enqueue("t") for _ in range(3)]
-    assert _by_state(await counts.counts(engine)) == {"queued": 3}
+    assert _by_state(await counts.counts()) == {"queued": 3}
     await engine.cancel(jobs[0].id)
-    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert _by_state(await counts.counts()) == {"queued": 2, "cancelled": 1}
+
+
+async def test_an_answer_is_shared_for_its_share_of_seconds(engine: Engine) -> None:
+    clock = Clock()
+    counts = StoreCounts(engine, share=1.0, clock=clock)
+    await engine.enqueue("t", tenant="acme")
+    assert _by_state(await counts.counts("acme")) == {"queued": 1}
+    await engine.enqueue("t", tenant="acme")
+    assert _by_state(await counts.counts("acme")) == {"queued": 1}  # the same answer, within its second
+    clock.now += 1.5
+    assert _by_state(await counts.counts("acme")) == {"queued": 2}
 
 
 async def test_each_tenant_has_its_own_counts(engine: Engine) -> None:
-    counts = StoreCounts(cheap=-1.0)  # every full count counts as expensive: reused once made
+    counts = StoreCounts(engine, cheap=-1.0)  # every full count counts as expensive: reused once made
     await engine.enqueue("t", tenant="acme")
     await engine.enqueue("t", tenant="globex")
     await engine.enqueue("t", tenant="globex")
-    assert _by_state(await counts.counts(engine, "acme")) == {"queued": 1}
-    assert _by_state(await counts.counts(engine, "globex")) == {"queued": 2}
-    assert _by_state(await counts.counts(engine)) == {"queued": 3}
+    assert _by_state(await counts.counts("acme")) == {"queued": 1}
+    assert _by_state(await counts.counts("globex")) == {"queued": 2}
+    assert _by_state(await counts.counts()) == {"queued": 3}
 
 
 async def test_an_expensive_full_count_is_reused_and_refreshed_in_the_background(engine: Engine) -> None:
     clock = Clock()
-    counts = StoreCounts(cheap=-1.0, max_age=60.0, clock=clock)  # every full count counts as expensive
+    counts = StoreCounts(engine, cheap=-1.0, max_age=60.0, clock=clock)  # every full count counts as expensive
     full = 0
     count_jobs = engine.count_jobs
 
@@ -69,18 +81,18 @@ async def test_an_expensive_full_count_is_reused_and_refreshed_in_the_background
     engine.count_jobs = counted  # type: ignore[method-assign]
     jobs = [await engine.enqueue("t") for _ in range(3)]
     await engine.cancel(jobs[0].id)
-    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert _by_state(await counts.counts()) == {"queued": 2, "cancelled": 1}
     assert full == 1  # the first scrape has nothing to reuse
 
     # Unfinished states are read afresh; the finished count is the last full one until it is old.
     await engine.cancel(jobs[1].id)
     await engine.enqueue("t")
-    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert _by_state(await counts.counts()) == {"queued": 2, "cancelled": 1}
     assert full == 1
 
     clock.now = 61.0  # old: this scrape answers at once and starts the next full count
-    assert _by_state(await counts.counts(engine)) == {"queued": 2, "cancelled": 1}
+    assert _by_state(await counts.counts()) == {"queued": 2, "cancelled": 1}
     async with asyncio.timeout(30):  # the background count lands; scrapes meanwhile start no other
-        while _by_state(await counts.counts(engine)) != {"queued": 2, "cancelled": 2}:  # noqa: ASYNC110
+        while _by_state(await counts.counts()) != {"queued": 2, "cancelled": 2}:  # noqa: ASYNC110
             await asyncio.sleep(0.01)  # the background count announces nothing
     assert full == 2
