@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # names for the signatures only: a job's shape must not load 
 JsonObject = dict[str, Any]
 
 
-def number(value: float | None) -> float | None:
+def int_if_whole(value: float | None) -> float | None:
     """An integral float as its int (``1.0`` as ``1``), other values as they are: the canonical JSON writes
     them alike, and the HTTP API's encoder takes the int without falling back to the slower canonical
     writer (``jobengine.http.responses``)."""
@@ -39,7 +39,7 @@ def phase_to_json(phase: Phase) -> JsonObject:
     return {
         "name": phase.name,
         "state": phase.state.value,
-        "progress": number(phase.progress),
+        "progress": int_if_whole(phase.progress),
         "message": phase.message,
         "result": phase.result,
         "checkpoint": phase.checkpoint,
@@ -72,11 +72,11 @@ def job_to_json(job: Job, waiting_for: str | None = None) -> JsonObject:
         "max_attempts": job.max_attempts,
         "idempotency_key": job.idempotency_key,
         "depends_on": list(job.depends_on),
-        "timeout": number(job.timeout),
+        "timeout": int_if_whole(job.timeout),
         "lease": lease,
         "cancel_requested": job.cancel_requested,
         "reason": job.reason,
-        "progress": number(job.progress),
+        "progress": int_if_whole(job.progress),
         "phases": [phase_to_json(p) for p in job.phases],
         "result": job.result,
         "errors": [error_to_json(e) for e in job.errors],
@@ -147,7 +147,7 @@ def graph_to_json(graph: GraphStatus) -> JsonObject:
         "state": graph.state.value,
         "total": graph.total,
         "done": graph.done,
-        "progress": number(graph.progress),
+        "progress": int_if_whole(graph.progress),
         "counts": dict(graph.counts),
         "created_at": iso(graph.created_at),
         "updated_at": iso(graph.updated_at),

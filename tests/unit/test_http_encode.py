@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from jobengine.core import codec
 from jobengine.errors import InvalidJob
 from jobengine.http import responses
-from jobengine.serialize import number
+from jobengine.serialize import int_if_whole
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codec"
 
@@ -72,15 +73,21 @@ def test_random_values_are_written_as_the_canonical_writer_writes_them(value: An
 
 def test_a_job_answer_takes_the_fast_path() -> None:
     """The usual answer (jobs whose progress and timeout are integral) is orjson's text as it is."""
-    orjson = pytest.importorskip("orjson")
     job = {
-        "id": "01a226f3-ab88-7000-8410-84dd4c8d9ae0", "progress": number(0.0), "timeout": number(30.0),
+        "id": "01a226f3-ab88-7000-8410-84dd4c8d9ae0", "progress": int_if_whole(0.0), "timeout": int_if_whole(30.0),
         "payload": {"t": 1732872000.123, "to": "ada@example.com"}, "run_at": "2026-11-29T10:00:00.000+00:00",
     }  # fmt: skip
-    assert number(0.0) == 0 and type(number(0.0)) is int
-    assert number(0.5) == 0.5 and number(None) is None and number(2.0**60) == 2.0**60
+    assert int_if_whole(0.0) == 0 and type(int_if_whole(0.0)) is int
+    assert int_if_whole(0.5) == 0.5 and int_if_whole(None) is None and int_if_whole(2.0**60) == 2.0**60
     body = {"jobs": [job] * 3, "created": [True] * 3}
     assert responses.encode(body) == orjson.dumps(body, option=orjson.OPT_SORT_KEYS) == codec.dumpb(body)
+
+
+@pytest.mark.parametrize("value", [*EDGES, {"jobs": [{"progress": 0, "t": 0.5}]}], ids=repr)
+def test_without_orjson_the_canonical_writer_writes_every_answer(value: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """orjson comes with the postgres extra: a SQLite-only install writes its answers the same."""
+    monkeypatch.setattr(responses, "_orjson", None)
+    assert responses.encode(value) == codec.dumpb(value)
 
 
 def test_values_the_canonical_writer_refuses_are_refused() -> None:
