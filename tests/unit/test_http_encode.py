@@ -83,13 +83,6 @@ def test_a_job_answer_takes_the_fast_path() -> None:
     assert responses.encode(body) == orjson.dumps(body, option=orjson.OPT_SORT_KEYS) == codec.dumpb(body)
 
 
-@pytest.mark.parametrize("value", [*EDGES, {"jobs": [{"progress": 0, "t": 0.5}]}], ids=repr)
-def test_without_orjson_the_canonical_writer_writes_every_answer(value: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """orjson comes with the postgres extra: a SQLite-only install writes its answers the same."""
-    monkeypatch.setattr(responses, "_orjson", None)
-    assert responses.encode(value) == codec.dumpb(value)
-
-
 def test_values_the_canonical_writer_refuses_are_refused() -> None:
     with pytest.raises(InvalidJob):
         responses.encode({1: "a key that is not a string"})

@@ -7,15 +7,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from starlette.responses import Response
 
 from jobengine.core import codec
 from jobengine.http.problems import problem_responses
-
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson comes with the postgres extra
-    _orjson = None  # type: ignore[assignment]
 
 # orjson writes what the canonical writer does except for floats, which it writes as their shortest digits
 # in other forms in two cases: an integral float (``1.0``, ``1e+16``; canonical ``1``,
@@ -28,19 +24,17 @@ _SORTS_APART = re.compile(rb"[\xee-\xf4]")
 
 
 def encode(data: Any) -> bytes:
-    """``codec.dumpb(data)``, by orjson when it is installed and its text is that (see above): the API's
-    answers hold many jobs' fields, which the pure-Python canonical writer spends most of a batch
-    request's CPU on. Unlike the canonical writer, orjson writes NaN and infinities as null; an answer is
-    built from stored values, which cannot hold them."""
-    if _orjson is not None:
-        try:
-            out: bytes = _orjson.dumps(data, option=_orjson.OPT_SORT_KEYS)
-        except TypeError:  # an integer beyond 64 bits, a key that is not a string, a lone surrogate...
-            pass  # the canonical writer writes it, or raises its own error
-        else:
-            if not _NOT_CANONICAL.search(out) and (out.isascii() or not _SORTS_APART.search(out)):
-                return out
-    return codec.dumpb(data, "response")
+    """``codec.dumpb(data)``, by orjson when its text is that (see above): the API's answers hold many jobs'
+    fields, which the pure-Python canonical writer spends most of a batch request's CPU on. Unlike the
+    canonical writer, orjson writes NaN and infinities as null; an answer is built from stored values, which
+    cannot hold them."""
+    try:
+        out: bytes = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits, a key that is not a string, a lone surrogate...
+        return codec.dumpb(data, "response")  # which writes it, or raises its own error
+    if _NOT_CANONICAL.search(out) or (not out.isascii() and _SORTS_APART.search(out)):
+        return codec.dumpb(data, "response")
+    return out
 
 
 def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from jobengine.core import codec
 from jobengine.core.ids import JobId
 from jobengine.core.models import AttemptError, Event, Job, Phase
 from jobengine.core.states import JobState
-
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the postgres extra installs it
-    _orjson = None  # type: ignore[assignment]
 
 # The job columns in Job's field order; jsonb ones are read as text. run_id and schedule_id: the run (and
 # schedule) a scheduler-made job belongs to; graph_id: the graph a node belongs to; trace: its traceparent.
@@ -50,15 +47,13 @@ _STATES = {s.value: s for s in JobState}
 
 
 def loads(text: str | None) -> Any:
-    """Parse JSON that the database produced (so it is valid): orjson when installed, else the codec."""
+    """Parse JSON that the database produced (so it is valid): orjson, else (what it refuses) the codec."""
     if text is None:
         return None
-    if _orjson is not None:
-        try:
-            return _orjson.loads(text)
-        except _orjson.JSONDecodeError:  # e.g. an integer beyond 64 bits
-            pass
-    return codec.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # e.g. an integer beyond 64 bits
+        return codec.loads(text)
 
 
 def _phases(text: str) -> tuple[Phase, ...]:
@@ -89,15 +84,13 @@ def event_from_row(r: Sequence[Any]) -> Event:
 def encode_rows(rows: Any) -> str:
     """JSON for a batch parameter whose values are already JSON-safe (ids, numbers, decoded payloads).
 
-    orjson, when installed (the ``postgres`` extra brings it), encodes a batch faster than the standard
-    library (docs/decisions/0018-postgres-batch-statements.md); anything it refuses (an integer beyond 64
-    bits) goes through the codec.
+    orjson encodes a batch faster than the standard library
+    (docs/decisions/0018-postgres-batch-statements.md); anything it refuses (an integer beyond 64 bits) goes
+    through the codec.
     Values that come from users unchecked (results, checkpoints) go through ``codec.dumps`` instead, which
     also validates them.
     """
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(rows).decode()
-        except TypeError:
-            pass
-    return codec.dumps(rows, "batch")
+    try:
+        return orjson.dumps(rows).decode()
+    except TypeError:
+        return codec.dumps(rows, "batch")
