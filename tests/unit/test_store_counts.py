@@ -59,12 +59,15 @@ async def test_an_answer_is_shared_for_its_share_of_seconds(engine: Engine) -> N
 
 async def test_each_tenant_has_its_own_counts(engine: Engine) -> None:
     counts = StoreCounts(engine, cheap=-1.0)  # every full count counts as expensive: reused once made
+    gone = await engine.enqueue("t", tenant="acme")
     await engine.enqueue("t", tenant="acme")
+    await engine.cancel(gone.id, tenant="acme")
     await engine.enqueue("t", tenant="globex")
     await engine.enqueue("t", tenant="globex")
-    assert _by_state(await counts.counts("acme")) == {"queued": 1}
-    assert _by_state(await counts.counts("globex")) == {"queued": 2}
-    assert _by_state(await counts.counts()) == {"queued": 3}
+    for _ in range(2):  # counted, then the finished states reused: each tenant's own
+        assert _by_state(await counts.counts("acme")) == {"queued": 1, "cancelled": 1}
+        assert _by_state(await counts.counts("globex")) == {"queued": 2}
+        assert _by_state(await counts.counts()) == {"queued": 3, "cancelled": 1}
 
 
 async def test_an_expensive_full_count_is_reused_and_refreshed_in_the_background(engine: Engine) -> None:
