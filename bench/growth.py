@@ -487,7 +487,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--finished", type=int, default=1_000_000, help="finished jobs in the grown store")
     p.add_argument("--seed", type=int, default=2000, help="real jobs run to completion, then replicated")
     p.add_argument("--grown", help="reuse a kept grown store (a database name, or a SQLite file): no fill")
-    p.add_argument("--keep", action="store_true", help="keep the grown store after the runs")
+    p.add_argument("--keep", action="store_true", help="keep the grown store after the runs (a --grown one always is)")
     p.add_argument("--fill-only", action="store_true", help="fill (and keep) the grown store, run nothing")
     p.add_argument("-n", type=int, default=20_000, help="jobs in the enqueue and process phases")
     p.add_argument("--runs", type=int, default=3, help="runs of each store, interleaved")
@@ -513,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         idle_after_warmup=1.0, synchronous="FULL", ceiling_commits=0, ceilings=False, tmpdir=args.tmpdir,
         timeout=args.timeout, profile_dir=None,
     )  # fmt: skip
-    keep = args.keep or args.fill_only
+    # A store given with --grown is the caller's: kept, as its SQLite file is.
+    keep = args.keep or args.fill_only or bool(args.grown)
     pg: PgGrown | None = None
     lite: SqliteGrown | None = None
     with tempfile.TemporaryDirectory(prefix="jobengine-growth-fill-", dir=args.tmpdir) as logdir:
