@@ -18,6 +18,7 @@ from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job, JobFilter, check_name
 from jobengine.core.states import RUNNABLE, JobState
 from jobengine.engine.ahead import ReadAhead
+from jobengine.engine.counts import StoreCounts
 from jobengine.engine.flow import FlowControl
 from jobengine.errors import InvalidJob
 from jobengine.ports.deadletter import DeadLetterStore
@@ -93,6 +94,9 @@ class Queues:
         publish: Callable[[Sequence[Event]], None],
     ) -> None:
         self._jobs = jobs
+        #: The job counts of :meth:`list` (and of ``/metrics``): exact on a small store; on one that keeps
+        #: many finished jobs, their states come from a full count up to a minute old.
+        self.counts = StoreCounts(jobs)
         self._dead_letters = dead_letters
         self._settings = settings
         self._flow = flow
@@ -127,8 +131,10 @@ class Queues:
 
     # -- what a tenant sees -------------------------------------------------------------------------
     async def list(self, tenant: str) -> builtins.list[QueueInfo]:
-        """Every queue that has jobs of ``tenant`` or settings, with the tenant's counts by state."""
-        counts = await self._jobs.count_jobs(tenant)
+        """Every queue that has jobs of ``tenant`` or settings, with the tenant's counts by state (see
+        :class:`~jobengine.engine.counts.StoreCounts`: the finished states of a store that keeps more than
+        100,000 finished jobs may be up to a minute old)."""
+        counts = await self.counts.counts(tenant)
         settings = await self._settings.read(fresh=True)
         names = sorted({q for q, _ in counts} | set(settings))
         out = []

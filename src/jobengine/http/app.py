@@ -23,7 +23,6 @@ from fastapi import FastAPI
 
 from jobengine import dashboard
 from jobengine.engine import Engine
-from jobengine.engine.counts import StoreCounts
 from jobengine.http import docs, openapi, problems
 from jobengine.http.auth import Authenticator
 from jobengine.http.context import ApiContext
@@ -58,7 +57,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     s = settings or engine.settings
     registry = engine.packs  # a blob store setting that cannot work fails here (ConfigError naming it), not later
     metrics = Metrics()
-    ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics, StoreCounts(engine))
+    ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics, engine.queues.counts)
     engine.bus.add_listener(metrics.on_event)
     engine.keys.on_revoked(ctx.auth.forget)
 
