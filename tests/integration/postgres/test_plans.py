@@ -103,3 +103,34 @@ async def test_counting_unfinished_jobs_reads_no_finished_one(store: PostgresSto
     assert "Seq Scan" not in plan, plan
     assert "jobs_runnable" in plan and "jobs_blocked" in plan, plan  # running: one of its two partial indexes
     assert await store.count_jobs(finished=False) == {("q", JobState.QUEUED): 1}
+
+
+async def test_listing_dead_or_cancelled_jobs_reads_no_succeeded_one(
+    store: PostgresStore, postgres_dsn: str, monkeypatch: Any
+) -> None:
+    """The dead-letter page and a jobs list filtered on dead or cancelled read those jobs from their partial
+    index, newest first, not every finished job from the newest down."""
+    from jobengine.backends.postgres.db import PgTx
+    from jobengine.core.models import JobFilter
+
+    now = time.time()
+    await store.insert_jobs([NewJob(task="t", tenant="acme")], now, [()])
+    (gone,) = await store.list_jobs(JobFilter(tenant="acme"))
+    await store.cancel_jobs([gone.id], "not needed", now)
+    await _finish(store, 3000, now)
+    seen: list[tuple[bytes, tuple[Any, ...]]] = []
+    rows = PgTx.rows
+
+    async def recorded(self: PgTx, sql: str, params: Any = ()) -> Any:
+        seen.append((self._text(sql), tuple(params)))
+        return await rows(self, sql, params)
+
+    monkeypatch.setattr(PgTx, "rows", recorded)
+    for states in ((JobState.CANCELLED,), (JobState.DEAD, JobState.CANCELLED)):
+        assert [j.id for j in await store.list_jobs(JobFilter(tenant="acme", states=states))] == [gone.id]
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute("ANALYZE jobengine.jobs")
+        for sql, params in seen:
+            cur = await conn.execute(b"EXPLAIN (COSTS OFF) " + sql, params, prepare=False)
+            plan = "\n".join(r[0] for r in await cur.fetchall())
+            assert "jobs_dead_cancelled" in plan and "jobs_pkey" not in plan and "Seq Scan" not in plan, plan
