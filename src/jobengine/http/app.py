@@ -81,9 +81,11 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     )
     app.state.jobengine = ctx
     problems.install(app)
+    # A request walks the routers in this order until one has its route (FastAPI does not skip a router by its
+    # prefix), so the ones called for every job and every worker's batch come first.
     routers = (
-        jobs.router, events.router, queues.router, queues.dead_router, schedules.router, runs.router,
-        runs.signatures, worker.router, health.router, packs.router, webhooks.router, webhooks.hooks, flow.router,
+        jobs.router, worker.router, events.router, queues.router, queues.dead_router, schedules.router,
+        runs.router, runs.signatures, health.router, packs.router, webhooks.router, webhooks.hooks, flow.router,
         workers.router, graphs.router,
     )  # fmt: skip
     for router in routers:
