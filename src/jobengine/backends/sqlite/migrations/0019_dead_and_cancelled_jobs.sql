@@ -1,3 +1,3 @@
 -- 0019_dead_and_cancelled_jobs: PostgreSQL indexes the dead and cancelled jobs for their listings here.
--- SQLite chooses a partial index only for a query whose own terms match its WHERE, which a listing's bound
--- state list never does, so this backend adds nothing and keeps the version in step.
+-- SQLite's listings by state already read jobs_list (tenant, state, id), so this backend adds nothing and
+-- keeps the version in step.
