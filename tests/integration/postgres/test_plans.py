@@ -13,12 +13,14 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from jobengine.backends.postgres import PostgresStore
+from jobengine.backends.postgres.db import PgTx
 from jobengine.backends.sql.base import Dialect
 from jobengine.backends.sql.reads import count_statement
 from jobengine.core import codec
-from jobengine.core.models import Completion, NewJob
+from jobengine.core.models import Completion, JobFilter, NewJob
 from jobengine.core.states import JobState
 
 from .helpers import lane_session
@@ -106,13 +108,10 @@ async def test_counting_unfinished_jobs_reads_no_finished_one(store: PostgresSto
 
 
 async def test_listing_dead_or_cancelled_jobs_reads_no_succeeded_one(
-    store: PostgresStore, postgres_dsn: str, monkeypatch: Any
+    store: PostgresStore, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The dead-letter page and a jobs list filtered on dead or cancelled read those jobs from their partial
     index, newest first, not every finished job from the newest down."""
-    from jobengine.backends.postgres.db import PgTx
-    from jobengine.core.models import JobFilter
-
     now = time.time()
     await store.insert_jobs([NewJob(task="t", tenant="acme")], now, [()])
     (gone,) = await store.list_jobs(JobFilter(tenant="acme"))
