@@ -48,13 +48,15 @@ async def test_counts_are_exact_at_every_scrape_while_a_full_count_is_cheap(engi
 
 async def test_an_answer_is_shared_for_its_share_of_seconds(engine: Engine) -> None:
     clock = Clock()
-    counts = StoreCounts(engine, share=1.0, clock=clock)
+    counts = StoreCounts(engine, clock=clock)
     await engine.enqueue("t", tenant="acme")
-    assert _by_state(await counts.counts("acme")) == {"queued": 1}
+    assert _by_state(await counts.counts("acme", share=1.0)) == {"queued": 1}
     await engine.enqueue("t", tenant="acme")
-    assert _by_state(await counts.counts("acme")) == {"queued": 1}  # the same answer, within its second
+    assert _by_state(await counts.counts("acme", share=1.0)) == {"queued": 1}  # the same answer, within its second
+    assert _by_state(await counts.counts("acme")) == {"queued": 2}  # a caller that shares nothing counts
+    await engine.enqueue("t", tenant="acme")
     clock.now += 1.5
-    assert _by_state(await counts.counts("acme")) == {"queued": 2}
+    assert _by_state(await counts.counts("acme", share=1.0)) == {"queued": 3}
 
 
 async def test_each_tenant_has_its_own_counts(engine: Engine) -> None:

@@ -21,7 +21,6 @@ from jobengine.dashboard import stream, views_graphs, views_jobs, views_ops, vie
 from jobengine.dashboard.base import DashboardState, html_errors
 from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.stats import Recorder
-from jobengine.engine.counts import StoreCounts
 from jobengine.http.context import ApiContext
 
 __all__ = ["install"]
@@ -32,8 +31,7 @@ STATIC = Path(__file__).parent / "static"
 def install(app: FastAPI, ctx: ApiContext) -> None:
     """Serve the dashboard from ``app`` (pages at ``/``, files at ``/static``)."""
     refresh = ctx.settings.dashboard_refresh_seconds
-    counts = StoreCounts(ctx.engine, share=refresh)
-    app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), counts, refresh)
+    app.state.dashboard = DashboardState(Renderer(), Recorder(ctx.engine), refresh)
     app.mount("/static", StaticFiles(directory=STATIC), name="dashboard-static")
     # views_runs first: its /runs/new pages would otherwise match views_ops' /runs/{run_id} routes.
     routers = (views_runs.router, views_jobs.router, views_ops.router, views_graphs.router, views_packs.router)

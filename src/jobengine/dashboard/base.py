@@ -22,7 +22,6 @@ from jobengine.dashboard.render import Renderer
 from jobengine.dashboard.session import DashboardError, LoginRequired, Session, current
 from jobengine.dashboard.stats import Recorder
 from jobengine.engine import Engine
-from jobengine.engine.counts import StoreCounts
 from jobengine.errors import JobEngineError
 from jobengine.http.context import context
 from jobengine.http.problems import status_of
@@ -47,10 +46,6 @@ NAV = (
 class DashboardState:
     renderer: Renderer
     recorder: Recorder
-    #: The tenants' job counts, shared by the open overview streams for one refresh. On SQLite a full count
-    #: is one pass over the tenant's jobs (docs/decisions/0030-dashboard-counts-without-index.md): without
-    #: sharing, ten open tabs would spend most of a core counting. Pages a person asks for count afresh.
-    counts: StoreCounts
     #: Seconds between refreshes of the live overview.
     refresh: float
 

@@ -17,7 +17,6 @@ from jobengine.core.runs import RunFilter, RunTrigger
 from jobengine.core.states import JobState
 from jobengine.dashboard.stats import Recorder
 from jobengine.engine import Engine
-from jobengine.engine.counts import StoreCounts
 from jobengine.errors import JobEngineError
 from jobengine.ports.workers import WorkerInfo
 
@@ -50,14 +49,14 @@ async def _leader(engine: Engine, tenant: str) -> dict[str, Any] | None:
     return {"fired_by": runs[0].fired_by, "at": runs[0].created_at} if runs else None
 
 
-async def overview(
-    engine: Engine, tenant: str, recorder: Recorder, shared: StoreCounts | None = None
-) -> dict[str, Any]:
-    """The overview's values; ``shared``: take the counts from that cache (the live stream) instead of counting."""
+async def overview(engine: Engine, tenant: str, recorder: Recorder, share: float = 0.0) -> dict[str, Any]:
+    """The overview's values. ``share``: seconds a count may be given again (the live stream's refresh: on
+    SQLite a full count is one pass over the tenant's jobs, docs/decisions/0030-dashboard-counts-without-index.md,
+    and ten open tabs would otherwise spend most of a core counting); 0, the page's, asks for a count of its own."""
     now = time.time()
     # Independent reads at once (PostgreSQL runs them on separate connections; SQLite queues them).
     counts, settings, running, leader, health, workers = await asyncio.gather(
-        shared.counts(tenant) if shared is not None else engine.count_jobs(tenant),
+        engine.queues.counts.counts(tenant, share=share),
         engine.queues.settings(),
         engine.list_jobs(JobFilter(tenant=tenant, states=(JobState.RUNNING,), limit=RUNNING_SHOWN)),
         _leader(engine, tenant),

@@ -218,7 +218,7 @@ async def overview_stream(request: Request) -> Response:
         watch = _Watch(request, session)
         last = None
         while not ctx.closing and await watch.holds():
-            data = await overview(engine(request), session.tenant, st.recorder, st.counts)
+            data = await overview(engine(request), session.tenant, st.recorder, st.refresh)
             html = st.renderer.text("_overview_live.html", {**data, "session": session, "csrf": session.csrf})
             if html != last:
                 last = html

@@ -9,10 +9,11 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobengine.core.states import UNFINISHED, JobState
+from jobengine.engine.ahead import ReadAhead
 
 log = logging.getLogger("jobengine.engine")
 
@@ -32,14 +33,14 @@ class _Tenant:
     finished: Counts  # the finished states of the last full count
     counted_at: float  # when that count ended
     took: float  # how long it took (seconds)
-    refresh: asyncio.Task[None] | None = None
+    ahead: ReadAhead = field(default_factory=lambda: ReadAhead("job-counts"))  # the next full count
 
 
 class StoreCounts:
     """A tenant's job counts (every tenant's with ``tenant`` None), for callers that ask again and again.
 
-    - ``share``: an answer younger than this many seconds is given again (the open overview streams of a
-      dashboard share one count per refresh); 0 counts at each call.
+    - ``share`` (of a call): an answer younger than this many seconds is given again (the open overview
+      streams of a dashboard share one count per refresh); 0, the default, counts at each call.
     - The unfinished states are counted afresh (from the partial indexes that hold them: cheap however many
       jobs the store keeps). The finished ones need a full count, which reads every job the store keeps:
       seconds once it keeps millions. While a full count takes ``cheap`` seconds or less, or finds fewer
@@ -51,26 +52,27 @@ class StoreCounts:
 
         counts = StoreCounts(engine)
         by_queue_and_state = await counts.counts("acme")
+
+    The engine keeps one, ``engine.queues.counts``, for everything that shows counts.
     """
 
     def __init__(
         self,
         source: CountSource,
         *,
-        share: float = 0.0,
         cheap: float = 0.1,
         min_finished: int = 100_000,
         max_age: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._source = source
-        self._share, self._cheap, self._max_age, self._clock = share, cheap, max_age, clock
+        self._cheap, self._max_age, self._clock = cheap, max_age, clock
         self._min_finished = min_finished
         self._tenants: dict[str | None, _Tenant] = {}
         # One lock per event loop: an engine's services are called from more than one (a sync caller's).
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
-    async def counts(self, tenant: str | None = None) -> Counts:
+    async def counts(self, tenant: str | None = None, *, share: float = 0.0) -> Counts:
         loop = asyncio.get_running_loop()
         lock = self._locks.get(loop)
         if lock is None:
@@ -78,12 +80,12 @@ class StoreCounts:
         async with lock:  # concurrent callers wait for one count instead of each running theirs
             last = self._tenants.get(tenant)
             now = self._clock()
-            if last is not None and now - last.answered_at < self._share:
+            if last is not None and now - last.answered_at < share:
                 return last.answer
             if last is None or last.took <= self._cheap or sum(last.finished.values()) < self._min_finished:
                 return await self._full(tenant)
-            if now - last.counted_at >= self._max_age and (last.refresh is None or last.refresh.done()):
-                last.refresh = loop.create_task(self._refresh(tenant))
+            if now - last.counted_at >= self._max_age:
+                last.ahead.start(lambda: self._recount(tenant))
             unfinished = await self._source.count_jobs(tenant, finished=False)
             last.answer, last.answered_at = {**last.finished, **unfinished}, now
             return last.answer
@@ -99,7 +101,10 @@ class StoreCounts:
         self._tenants[tenant] = _Tenant(counts, now, finished, now, took)
         return counts
 
-    async def _refresh(self, tenant: str | None) -> None:
+    async def _recount(self, tenant: str | None) -> None:
+        """The next full count, in the background. A failed one leaves the last in place and is tried again at
+        the next call; it is logged as a warning, since a store whose full count outgrew a statement timeout
+        would otherwise report old counts unseen."""
         try:
             await self._full(tenant)
         except Exception as exc:

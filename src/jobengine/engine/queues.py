@@ -94,8 +94,8 @@ class Queues:
         publish: Callable[[Sequence[Event]], None],
     ) -> None:
         self._jobs = jobs
-        #: The job counts of :meth:`list` (and of ``/metrics``): exact on a small store; on one that keeps
-        #: many finished jobs, their states come from a full count up to a minute old.
+        #: The job counts of :meth:`list`, ``/metrics`` and the dashboard's overview: exact on a small store;
+        #: on one that keeps many finished jobs, their states come from a full count up to a minute old.
         self.counts = StoreCounts(jobs)
         self._dead_letters = dead_letters
         self._settings = settings

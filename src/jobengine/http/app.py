@@ -57,7 +57,7 @@ def create_app(engine: Engine, settings: Settings | None = None) -> FastAPI:
     s = settings or engine.settings
     registry = engine.packs  # a blob store setting that cannot work fails here (ConfigError naming it), not later
     metrics = Metrics()
-    ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics, engine.queues.counts)
+    ctx = ApiContext(engine, s, Authenticator(engine, s.api_key_cache_seconds), metrics)
     engine.bus.add_listener(metrics.on_event)
     engine.keys.on_revoked(ctx.auth.forget)
 

@@ -12,7 +12,6 @@ from jobengine.engine import Engine
 from jobengine.settings import Settings
 
 if TYPE_CHECKING:
-    from jobengine.engine.counts import StoreCounts
     from jobengine.http.auth import Authenticator
     from jobengine.http.metrics import Metrics
 
@@ -23,8 +22,6 @@ class ApiContext:
     settings: Settings
     auth: Authenticator
     metrics: Metrics
-    #: The job counts ``/metrics`` reports (see :class:`jobengine.engine.counts.StoreCounts`).
-    counts: StoreCounts
     #: Set when the server is stopping: open streams and long-polls end, so shutdown need not wait on them.
     closing: bool = False
 
