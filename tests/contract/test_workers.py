@@ -62,6 +62,26 @@ async def _dead_ids(store: Store, now: float, *, until: float = GRACE_WAIT) -> s
         await asyncio.sleep(0.1)
 
 
+async def _lock_let_go(store: Store, info: WorkerInfo) -> None:
+    """Waits until no session holds ``info``'s liveness lock: a client's close returns before the server
+    process of its session has exited, and that process holds the lock until it does."""
+    from jobengine.backends.postgres import PostgresStore
+
+    if not isinstance(store, PostgresStore) or info.lock_key is None:
+        return  # a flock is let go by the close itself
+    import psycopg
+
+    held = """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+        AND ((classid::int8 << 32) | objid::int8) = %s::int8"""
+    async with await psycopg.AsyncConnection.connect(store.direct_dsn, autocommit=True) as conn:
+        for _ in range(300):
+            row = await (await conn.execute(held, (info.lock_key,))).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the lock {info.lock_key} of a closed registry is still held after 30 s")
+
+
 async def test_a_registered_worker_is_listed_with_what_it_runs_and_holds(store: Store) -> None:
     registry = store.workers()
     await registry.register(_worker("w1", tasks=("b", "a")))
@@ -138,9 +158,11 @@ async def test_a_worker_whose_process_died_is_dead_to_another_process(store: Sto
 @pytest.mark.capability("shared")
 async def test_one_look_by_a_process_that_just_started_finds_a_dead_worker(store: Store) -> None:
     """A process may live a moment only (a worker restarted in a crash loop): its first look decides."""
+    info = _worker("w1")
     async with _other_process(store) as other:
-        await other.workers().register(_worker("w1"))
+        await other.workers().register(info)
         await other.workers().close()
+    await _lock_let_go(store, info)
     async with _other_process(store) as newcomer:
         assert {w.id for w in await newcomer.workers().dead(T0)} == {"w1"}
 
