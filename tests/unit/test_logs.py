@@ -16,6 +16,7 @@ from jobengine import Engine
 from jobengine.cli.logs import JsonFormatter, TextFormatter, apply_settings, configure_from
 from jobengine.cli.main import main
 from jobengine.core.locations import describe_store, describe_transport, redact_url
+from jobengine.core.models import Job, JobState
 from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
@@ -268,3 +269,85 @@ def test_a_filter_of_an_apps_on_the_job_lines_still_sees_every_line(monkeypatch:
         jobs.removeFilter(keep)
     assert len(seen) == 2
     assert len(lines) == 1 and "succeeded in 12 ms" in lines[0]
+
+
+class _Writes(io.StringIO):
+    """stderr that counts its writes, and fails them while ``broken``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.broken = False
+
+    def write(self, s: str) -> int:
+        if self.broken:
+            raise OSError("stderr is gone")
+        self.writes += 1
+        return super().write(s)
+
+
+def _job(n: int) -> Job:
+    """A running job of task ``t<n>``."""
+    return Job(JOB_ID, "default", "default", f"t{n}", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_the_job_lines_of_one_loop_turn_go_out_in_one_write_before_any_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "text", {})
+    err = _Writes()
+    monkeypatch.setattr(sys, "stderr", err)
+    for n in range(3):
+        joblog.started(_job(n))
+        joblog.ended(_job(n), "succeeded", 0.001)
+    assert err.writes == 0  # the loop has not turned yet
+    await asyncio.sleep(0)
+    assert err.writes == 1 and len(err.getvalue().splitlines()) == 6
+    joblog.started(_job(3))
+    logging.getLogger("jobengine.worker").warning("a record after a job line")
+    lines = err.getvalue().splitlines()
+    assert "started" in lines[6] and lines[7].endswith("a record after a job line")
+    await asyncio.sleep(0)
+    assert len(err.getvalue().splitlines()) == 8
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_job_lines_left_by_a_loop_that_closed_go_out_with_the_next_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "text", {})
+    err = _Writes()
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def line_then_stop() -> None:
+        joblog.started(_job(0))
+        loop.stop()  # the loop ends with this turn, before the one that would write the line
+
+    loop = asyncio.new_event_loop()
+    loop.call_soon(line_then_stop)
+    loop.run_forever()
+    loop.close()
+    assert err.getvalue() == ""
+
+    async def one_line() -> None:
+        joblog.started(_job(1))
+
+    asyncio.run(one_line())
+    assert ["(t0)" in line for line in err.getvalue().splitlines()] == [True, False]
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_a_failed_write_of_job_lines_is_not_raised_into_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "text", {})
+    err = _Writes()
+    monkeypatch.setattr(sys, "stderr", err)
+    err.broken = True
+    joblog.started(_job(0))
+    await asyncio.sleep(0)  # the write fails inside the loop's callback, which reports it and returns
+    err.broken = False
+    joblog.started(_job(1))
+    await asyncio.sleep(0)
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and "started" in lines[0]

@@ -14,6 +14,7 @@ a variable chose already (:func:`apply_settings`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -92,6 +93,10 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     def __init__(self, chosen: tuple[str | None, str | None]) -> None:
         super().__init__()
         self.chosen = chosen
+        #: Lines of :meth:`write_line` held until the running event loop's next turn (under ``self.lock``),
+        #: and the loop whose next turn writes them: a loop that closes first leaves them to the next line's.
+        self._pending: list[str] = []
+        self._flush_on: asyncio.AbstractEventLoop | None = None
 
     @property
     def stream(self) -> TextIO:
@@ -105,14 +110,61 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
         """A record's line without the record: what :meth:`emit` writes for a record of ``level`` from the
         logger ``name`` with ``message`` and the extra ``fields``, and no traceback. A worker writes two lines
         per job; a :class:`logging.LogRecord` and its trip through the logger cost more than the job itself
-        when the job is short. The caller makes sure no other handler or filter would have seen it."""
+        when the job is short. The caller makes sure no other handler or filter would have seen it.
+
+        In a running event loop the line waits for the loop's next turn, so that the lines of one turn go
+        out in one write: a write per line costs a busy worker a system call per line, and blocks its loop
+        for each. A record, a flush and the handler's close write the waiting lines first, in order."""
         formatter = self.formatter
         assert isinstance(formatter, JsonFormatter | TextFormatter)
         text = formatter.line(time.time(), logging.getLevelName(level), name, message, fields)
+        loop = _running_loop()
         with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
+            self._pending.append(text)
+            if loop is None:
+                self._write_pending()
+            elif self._flush_on is not loop:
+                self._flush_on = loop
+                loop.call_soon(self._flush_soon)
+
+    def _write_pending(self) -> None:
+        """Writes the waiting lines in one call; the caller holds ``self.lock``. Lines whose write fails are
+        not tried again (as a record's that fails)."""
+        lines, self._pending, self._flush_on = self._pending, [], None
+        if lines:
             stream = self.stream
-            stream.write(text + self.terminator)
+            stream.write(self.terminator.join(lines) + self.terminator)
             stream.flush()  # as emit() does: a replaced stderr (a capture, a pipe's wrapper) may buffer
+
+    def _flush_soon(self) -> None:
+        try:
+            self.flush()
+        except Exception:
+            self.handleError(_JOB_LINES)  # as a record's failed write: reported, never raised into the loop
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_pending()
+        super().flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._pending:  # under self.lock: Handler.handle holds it
+            try:
+                self._write_pending()
+            except Exception:
+                self.handleError(record)
+        super().emit(record)
+
+
+#: What a failed write of waiting lines is reported as (logging's report names a record).
+_JOB_LINES = logging.makeLogRecord({"msg": "lines written by write_line", "args": ()})
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def check(level: str, fmt: str) -> tuple[str, str]:
