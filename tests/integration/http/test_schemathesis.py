@@ -158,9 +158,14 @@ CONFIG = SchemathesisConfig.from_dict(
 )
 
 
+#: The schema's own load has schemathesis' 10 s default too, and one failure fails every test of the module
+#: in that process (a fixture's error is kept): building it takes a few seconds on a loaded machine.
+SCHEMA_LOAD_TIMEOUT = 120
+
+
 @pytest.fixture(scope="module")
 def api_schema(engine_app: EngineApp) -> Any:
-    return schemathesis.openapi.from_asgi("/openapi.json", engine_app, config=CONFIG)
+    return schemathesis.openapi.from_asgi("/openapi.json", engine_app, config=CONFIG, timeout=SCHEMA_LOAD_TIMEOUT)
 
 
 @pytest.mark.timeout(600)  # a ceiling for a loaded machine; each request may take up to request-timeout
