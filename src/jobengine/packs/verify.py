@@ -14,12 +14,18 @@ from __future__ import annotations
 import ast
 import io
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from jobengine.packs import archive
 from jobengine.packs.errors import InvalidPack, UnsafeArchive
 from jobengine.packs.manifest import Manifest
+
+#: One parse at a time in the process: CPython 3.11 builds the tree with an interpreter-wide recursion count,
+#: which two threads parsing at once (uploads inspected in the default executor) can leave unbalanced, and
+#: the parse then fails with SystemError "AST constructor recursion depth mismatch".
+_PARSE = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +54,10 @@ def inspect(data: bytes, limits: archive.Limits) -> Inspection:
                 path = archive.module_path(names, phase.module)
                 if path is None:
                     return Inspection(manifest, f"module {phase.module!r} is not in the pack", where)
+                source = (root / path).read_bytes()
                 try:
-                    tree = ast.parse((root / path).read_bytes(), filename=path)
+                    with _PARSE:
+                        tree = ast.parse(source, filename=path)
                 except (SyntaxError, ValueError) as exc:
                     return Inspection(manifest, f"{path} does not parse: {exc}", where)
                 if phase.function not in _top_level_names(tree):
