@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from jobengine.aio import running_loop
 from jobengine.core.ids import short_id
 from jobengine.settings import Settings
 
@@ -114,11 +115,11 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
 
         In a running event loop the line waits for the loop's next turn, so that the lines of one turn go
         out in one write: a write per line costs a busy worker a system call per line, and blocks its loop
-        for each. A record, a flush and the handler's close write the waiting lines first, in order."""
+        for each. A record and a flush (``logging.shutdown``'s at exit) write the waiting lines first, in order."""
         formatter = self.formatter
         assert isinstance(formatter, JsonFormatter | TextFormatter)
         text = formatter.line(time.time(), logging.getLevelName(level), name, message, fields)
-        loop = _running_loop()
+        loop = running_loop()
         with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
             self._pending.append(text)
             if loop is None:
@@ -158,13 +159,6 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
 
 #: What a failed write of waiting lines is reported as (logging's report names a record).
 _JOB_LINES = logging.makeLogRecord({"msg": "lines written by write_line", "args": ()})
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def check(level: str, fmt: str) -> tuple[str, str]:

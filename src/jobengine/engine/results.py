@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from jobengine.aio import running_loop
 from jobengine.bus import EventBus
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job
@@ -159,11 +160,7 @@ class Results:
             return
         for pump in list(self._pumps.values()):
             if event.job_id in pump.futures and not pump.loop.is_closed():
-                try:
-                    running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-                except RuntimeError:
-                    running = None
-                if running is pump.loop:
+                if running_loop() is pump.loop:
                     pump.mark([event.job_id])
                 else:
                     pump.loop.call_soon_threadsafe(pump.mark, [event.job_id])

@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import sqlite3
 
+from jobengine.aio import running_loop
+
 from .connection import connect
 
 
@@ -50,14 +52,9 @@ class SqliteNotifier:
     def notify(self) -> None:
         """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not loop:
-                loop.call_soon_threadsafe(self._wake.set)
-                return
+        if loop is not None and not loop.is_closed() and running_loop() is not loop:
+            loop.call_soon_threadsafe(self._wake.set)
+            return
         self._wake.set()
 
     async def wait(self, timeout: float) -> bool:
