@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -220,11 +221,14 @@ class _Collect(logging.Handler):
         self.records.append(record)
 
 
+def _job(n: int = 0, *, task: str | None = None) -> Job:
+    """A running job, of task ``t<n>`` unless ``task`` is given."""
+    return Job(JOB_ID, "default", "default", task or f"t{n}", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
+
+
 def _job_lines(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A job's start and end lines as the command line's handler writes them, the stamp cut off."""
-    from jobengine.core.models import Job, JobState
-
-    job = Job(JOB_ID, "default", "default", "lookup", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
+    job = _job(task="lookup")
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     joblog.started(job)
@@ -286,11 +290,6 @@ class _Writes(io.StringIO):
         return super().write(s)
 
 
-def _job(n: int) -> Job:
-    """A running job of task ``t<n>``."""
-    return Job(JOB_ID, "default", "default", f"t{n}", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
-
-
 @pytest.mark.usefixtures("restore_logging")
 async def test_the_job_lines_of_one_loop_turn_go_out_in_one_write_before_any_record(
     monkeypatch: pytest.MonkeyPatch,
@@ -343,6 +342,8 @@ async def test_a_failed_write_of_job_lines_is_not_raised_into_the_loop(monkeypat
     configure_from("info", "text", {})
     err = _Writes()
     monkeypatch.setattr(sys, "stderr", err)
+    raised: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: raised.append(context))
     err.broken = True
     joblog.started(_job(0))
     await asyncio.sleep(0)  # the write fails inside the loop's callback, which reports it and returns
@@ -351,3 +352,4 @@ async def test_a_failed_write_of_job_lines_is_not_raised_into_the_loop(monkeypat
     await asyncio.sleep(0)
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and "started" in lines[0]
+    assert raised == []
