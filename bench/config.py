@@ -19,7 +19,7 @@ class WorkerSetting:
     lease_seconds: float = 30.0
     prefetch: int | None = None  # jobs claimed beyond the free slots; None: the product's default
     loop: str = "asyncio"  # the worker processes' event loop: asyncio (the product's), or uvloop to compare
-    #: The workers' log level: ``warning`` keeps job lines out; ``info`` writes the two lines per job that
+    #: The workers' log level: ``warning`` keeps job lines out; ``info`` writes the job lines that
     #: ``jobengine worker`` writes at its defaults, through the command line's own handler.
     log_level: str = "warning"
 

@@ -1,8 +1,9 @@
 """What a worker's job lines cost: ``python -m bench.job_lines``.
 
-A worker at its default level (info) writes two lines per job (``worker/joblog.py``) through the command
-line's handler (``cli/logs.py``). This measures that path alone, as a worker takes it: in a running event
-loop, ``--batch`` jobs' start and end lines per loop turn (a claimed batch), ``--jobs`` jobs in all. The lines
+A worker at its default level (info) writes a line as each job ends, and one as it starts when it is still
+running 0.1 s later (``worker/joblog.py``), through the command line's handler (``cli/logs.py``). This
+measures that path alone, as a worker takes it: the job lines' middleware called in a running event loop as
+``--batch`` short jobs start and end in each loop turn (a claimed batch), ``--jobs`` jobs in all. The lines
 go to stderr as a process's stderr usually is: a pipe read by another process (a container runtime,
 systemd, a supervisor), a file, or /dev/null. Each row is the median over ``--runs`` child processes of the
 child's CPU time per job (user + system), with the reader's CPU time per job beside it for the pipe (a
@@ -39,12 +40,14 @@ def child(jobs: int, batch: int, level: str) -> None:
     turn = [Job(f"0193a{i:021d}", "default", "default", "report", {}, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
             for i in range(batch)]  # fmt: skip
 
+    lines = joblog.JobLog()
+
     async def run() -> float:
         start = time.process_time()
         for _ in range(max(1, jobs // batch)):
             for job in turn:
-                joblog.started(job)
-                joblog.ended(job, "succeeded", 0.004)
+                lines.before_run(job)
+                lines.after_attempt(job, "succeeded", 0.004, None)
             await asyncio.sleep(0)
         return time.process_time() - start
 

@@ -64,7 +64,7 @@ SYSTEMS = ["jobengine defaults", "jobengine", "pgqueuer", "procrastinate"]
 
 def worker_flags(setting: str) -> list[str]:
     """``--concurrency``/``--fetch-batch``/``--prefetch`` for the benchmark; for ``defaults``, the product's
-    values (the benchmark's own defaults are tuned ones), its log level included: two job lines per job."""
+    values (the benchmark's own defaults are tuned ones), its log level included: its job lines."""
     if setting == DEFAULTS:
         from jobengine.settings import Settings
 

@@ -73,13 +73,13 @@ def test_the_json_log_is_one_object_per_line_with_the_job_fields(procs: Procs) -
     assert start["store"].startswith("sqlite ") and start["transport"] == "database (the store)"
     assert start["tasks"] == ["greet", "lookup"] and start["queues"] == ["default"]
 
-    failing = [r for r in records if r.get("job_id") == ids["lookup"]]
+    # Each attempt ends with its line; a start has a line of its own only when the attempt was still running
+    # 0.1 s after it began, which these quick attempts are not, unless the machine is very busy.
+    failing = [r for r in records if r.get("job_id") == ids["lookup"] and r["outcome"] != "started"]
     assert [(r["level"], r["outcome"], r["attempt"]) for r in failing] == [
-        ("INFO", "started", 1), ("WARNING", "retry", 1),
-        ("INFO", "started", 2), ("WARNING", "retry", 2),
-        ("INFO", "started", 3), ("ERROR", "dead", 3),
+        ("WARNING", "retry", 1), ("WARNING", "retry", 2), ("ERROR", "dead", 3),
     ]  # fmt: skip
-    for r in failing[1::2]:
+    for r in failing:
         assert r["task"] == "lookup" and isinstance(r["duration_ms"], int)
         assert r["exc_info"].startswith("Traceback (most recent call last):")
         assert r["exc_info"].rstrip().endswith("KeyError: 'missing'")

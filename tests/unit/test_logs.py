@@ -8,7 +8,10 @@ import io
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
 from jobengine.worker import joblog
+from tests.support.waiting import until
 
 JOB_ID = "01a222f5-cf1e-7000-8b74-9496dd02d32f"
 
@@ -353,3 +357,56 @@ async def test_a_failed_write_of_job_lines_is_not_raised_into_the_loop(monkeypat
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and "started" in lines[0]
     assert raised == []
+
+
+def _json_lines(err: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in err.getvalue().splitlines()]
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_a_job_that_ends_before_its_start_line_is_due_gets_its_end_line_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "json", {})
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    lines = joblog.JobLog()
+    lines.before_run(_job(0))
+    lines.after_attempt(_job(0), "succeeded", 0.003, None)
+    await until(lambda: lines._timer is None, 60, "the start's timer, which finds the start taken back")
+    await asyncio.sleep(0)
+    assert [(line["outcome"], line["duration_ms"]) for line in _json_lines(err)] == [("succeeded", 3)]
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_a_job_still_running_gets_its_start_line_stamped_with_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("info", "json", {})
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    lines = joblog.JobLog()
+    running = replace(_job(1), id="01a222f5-cf1e-7000-8b74-9496dd02d330")
+    lines.before_run(_job(0))
+    lines.before_run(running)
+    began = time.time()
+    lines.after_attempt(_job(0), "succeeded", 0.001, None)  # ends at once: no start line
+    await until(lambda: err.getvalue().count("\n") >= 2, 60, "the running job's start line")
+    [end, start] = _json_lines(err)
+    assert (end["outcome"], start["outcome"], start["task"]) == ("succeeded", "started", "t1")
+    stamped = datetime.fromisoformat(start["time"]).timestamp()
+    assert stamped <= began  # written START_LINE_AFTER later, stamped when the job began
+    assert lines._timer is None and not lines._starts
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_at_debug_every_start_line_is_written_as_the_job_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    logging.getLogger().handlers[:] = []
+    configure_from("debug", "text", {})
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    lines = joblog.JobLog()
+    lines.before_run(_job(0))
+    await asyncio.sleep(0)
+    assert "(t0) started (attempt 1 of 3)" in err.getvalue()
+    assert lines._timer is None

@@ -107,18 +107,22 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     def stream(self, value: TextIO) -> None:
         """Ignored: the stream is always the current ``sys.stderr``."""
 
-    def write_line(self, level: int, name: str, message: str, fields: Mapping[str, object]) -> None:
+    def write_line(
+        self, level: int, name: str, message: str, fields: Mapping[str, object], created: float | None = None
+    ) -> None:
         """A record's line without the record: what :meth:`emit` writes for a record of ``level`` from the
-        logger ``name`` with ``message`` and the extra ``fields``, and no traceback. A worker writes two lines
-        per job; a :class:`logging.LogRecord` and its trip through the logger cost more than the job itself
-        when the job is short. The caller makes sure no other handler or filter would have seen it.
+        logger ``name`` with ``message`` and the extra ``fields``, made at ``created`` (default: now), and no
+        traceback. A worker writes a line or two per job; a :class:`logging.LogRecord` and its trip through the
+        logger cost more than the job itself when the job is short. The caller makes sure no other handler or
+        filter would have seen it.
 
         In a running event loop the line waits for the loop's next turn, so that the lines of one turn go
         out in one write: a write per line costs a busy worker a system call per line, and blocks its loop
         for each. A record and a flush (``logging.shutdown``'s at exit) write the waiting lines first, in order."""
         formatter = self.formatter
         assert isinstance(formatter, JsonFormatter | TextFormatter)
-        text = formatter.line(time.time(), logging.getLevelName(level), name, message, fields)
+        text = formatter.line(time.time() if created is None else created, logging.getLevelName(level), name,
+                              message, fields)  # fmt: skip
         loop = running_loop()
         with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
             self._pending.append(text)

@@ -1,18 +1,22 @@
 """What a worker says about the jobs it runs, on the ``jobengine.worker.jobs`` logger.
 
-One INFO line as a job starts and one as it ends (succeeded, cancelled, released at a stop); a failed attempt
-ends with its traceback at WARNING when the job will run again and at ERROR when it goes dead; a job whose
-lease another worker took ends at WARNING without one. Every line carries the job's fields as record
-attributes (:data:`JOB_FIELDS`), which a formatter may render (the command line's JSON lines hold them all,
-its text lines show a short id). The lines come from :class:`JobLog`, the first middleware of every worker.
+One INFO line as a job ends (succeeded, cancelled, released at a stop), and one as it starts when it is still
+running :data:`START_LINE_AFTER` seconds later (every start at DEBUG); a failed attempt ends with its
+traceback at WARNING when the job will run again and at ERROR when it goes dead; a job whose lease another
+worker took ends at WARNING without one. Every line carries the job's fields as record attributes
+(:data:`JOB_FIELDS`), which a formatter may render (the command line's JSON lines hold them all, its text
+lines show a short id). The lines come from :class:`JobLog`, the first middleware of every worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from jobengine.aio import running_loop
 from jobengine.core.models import Job
 from jobengine.middleware import Middleware
 
@@ -36,6 +40,11 @@ def _escaped(text: str) -> str:
 
 
 log.addFilter(_Printable())
+
+#: Seconds a job runs before its start line is written, stamped with its start. A job that ends sooner is
+#: told by its end line alone, which names its duration: most jobs are short, and a worker busy with them
+#: would spend more on two lines per job than on the jobs.
+START_LINE_AFTER: Final = 0.1
 
 #: The record attributes every job line carries.
 JOB_FIELDS: Final = ("job_id", "task", "attempt", "outcome", "duration_ms")
@@ -84,23 +93,27 @@ def _sole_writer(level: int) -> Any:
 
 
 def _line(level: int, msg: str, args: tuple[object, ...], fields: dict[str, object],
-          exc: BaseException | None = None) -> None:  # fmt: skip
-    """One job line. Without a traceback and with only the command line's handler listening, the handler
-    writes it from its parts; otherwise a record is made and handed to the logger's handlers directly,
-    since :meth:`logging.Logger.info` would also walk the stack for the caller's file and line, which no job
-    line shows (the lines say ``(job)`` there)."""
+          exc: BaseException | None = None, created: float | None = None) -> None:  # fmt: skip
+    """One job line, stamped ``created`` (default: now). Without a traceback and with only the command
+    line's handler listening, the handler writes it from its parts; otherwise a record is made and handed to
+    the logger's handlers directly, since :meth:`logging.Logger.info` would also walk the stack for the
+    caller's file and line, which no job line shows (the lines say ``(job)`` there)."""
     if exc is None and (writer := _sole_writer(level)) is not None:
-        writer.write_line(level, log.name, msg % args, fields)
+        writer.write_line(level, log.name, msg % args, fields, created)
         return
     exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
-    log.handle(log.makeRecord(log.name, level, "(job)", 0, msg, args, exc_info, extra=fields))
+    record = log.makeRecord(log.name, level, "(job)", 0, msg, args, exc_info, extra=fields)
+    if created is not None:
+        record.created, record.msecs = created, (created - int(created)) * 1000
+    log.handle(record)
 
 
-def started(job: Job) -> None:
+def started(job: Job, created: float | None = None) -> None:
+    """The line of a job that started at ``created`` (default: now)."""
     if log.isEnabledFor(logging.INFO):
         fields = {"job_id": job.id, "task": job.task, "attempt": job.attempt, "outcome": "started"}
         _line(logging.INFO, "job %s (%s) started (attempt %d of %d)",
-              (job.id, job.task, job.attempt, job.max_attempts), fields)  # fmt: skip
+              (job.id, job.task, job.attempt, job.max_attempts), fields, created=created)  # fmt: skip
 
 
 def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = None) -> None:
@@ -121,13 +134,52 @@ def ended(job: Job, outcome: str, seconds: float, exc: BaseException | None = No
 
 class JobLog(Middleware):
     """The job lines as middleware: every worker runs it before the app's own, so the lines go through the
-    same hooks users write (and a hook of theirs that raises does not cost a line)."""
+    same hooks users write (and a hook of theirs that raises does not cost a line).
+
+    A start waits, unwritten, until the job ends (then only its end line is written) or has run
+    :data:`START_LINE_AFTER` seconds (then its start line is, stamped with its start): one timer per worker
+    writes the starts that came due. At DEBUG, and off an event loop, every start is written at once."""
+
+    def __init__(self) -> None:
+        #: The unwritten starts in the order they came: job id -> (job, wall time, loop time).
+        self._starts: dict[str, tuple[Job, float, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
     def before_run(self, job: Job) -> None:
-        started(job)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        loop = running_loop()
+        if loop is None or log.isEnabledFor(logging.DEBUG):
+            started(job)
+            return
+        at = loop.time()
+        self._starts[job.id] = (job, time.time(), at)
+        if self._timer is None:
+            self._timer = loop.call_at(at + START_LINE_AFTER, self._write_due)
 
     def after_attempt(self, job: Job, outcome: str, seconds: float, error: BaseException | None) -> None:
+        if self._starts:
+            self._starts.pop(job.id, None)
         ended(job, outcome, seconds, error)
+
+    def _write_due(self) -> None:
+        """Write the starts of the jobs still running :data:`START_LINE_AFTER` seconds after they began, oldest
+        first, and wait for the next one's."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        due = loop.time() - START_LINE_AFTER
+        written = []
+        for job_id, (job, wall, at) in self._starts.items():
+            if at > due:
+                self._timer = loop.call_at(at + START_LINE_AFTER, self._write_due)
+                break
+            written.append(job_id)
+            try:
+                started(job, wall)
+            except Exception:  # as a record's failed write: reported by logging, the other starts still go
+                log.exception("writing the start line of job %s failed", job_id)
+        for job_id in written:
+            del self._starts[job_id]
 
 
 def start_block(
