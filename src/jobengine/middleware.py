@@ -172,13 +172,41 @@ class MiddlewareChain:
 
     async def call(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every middleware in order; what one raises is logged and the rest still run."""
-        for fn in self._hooks.get(hook, ()):
+        if (rest := self.call_soon(hook, *args)) is not None:
+            await rest
+
+    def call_soon(self, hook: str, *args: Any) -> Awaitable[None] | None:
+        """:meth:`call` without a coroutine while the hooks are plain: the hooks run now, in order, up to the
+        first that returns an awaitable; the awaitable returned then awaits it and calls the rest. None when
+        every hook ran (the usual case: a worker calls hooks for every job, and most hooks are plain)."""
+        fns = self._hooks.get(hook)
+        if fns is None:
+            return None
+        for i, fn in enumerate(fns):
             try:
                 returned = fn(*args)
-                if inspect.isawaitable(returned):
+            except Exception:
+                _raised(fn, hook)
+                continue
+            if returned is not None and inspect.isawaitable(returned):
+                return self._call_rest(hook, fn, returned, fns[i + 1 :], args)
+        return None
+
+    async def _call_rest(
+        self, hook: str, fn: Callable[..., Any], pending: Awaitable[Any], fns: list[Callable[..., Any]],
+        args: tuple[Any, ...],
+    ) -> None:  # fmt: skip
+        try:
+            await pending
+        except Exception:
+            _raised(fn, hook)
+        for fn in fns:
+            try:
+                returned = fn(*args)
+                if returned is not None and inspect.isawaitable(returned):
                     await returned
             except Exception:
-                log.exception("middleware %s.%s raised; ignored", type(getattr(fn, "__self__", fn)).__name__, hook)
+                _raised(fn, hook)
 
     async def replace_or_raise(self, hook: str, value: Any) -> Any:
         """Call ``hook`` of every middleware in order on ``value``, each on what the one before returned
@@ -190,3 +218,8 @@ class MiddlewareChain:
             if returned is not None:
                 value = returned
         return value
+
+
+def _raised(fn: Callable[..., Any], hook: str) -> None:
+    """Log what the hook ``fn`` raised (an observer's error is never the job's)."""
+    log.exception("middleware %s.%s raised; ignored", type(getattr(fn, "__self__", fn)).__name__, hook)

@@ -475,3 +475,33 @@ async def test_phase_hooks_bracket_each_phase_an_attempt_runs(calls: Calls) -> N
         ("after_phase", "load", "None"),
     ]
     assert [c[1:] for c in calls if c[0] == "plain"] == [("before_run", "1", "")]
+
+
+async def test_plain_hooks_run_without_a_coroutine_and_an_async_one_hands_over_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str] = []
+
+    class Plain(Middleware):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def before_run(self, job: Job) -> None:
+            seen.append(self.name)
+
+    class Later(Middleware):
+        async def before_run(self, job: Job) -> None:
+            await asyncio.sleep(0)
+            seen.append("later")
+            raise RuntimeError("later broke")
+
+    job = Job("j1", "default", "default", "t", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
+    assert MiddlewareChain([Plain("a"), Plain("b")]).call_soon("before_run", job) is None
+    assert seen == ["a", "b"]
+    seen.clear()
+    rest = MiddlewareChain([Plain("a"), Later(), Plain("c")]).call_soon("before_run", job)
+    assert rest is not None and seen == ["a"]  # the async hook and those after it wait for the await
+    with caplog.at_level(logging.ERROR, logger="jobengine.middleware"):
+        await rest
+    assert seen == ["a", "later", "c"]
+    assert [r.getMessage() for r in caplog.records] == ["middleware Later.before_run raised; ignored"]

@@ -469,7 +469,8 @@ class Worker:
         spec = self.source.tasks.get(job.task)
         try:
             run.began = asyncio.get_running_loop().time()
-            await self._hooks.call("before_run", job)
+            if (hooks := self._hooks.call_soon("before_run", job)) is not None:
+                await hooks
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -541,14 +542,16 @@ class Worker:
         if outcome is None:
             return
         if outcome == "succeeded":
-            await hooks.call("after_run", job, run.result)
+            if (rest := hooks.call_soon("after_run", job, run.result)) is not None:
+                await rest
         elif error is not None and outcome in ("retry", "dead"):
             await hooks.call("on_failure", job, error)
             if outcome == "retry":
                 await hooks.call("on_retry", job, error, run.retry_at)
             else:
                 await hooks.call("on_dead", job, error)
-        await hooks.call("after_attempt", job, outcome, run.seconds, error)
+        if (rest := hooks.call_soon("after_attempt", job, outcome, run.seconds, error)) is not None:
+            await rest
 
     async def _run_phases(self, spec: TaskSpec, run: _Running) -> Json:
         s = run.shared
