@@ -14,22 +14,23 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, *, every: float 
     """Call ``check`` every ``every`` seconds until it returns something truthy, and return that; fail
     naming ``what`` after ``timeout`` seconds (``check`` is always called once more at the deadline)."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    while not (value := _look(check, deadline, timeout, what)):
         time.sleep(every)
+    return value
 
 
 async def until(check: Callable[[], T], timeout: float, what: str, *, every: float = 0.01) -> T:
     """:func:`wait_for` on a running event loop: the loop goes on between the checks."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    # Polling is the point: what is checked has no event to wait on.
+    while not (value := _look(check, deadline, timeout, what)):  # noqa: ASYNC110
         await asyncio.sleep(every)
+    return value
+
+
+def _look(check: Callable[[], T], deadline: float, timeout: float, what: str) -> T:
+    """One call of ``check``; past the deadline, a falsy answer fails the test."""
+    value = check()
+    if not value and time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return value

@@ -25,7 +25,7 @@ from jobengine.core.queue_config import QueueConfig
 from jobengine.errors import ConfigError
 from jobengine.settings import Settings
 from jobengine.worker import joblog
-from tests.support.waiting import until
+from support.waiting import until
 
 JOB_ID = "01a222f5-cf1e-7000-8b74-9496dd02d32f"
 
@@ -363,14 +363,20 @@ def _json_lines(err: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in err.getvalue().splitlines()]
 
 
+def _only_the_cli_handler(monkeypatch: pytest.MonkeyPatch, level: str, fmt: str) -> io.StringIO:
+    """The command line's logging alone (pytest's handlers out), writing to the stderr returned."""
+    logging.getLogger().handlers[:] = []
+    configure_from(level, fmt, {})
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    return err
+
+
 @pytest.mark.usefixtures("restore_logging")
 async def test_a_job_that_ends_before_its_start_line_is_due_gets_its_end_line_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    logging.getLogger().handlers[:] = []
-    configure_from("info", "json", {})
-    err = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", err)
+    err = _only_the_cli_handler(monkeypatch, "info", "json")
     lines = joblog.JobLog()
     lines.before_run(_job(0))
     lines.after_attempt(_job(0), "succeeded", 0.003, None)
@@ -381,10 +387,7 @@ async def test_a_job_that_ends_before_its_start_line_is_due_gets_its_end_line_al
 
 @pytest.mark.usefixtures("restore_logging")
 async def test_a_job_still_running_gets_its_start_line_stamped_with_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    logging.getLogger().handlers[:] = []
-    configure_from("info", "json", {})
-    err = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", err)
+    err = _only_the_cli_handler(monkeypatch, "info", "json")
     lines = joblog.JobLog()
     running = replace(_job(1), id="01a222f5-cf1e-7000-8b74-9496dd02d330")
     lines.before_run(_job(0))
@@ -401,10 +404,7 @@ async def test_a_job_still_running_gets_its_start_line_stamped_with_its_start(mo
 
 @pytest.mark.usefixtures("restore_logging")
 async def test_at_debug_every_start_line_is_written_as_the_job_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    logging.getLogger().handlers[:] = []
-    configure_from("debug", "text", {})
-    err = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", err)
+    err = _only_the_cli_handler(monkeypatch, "debug", "text")
     lines = joblog.JobLog()
     lines.before_run(_job(0))
     await asyncio.sleep(0)
