@@ -172,10 +172,10 @@ class MiddlewareChain:
 
     async def call(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every middleware in order; what one raises is logged and the rest still run."""
-        if (rest := self.call_soon(hook, *args)) is not None:
+        if (rest := self.call_now(hook, *args)) is not None:
             await rest
 
-    def call_soon(self, hook: str, *args: Any) -> Awaitable[None] | None:
+    def call_now(self, hook: str, *args: Any) -> Awaitable[None] | None:
         """:meth:`call` without a coroutine while the hooks are plain: the hooks run now, in order, up to the
         first that returns an awaitable; the awaitable returned then awaits it and calls the rest. None when
         every hook ran (the usual case: a worker calls hooks for every job, and most hooks are plain)."""
@@ -193,13 +193,14 @@ class MiddlewareChain:
         return None
 
     async def _call_rest(
-        self, hook: str, fn: Callable[..., Any], pending: Awaitable[Any], fns: list[Callable[..., Any]],
+        self, hook: str, first: Callable[..., Any], pending: Awaitable[Any], fns: list[Callable[..., Any]],
         args: tuple[Any, ...],
     ) -> None:  # fmt: skip
+        """Await what the hook ``first`` returned, then call the hooks ``fns`` after it as :meth:`call` does."""
         try:
             await pending
         except Exception:
-            _raised(fn, hook)
+            _raised(first, hook)
         for fn in fns:
             try:
                 returned = fn(*args)

@@ -496,10 +496,10 @@ async def test_plain_hooks_run_without_a_coroutine_and_an_async_one_hands_over_t
             raise RuntimeError("later broke")
 
     job = Job("j1", "default", "default", "t", None, 0, 0.0, JobState.RUNNING, 1, 3, 0.0, 0.0)
-    assert MiddlewareChain([Plain("a"), Plain("b")]).call_soon("before_run", job) is None
+    assert MiddlewareChain([Plain("a"), Plain("b")]).call_now("before_run", job) is None
     assert seen == ["a", "b"]
     seen.clear()
-    rest = MiddlewareChain([Plain("a"), Later(), Plain("c")]).call_soon("before_run", job)
+    rest = MiddlewareChain([Plain("a"), Later(), Plain("c")]).call_now("before_run", job)
     assert rest is not None and seen == ["a"]  # the async hook and those after it wait for the await
     with caplog.at_level(logging.ERROR, logger="jobengine.middleware"):
         await rest

@@ -469,8 +469,8 @@ class Worker:
         spec = self.source.tasks.get(job.task)
         try:
             run.began = asyncio.get_running_loop().time()
-            if (hooks := self._hooks.call_soon("before_run", job)) is not None:
-                await hooks
+            if (rest := self._hooks.call_now("before_run", job)) is not None:
+                await rest
             if spec is None:
                 raise UnknownTask(job.task)
             timeout = job.timeout or spec.timeout
@@ -542,7 +542,7 @@ class Worker:
         if outcome is None:
             return
         if outcome == "succeeded":
-            if (rest := hooks.call_soon("after_run", job, run.result)) is not None:
+            if (rest := hooks.call_now("after_run", job, run.result)) is not None:
                 await rest
         elif error is not None and outcome in ("retry", "dead"):
             await hooks.call("on_failure", job, error)
@@ -550,7 +550,7 @@ class Worker:
                 await hooks.call("on_retry", job, error, run.retry_at)
             else:
                 await hooks.call("on_dead", job, error)
-        if (rest := hooks.call_soon("after_attempt", job, outcome, run.seconds, error)) is not None:
+        if (rest := hooks.call_now("after_attempt", job, outcome, run.seconds, error)) is not None:
             await rest
 
     async def _run_phases(self, spec: TaskSpec, run: _Running) -> Json:
