@@ -94,9 +94,10 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     def __init__(self, chosen: tuple[str | None, str | None]) -> None:
         super().__init__()
         self.chosen = chosen
-        #: Lines of :meth:`write_line` held until the running event loop's next turn (under ``self.lock``),
-        #: and the loop whose next turn writes them: a loop that closes first leaves them to the next line's.
-        self._pending: list[str] = []
+        #: Lines of :meth:`write_line` held until the running event loop's next turn (under ``self.lock``), as
+        #: their parts, and the loop whose next turn writes them: a loop that closes first leaves them to the
+        #: next line's.
+        self._pending: list[tuple[float, int, str, str, tuple[object, ...], Mapping[str, object]]] = []
         self._flush_on: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -108,24 +109,29 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
         """Ignored: the stream is always the current ``sys.stderr``."""
 
     def write_line(
-        self, level: int, name: str, message: str, fields: Mapping[str, object], created: float | None = None
+        self,
+        level: int,
+        name: str,
+        msg: str,
+        args: tuple[object, ...],
+        fields: Mapping[str, object],
+        created: float | None = None,
     ) -> None:
         """A record's line without the record: what :meth:`emit` writes for a record of ``level`` from the
-        logger ``name`` with ``message`` and the extra ``fields``, made at ``created`` (default: now), and no
-        traceback. A worker writes a line or two per job; a :class:`logging.LogRecord` and its trip through the
-        logger cost more than the job itself when the job is short. The caller makes sure no other handler or
-        filter would have seen it.
+        logger ``name`` with the message ``msg % args`` and the extra ``fields``, made at ``created`` (default:
+        now), and no traceback. A worker writes a line or two per job; a :class:`logging.LogRecord` and its
+        trip through the logger cost more than the job itself when the job is short. The caller makes sure no
+        other handler or filter would have seen it.
 
         In a running event loop the line waits for the loop's next turn, so that the lines of one turn go
         out in one write: a write per line costs a busy worker a system call per line, and blocks its loop
-        for each. A record and a flush (``logging.shutdown``'s at exit) write the waiting lines first, in order."""
-        formatter = self.formatter
-        assert isinstance(formatter, JsonFormatter | TextFormatter)
-        text = formatter.line(time.time() if created is None else created, logging.getLevelName(level), name,
-                              message, fields)  # fmt: skip
+        for each. The line is kept as its parts and made then, with the turn's other lines, one after the other
+        rather than each between the steps of its job. A record and a flush (``logging.shutdown``'s at exit)
+        write the waiting lines first, in order."""
+        entry = (time.time() if created is None else created, level, name, msg, args, fields)
         loop = running_loop()
         with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
-            self._pending.append(text)
+            self._pending.append(entry)
             if loop is None:
                 self._write_pending()
             elif self._flush_on is not loop:
@@ -133,12 +139,19 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
                 loop.call_soon(self._flush_soon)
 
     def _write_pending(self) -> None:
-        """Writes the waiting lines in one call; the caller holds ``self.lock``. Lines whose write fails are
-        not tried again (as a record's that fails)."""
-        lines, self._pending, self._flush_on = self._pending, [], None
-        if lines:
+        """Makes and writes the waiting lines in one call; the caller holds ``self.lock``. Lines that fail to be
+        made or written are not tried again (as a record's that fails)."""
+        entries, self._pending, self._flush_on = self._pending, [], None
+        if entries:
+            formatter = self.formatter
+            assert isinstance(formatter, JsonFormatter | TextFormatter)
+            name_of = logging.getLevelName
+            text = self.terminator.join(
+                [formatter.line(created, name_of(level), name, msg % args, fields)
+                 for created, level, name, msg, args, fields in entries]
+            )  # fmt: skip
             stream = self.stream
-            stream.write(self.terminator.join(lines) + self.terminator)
+            stream.write(text + self.terminator)
             stream.flush()  # as emit() does: a replaced stderr (a capture, a pipe's wrapper) may buffer
 
     def _flush_soon(self) -> None:

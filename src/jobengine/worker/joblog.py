@@ -99,7 +99,7 @@ def _line(level: int, msg: str, args: tuple[object, ...], fields: dict[str, obje
     the logger's handlers directly, since :meth:`logging.Logger.info` would also walk the stack for the
     caller's file and line, which no job line shows (the lines say ``(job)`` there)."""
     if exc is None and (writer := _sole_writer(level)) is not None:
-        writer.write_line(level, log.name, msg % args, fields, created)
+        writer.write_line(level, log.name, msg, args, fields, created)
         return
     exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
     record = log.makeRecord(log.name, level, "(job)", 0, msg, args, exc_info, extra=fields)
