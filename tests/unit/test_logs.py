@@ -410,3 +410,19 @@ async def test_at_debug_every_start_line_is_written_as_the_job_starts(monkeypatc
     await asyncio.sleep(0)
     assert "(t0) started (attempt 1 of 3)" in err.getvalue()
     assert lines._timer is None
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_a_line_that_cannot_be_made_is_reported_and_the_turns_others_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = _only_the_cli_handler(monkeypatch, "info", "text")
+    [handler] = logging.getLogger().handlers
+    write = handler.write_line  # type: ignore[attr-defined]
+    write(logging.INFO, "jobengine.worker.jobs", "job %s first", ("a",), {})
+    write(logging.INFO, "jobengine.worker.jobs", "job %d broken", ("not a number",), {})
+    write(logging.INFO, "jobengine.worker.jobs", "job %s last", ("c",), {})
+    await asyncio.sleep(0)
+    out = err.getvalue()
+    assert "job a first" in out and "job c last" in out and "broken" in out  # the report names the message
+    assert "--- Logging error ---" in out

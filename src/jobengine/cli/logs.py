@@ -139,19 +139,24 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
                 loop.call_soon(self._flush_soon)
 
     def _write_pending(self) -> None:
-        """Makes and writes the waiting lines in one call; the caller holds ``self.lock``. Lines that fail to be
-        made or written are not tried again (as a record's that fails)."""
+        """Makes and writes the waiting lines in one call; the caller holds ``self.lock``. A line that cannot be
+        made is reported as a record that cannot be, and the others are written; lines whose write fails are
+        not tried again (as a record's that fails)."""
         entries, self._pending, self._flush_on = self._pending, [], None
-        if entries:
-            formatter = self.formatter
-            assert isinstance(formatter, JsonFormatter | TextFormatter)
-            name_of = logging.getLevelName
-            text = self.terminator.join(
-                [formatter.line(created, name_of(level), name, msg % args, fields)
-                 for created, level, name, msg, args, fields in entries]
-            )  # fmt: skip
+        if not entries:
+            return
+        formatter = self.formatter
+        assert isinstance(formatter, JsonFormatter | TextFormatter)
+        name_of = logging.getLevelName
+        lines = []
+        for created, level, name, msg, args, fields in entries:
+            try:
+                lines.append(formatter.line(created, name_of(level), name, msg % args, fields))
+            except Exception:
+                self.handleError(logging.makeLogRecord({"name": name, "msg": msg, "args": args}))
+        if lines:
             stream = self.stream
-            stream.write(text + self.terminator)
+            stream.write(self.terminator.join(lines) + self.terminator)
             stream.flush()  # as emit() does: a replaced stderr (a capture, a pipe's wrapper) may buffer
 
     def _flush_soon(self) -> None:
