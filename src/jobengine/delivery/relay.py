@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobengine.aio import running_loop
+from jobengine.aio import call_on
 from jobengine.core.clock import Clock
 from jobengine.ports.notifier import Notifier
 from jobengine.ports.outbox import OutboxRow, OutboxStore
@@ -113,11 +113,7 @@ class OutboxRelay:
         relay's publisher task, while the caller goes on (its next commit overlaps the publish), with no claim
         and no store write on the way to a worker. Safe from any thread (``enqueue_sync`` runs on the engine's
         own loop in another thread); from another loop it is handed over."""
-        loop = self._home
-        if loop is not None and not loop.is_closed() and running_loop() is not loop:
-            loop.call_soon_threadsafe(self._take, list(rows))
-            return
-        self._take(rows)
+        call_on(self._home, self._take, list(rows))
 
     def _take(self, rows: Sequence[OutboxRow]) -> None:
         now = self.clock.now()

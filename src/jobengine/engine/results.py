@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from jobengine.aio import running_loop
+from jobengine.aio import call_on
 from jobengine.bus import EventBus
 from jobengine.core.ids import JobId
 from jobengine.core.models import Event, Job
@@ -160,10 +160,7 @@ class Results:
             return
         for pump in list(self._pumps.values()):
             if event.job_id in pump.futures and not pump.loop.is_closed():
-                if running_loop() is pump.loop:
-                    pump.mark([event.job_id])
-                else:
-                    pump.loop.call_soon_threadsafe(pump.mark, [event.job_id])
+                call_on(pump.loop, pump.mark, [event.job_id])
 
     async def _listen(self, pump: _Pump) -> None:
         """Wake the pump when the store says jobs finished, and every ``recheck`` seconds regardless."""

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from dataclasses import replace
 from functools import cached_property
 from types import TracebackType
 from typing import Any
 
+from jobengine.aio import call_on
 from jobengine.core.clock import ManualClock
 from jobengine.core.events import STARTED
 from jobengine.core.ids import JobId
@@ -242,12 +242,8 @@ class _Watch:
         self.started: dict[JobId, None] = {}  # in the order they first started
         self.changed = asyncio.Event()
         self._loop = loop
-        self._thread = threading.get_ident()
 
     def heard(self, event: Event) -> None:
         if event.type == STARTED and event.job_id is not None:
             self.started[event.job_id] = None
-        if threading.get_ident() == self._thread:
-            self.changed.set()
-        else:
-            self._loop.call_soon_threadsafe(self.changed.set)
+        call_on(self._loop, self.changed.set)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 
 import psycopg
 
+from jobengine.aio import call_on
 from jobengine.backends.postgres.mixin import session
 from jobengine.backends.postgres.pool import RECONNECT_CEILING
 
@@ -41,12 +41,8 @@ class _Listener:
         self.task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
-        if self.loop.is_closed():
-            return
-        if self.loop.is_running() and threading.get_ident() != getattr(self.loop, "_thread_id", None):
-            self.loop.call_soon_threadsafe(self.event.set)
-        else:
-            self.event.set()
+        if not self.loop.is_closed():
+            call_on(self.loop, self.event.set)
 
 
 class PgNotifier:

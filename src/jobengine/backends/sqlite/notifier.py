@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import sqlite3
 
-from jobengine.aio import running_loop
+from jobengine.aio import call_on
 
 from .connection import connect
 
@@ -51,11 +51,7 @@ class SqliteNotifier:
 
     def notify(self) -> None:
         """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed() and running_loop() is not loop:
-            loop.call_soon_threadsafe(self._wake.set)
-            return
-        self._wake.set()
+        call_on(self._loop, self._wake.set)
 
     async def wait(self, timeout: float) -> bool:
         if self._closed:
