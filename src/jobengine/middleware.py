@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
 from jobengine.core.models import Job, Json, NewJob
@@ -179,9 +179,9 @@ class MiddlewareChain:
         """:meth:`call` without a coroutine while the hooks are plain: the hooks run now, in order, up to the
         first that returns an awaitable; the awaitable returned then awaits it and calls the rest. None when
         every hook ran (the usual case: a worker calls hooks for every job, and most hooks are plain)."""
-        fns = self._hooks.get(hook)
-        if fns is None:
-            return None
+        return self._call_from(hook, self._hooks.get(hook, ()), args)
+
+    def _call_from(self, hook: str, fns: Sequence[Callable[..., Any]], args: tuple[Any, ...]) -> Awaitable[None] | None:
         for i, fn in enumerate(fns):
             try:
                 returned = fn(*args)
@@ -189,25 +189,20 @@ class MiddlewareChain:
                 _raised(fn, hook)
                 continue
             if returned is not None and inspect.isawaitable(returned):
-                return self._call_rest(hook, fn, returned, fns[i + 1 :], args)
+                return self._then(hook, fn, returned, fns[i + 1 :], args)
         return None
 
-    async def _call_rest(
-        self, hook: str, first: Callable[..., Any], pending: Awaitable[Any], fns: list[Callable[..., Any]],
+    async def _then(
+        self, hook: str, fn: Callable[..., Any], pending: Awaitable[Any], rest: Sequence[Callable[..., Any]],
         args: tuple[Any, ...],
     ) -> None:  # fmt: skip
-        """Await what the hook ``first`` returned, then call the hooks ``fns`` after it as :meth:`call` does."""
+        """Await what the hook ``fn`` returned, then call the hooks ``rest`` after it."""
         try:
             await pending
         except Exception:
-            _raised(first, hook)
-        for fn in fns:
-            try:
-                returned = fn(*args)
-                if returned is not None and inspect.isawaitable(returned):
-                    await returned
-            except Exception:
-                _raised(fn, hook)
+            _raised(fn, hook)
+        if (more := self._call_from(hook, rest, args)) is not None:
+            await more
 
     async def replace_or_raise(self, hook: str, value: Any) -> Any:
         """Call ``hook`` of every middleware in order on ``value``, each on what the one before returned

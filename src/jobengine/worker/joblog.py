@@ -169,17 +169,14 @@ class JobLog(Middleware):
         loop = asyncio.get_running_loop()
         due = loop.time() - START_LINE_AFTER
         written = []
-        for job_id, (job, wall, at) in self._starts.items():
+        for job_id, (_, _, at) in self._starts.items():
             if at > due:
                 self._timer = loop.call_at(at + START_LINE_AFTER, self._write_due)
                 break
             written.append(job_id)
-            try:
-                started(job, wall)
-            except Exception:  # as a record's failed write: reported by logging, the other starts still go
-                log.exception("writing the start line of job %s failed", job_id)
         for job_id in written:
-            del self._starts[job_id]
+            job, wall, _ = self._starts.pop(job_id)
+            started(job, wall)
 
 
 def start_block(
