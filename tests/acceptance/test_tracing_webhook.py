@@ -6,10 +6,8 @@ span's ``traceparent``. Every span is in the caller's trace, each the child of t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,22 +26,12 @@ from jobengine.http import create_app
 from jobengine.settings import Settings
 from jobengine.tracing import TraceHeaders, TracingMiddleware
 from jobengine.webhooks.dispatcher import WebhookDispatcher
-from support.waiting import wait_for
+from support.waiting import until, wait_for
 from support.webhook_receiver import Receiver
 
 TRACE_ID = "1af7651916cd43dd8448eb211c80319c"
 CALLER = "a7ad6b7169203331"
 INCOMING = f"00-{TRACE_ID}-{CALLER}-01"
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Wait for ``check`` while the dispatcher runs on this loop; a generous ceiling for a busy machine."""
-    try:
-        async with asyncio.timeout(60):
-            while not check():  # noqa: ASYNC110 - the receiver and the exporter announce nothing
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"waited 60 s for {what}") from None
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ PostgreSQL (the stored traceparent goes through each store's insert paths: graph
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from jobengine.tasks import phase
 from jobengine.tracing import TracingMiddleware
 from jobengine.worker.context import JobContext
 from tests.integration.webhooks.conftest import FAST, dispatching
+from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver
 
 
@@ -39,16 +39,6 @@ def recorder() -> tuple[TracerProvider, InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Wait for ``check`` with a generous ceiling for a busy machine."""
-    try:
-        async with asyncio.timeout(30):
-            while not check():  # noqa: ASYNC110 - the exporter and the receiver announce nothing
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"waited 30 s for {what}") from None
 
 
 def trace_of(span: ReadableSpan) -> str:

@@ -19,8 +19,10 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, *, every: float 
     return value
 
 
-async def until(check: Callable[[], T], timeout: float, what: str, *, every: float = 0.01) -> T:
-    """:func:`wait_for` on a running event loop: the loop goes on between the checks."""
+async def until(check: Callable[[], T], what: str = "the condition", *, timeout: float = 60.0,
+                every: float = 0.01) -> T:  # fmt: skip
+    """:func:`wait_for` on a running event loop, for state that no event announces (a counter, another
+    thread's list): the loop goes on between the checks. The ceiling is generous for a busy machine."""
     deadline = time.monotonic() + timeout
     # Polling is the point: what is checked has no event to wait on.
     while not (value := _look(check, deadline, timeout, what)):  # noqa: ASYNC110

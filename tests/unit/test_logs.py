@@ -380,7 +380,7 @@ async def test_a_job_that_ends_before_its_start_line_is_due_gets_its_end_line_al
     lines = joblog.JobLog()
     lines.before_run(_job(0))
     lines.after_attempt(_job(0), "succeeded", 0.003, None)
-    await until(lambda: lines._timer is None, 60, "the start's timer, which finds the start taken back")
+    await until(lambda: lines._timer is None, "the start's timer, which finds the start taken back")
     await asyncio.sleep(0)
     assert [(line["outcome"], line["duration_ms"]) for line in _json_lines(err)] == [("succeeded", 3)]
 
@@ -394,7 +394,7 @@ async def test_a_job_still_running_gets_its_start_line_stamped_with_its_start(mo
     lines.before_run(running)
     began = time.time()
     lines.after_attempt(_job(0), "succeeded", 0.001, None)  # ends at once: no start line
-    await until(lambda: err.getvalue().count("\n") >= 2, 60, "the running job's start line")
+    await until(lambda: err.getvalue().count("\n") >= 2, "the running job's start line")
     [end, start] = _json_lines(err)
     assert (end["outcome"], start["outcome"], start["task"]) == ("succeeded", "started", "t1")
     stamped = datetime.fromisoformat(start["time"]).timestamp()

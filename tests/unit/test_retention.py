@@ -4,7 +4,7 @@ job that is still waiting or running."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -19,6 +19,7 @@ from jobengine.engine.compose import open_store
 from jobengine.errors import NotFound, StoreUnavailable
 from jobengine.services import RetentionService
 from jobengine.settings import Settings
+from support.waiting import until
 
 STALE_AFTER, DELETE_AFTER = 100.0, 1000.0
 
@@ -54,13 +55,6 @@ async def make_jobs(engine: Engine) -> dict[str, Job]:
     await engine.enqueue("work", {"name": "scheduled"}, delay=1_000_000)
     jobs = await engine.list_jobs()
     return {j.payload["name"]: j for j in jobs}
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for a counter of the service, which no event announces."""
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - a plain counter, polled
-            await asyncio.sleep(0.01)
 
 
 async def states(engine: Engine) -> dict[str, JobState]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -19,6 +19,7 @@ from jobengine.ports.workers import WorkerInfo
 from jobengine.settings import Settings
 from jobengine.worker import JobContext, SyncJobContext, Worker
 from jobengine.worker.runtime import DUE_FRESH, FLUSH_EARLY
+from support.waiting import until
 
 FAST = RetryPolicy(base=0.01, cap=0.02)
 
@@ -35,13 +36,6 @@ async def start(engine: Engine, **options: object) -> tuple[Worker, asyncio.Task
     opts.update(options)
     worker = engine.worker(**opts)
     return worker, asyncio.create_task(worker.run())
-
-
-async def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    """Wait for a condition on in-process state that no event announces."""
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - the runtime has no event for these counters
-            await asyncio.sleep(0.01)
 
 
 async def stop(worker: Worker, task: asyncio.Task[None]) -> None:

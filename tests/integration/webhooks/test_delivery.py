@@ -16,13 +16,8 @@ from jobengine.core.webhooks.model import ENDPOINT_DISABLED, FAILED, SUCCEEDED
 from jobengine.engine import Engine
 from jobengine.secretbox import new_key
 from tests.integration.webhooks.conftest import MakeEngine, dispatching
+from tests.support.waiting import until
 from tests.support.webhook_receiver import Answer, Receiver
-
-
-async def until(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (polling another thread's state)
-            await asyncio.sleep(0.02)
 
 
 async def test_503_then_200_delivers_every_event_on_schedule_signed(

@@ -17,15 +17,10 @@ from jobengine.core.schedules import ScheduleSpec
 from jobengine.engine import Engine
 from jobengine.engine.canvas import TaskCall, chain
 from tests.integration.webhooks.conftest import MakeEngine, dispatching
+from tests.support.waiting import until
 from tests.support.webhook_receiver import Answer, Receiver
 
 TIMEOUT = 60.0
-
-
-async def until(check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (polling another thread's state)
-            await asyncio.sleep(0.02)
 
 
 async def run_nodes(engine: Engine, *, fail: str | None = None) -> None:
