@@ -38,7 +38,7 @@ import logging
 import os
 import select
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -186,6 +186,8 @@ def _close_in(
 #: Bumped in a forked child: a lane made before the fork shares its socket with the parent, so the child
 #: forgets it (closing it would end the parent's session) and makes its own.
 _FORKS = [0]
+#: libpq's status of a session between transactions, as ``pgconn.transaction_status`` gives it.
+_IDLE = int(TransactionStatus.IDLE)
 os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
 
@@ -313,7 +315,7 @@ class PostgresStore(
             await pool.open()
         return pool
 
-    async def _take_lane(self) -> _Lane | None:
+    def _take_lane(self) -> _Lane | None:
         """The running loop's lane, taken (busy); None when it is busy, or not connected yet (then its
         connection is made in the background, and the pool serves this call)."""
         if self._closed:
@@ -354,47 +356,30 @@ class PostgresStore(
         lane.conn, lane.fork, lane.backoff = conn, _FORKS[0], 0.0
 
     @staticmethod
-    async def _give_lane(lane: _Lane) -> None:
-        """Return the lane. A connection left anything but idle (a call cancelled mid-statement that psycopg
-        could not bring back, a session gone), or whose store closed meanwhile, is closed; the next call
-        connects again."""
+    def _give_lane(lane: _Lane) -> Conn | None:
+        """Return the lane; the connection to close when it is left anything but idle (a call cancelled
+        mid-statement that psycopg could not bring back, a session gone), or its store closed meanwhile: the
+        next call connects again."""
+        lane.busy = False
         conn = lane.conn
-        try:
-            if conn is not None and (
-                lane.closing or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE
-            ):
-                lane.conn = None
-                with contextlib.suppress(Exception):
-                    await conn.close()
-        finally:
-            lane.busy = False
+        if conn is not None and (lane.closing or conn.broken or conn.pgconn.transaction_status != _IDLE):
+            lane.conn = None
+            return conn
+        return None
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Conn]:
-        """A connection for one store call: the loop's lane when free, else one of the pool."""
-        lane = await self._take_lane()
-        if lane is None:
-            pool = await self._pool()
+    async def _checkout(self, pool: AsyncConnectionPool[Any]) -> Conn:
+        """A connection of the pool for one store call. A session that ended while idle in the pool is not
+        handed out: closed, so that the pool replaces it, and the next one is taken at once. (The pool's own
+        ``check`` would wait out a reconnection backoff after each dead one, and after a termination every
+        idle one is dead.)"""
+        conn: Conn = await pool.getconn()
+        for _ in range(self._pool_max):
+            if _quiet(conn):
+                break
+            await conn.close()
+            await pool.putconn(conn)
             conn = await pool.getconn()
-            # A session that ended while idle in the pool is not handed out: closed, so that the pool
-            # replaces it, and the next one is taken at once. (The pool's own ``check`` would wait out a
-            # reconnection backoff after each dead one, and after a termination every idle one is dead.)
-            for _ in range(self._pool_max):
-                if _quiet(conn):
-                    break
-                await conn.close()
-                await pool.putconn(conn)
-                conn = await pool.getconn()
-            try:
-                yield conn
-            finally:
-                await pool.putconn(conn)
-            return
-        assert lane.conn is not None
-        try:
-            yield lane.conn
-        finally:
-            await self._give_lane(lane)
+        return conn
 
     async def _run(self, op: Callable[[Conn], Awaitable[T]], *, retry: bool = True) -> T:
         """Run ``op`` on a connection (the lane or the pool's), translating driver errors. When the session
@@ -405,12 +390,30 @@ class PostgresStore(
         for attempt in range(3):
             dead = False
             try:
-                async with self._connection() as conn:
-                    try:
-                        return await op(conn)
-                    except psycopg.OperationalError as exc:
-                        dead = _disconnected(exc, conn)
-                        raise
+                # The loop's lane when it is free, else one of the pool. Taking the lane is a flag, not an
+                # await: most calls of a sequential caller take it, and a context manager's coroutines
+                # would cost them more than the flag.
+                lane = self._take_lane()
+                pool = None
+                if lane is not None:
+                    conn = lane.conn
+                    assert conn is not None
+                else:
+                    pool = await self._pool()
+                    conn = await self._checkout(pool)
+                try:
+                    return await op(conn)
+                except psycopg.OperationalError as exc:
+                    dead = _disconnected(exc, conn)
+                    raise
+                finally:
+                    if lane is not None:
+                        if (spent := self._give_lane(lane)) is not None:
+                            with contextlib.suppress(Exception):
+                                await spent.close()
+                    else:
+                        assert pool is not None
+                        await pool.putconn(conn)
             except PoolTimeout as exc:
                 # Nothing ran: retried like a lost connection (the pool may be reconnecting after a restart).
                 if attempt < 2:
