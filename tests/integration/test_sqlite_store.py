@@ -186,6 +186,32 @@ async def test_a_commit_while_nobody_waits_wakes_the_next_wait(store: SqliteStor
     assert await notifier.wait(0.05) is False
 
 
+async def test_a_quiet_file_is_asked_less_often_and_a_commit_still_wakes(store: SqliteStore, db_path: str) -> None:
+    notifier = store.notifier()
+    asked = 0
+    read = notifier._read_version
+
+    def counting() -> int | None:
+        nonlocal asked
+        asked += 1
+        return read()
+
+    notifier._read_version = counting  # type: ignore[method-assign]
+    assert await notifier.wait(1.0) is False  # a second of quiet
+    asked = 0
+    assert await notifier.wait(1.0) is False
+    # Every 2 ms this second would be ~500 questions (fewer on a busy machine, never near 40).
+    assert asked <= 40
+    other = SqliteStore(db_path)
+    try:
+        waiter = asyncio.create_task(notifier.wait(30.0))
+        await asyncio.sleep(0.02)
+        await other.insert_jobs([NewJob(task="t")], T0, [()])
+        assert await asyncio.wait_for(waiter, 10.0) is True
+    finally:
+        await other.close()
+
+
 async def test_every_waiter_wakes(store: SqliteStore) -> None:
     notifier = store.notifier()
     waiters = [asyncio.create_task(notifier.wait(5.0)) for _ in range(3)]

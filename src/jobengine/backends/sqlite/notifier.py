@@ -2,11 +2,16 @@
 
 ``PRAGMA data_version`` changes whenever *another* connection commits, in this process or any other.
 Asking costs microseconds and no disk I/O in WAL mode (it reads the shared-memory wal-index header), so
-the notifier asks on its own read connection every ``interval`` seconds, inline on the event loop: a trip
-through the store's write thread would queue behind real work, and a thread of its own would cost more
-than the question. It polls only while someone waits, and remembers the last version it saw, so a commit
-that lands while nobody waits still wakes the next ``wait()`` at once (no lost wake-up between a worker's
-empty fetch and its wait).
+the notifier asks on its own read connection, inline on the event loop: a trip through the store's write
+thread would queue behind real work, and a thread of its own would cost more than the question. It polls
+only while someone waits, and remembers the last version it saw, so a commit that lands while nobody waits
+still wakes the next ``wait()`` at once (no lost wake-up between a worker's empty fetch and its wait).
+
+It asks every ``interval`` seconds while commits come, and less often as the file stays quiet: the pause
+is a twentieth of the quiet so far (:data:`QUIET_SHARE`), at most :data:`SLOWEST`. Each wake-up of the
+loop costs far more than the question, and an idle worker asking every 2 ms spent a twentieth of a core
+on it; a commit after a quiet spell is now seen within a twentieth of that spell, never later than
+:data:`SLOWEST`.
 """
 
 from __future__ import annotations
@@ -14,10 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
+from typing import Final
 
 from jobengine.aio import call_on
 
 from .connection import connect
+
+#: The longest pause between two questions, however long the file has been quiet.
+SLOWEST: Final = 0.05
+#: The pause grows with the quiet: this share of the time since the last commit (or local notify).
+QUIET_SHARE: Final = 1 / 20
 
 
 class SqliteNotifier:
@@ -39,6 +51,7 @@ class SqliteNotifier:
         # Opened now, not at the first wait, so the baseline predates the caller's first fetch.
         self._conn: sqlite3.Connection | None = connect(path, busy_timeout_ms=busy_timeout_ms)
         self._version = self._read_version()
+        self._active = time.monotonic()  # the last commit seen or notify(): polling slows as it ages
         self._wake = asyncio.Event()
         self._waiters = 0
         self._poller: asyncio.Task[None] | None = None
@@ -51,6 +64,7 @@ class SqliteNotifier:
 
     def notify(self) -> None:
         """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
+        self._active = time.monotonic()
         call_on(self._loop, self._wake.set)
 
     async def wait(self, timeout: float) -> bool:
@@ -92,10 +106,12 @@ class SqliteNotifier:
     async def _poll(self) -> None:
         while self._waiters > 0 and not self._closed:
             version = self._read_version()
+            now = time.monotonic()
             if version is not None and version != self._version:
                 self._version = version
+                self._active = now
                 self._wake.set()
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(min(SLOWEST, max(self._interval, (now - self._active) * QUIET_SHARE)))
 
     def _read_version(self) -> int | None:
         if self._conn is None:
