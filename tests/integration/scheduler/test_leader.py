@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
@@ -38,6 +39,30 @@ async def test_a_lease_row_elects_one_leader_and_expires(tmp_path: Path) -> None
         assert await b.try_acquire() and not await a.try_acquire()
         await b.release()
         assert await a.try_acquire()
+    finally:
+        await store.close()
+
+
+async def test_a_leader_renews_its_lease_once_a_third_of_it_has_passed(tmp_path: Path) -> None:
+    path = str(tmp_path / "renew.db")
+    store = SqliteStore(path)
+    await store.migrate()
+    clock = ManualClock(1000.0)
+    a = SqliteLeader(store, "scheduler", lease_seconds=6, clock=clock)
+    b = SqliteLeader(store, "scheduler", lease_seconds=6, clock=clock)
+
+    def expires_at() -> float:
+        with sqlite3.connect(path) as conn:
+            return float(conn.execute("SELECT expires_at FROM leader_leases WHERE name = 'scheduler'").fetchone()[0])
+
+    try:
+        assert await a.try_acquire() and expires_at() == 1006.0
+        clock.advance(1.5)
+        assert await a.try_acquire() and expires_at() == 1006.0  # no write: a renewal is a commit
+        clock.advance(1.0)  # a third of the lease has passed
+        assert await a.try_acquire() and expires_at() == 1008.5
+        clock.advance(5.0)
+        assert not await b.try_acquire()  # renewed in time: 1005 < 1008.5
     finally:
         await store.close()
 
