@@ -15,15 +15,14 @@ jobs a turn paid more per job than one that runs 300, a cost of the measurement,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import struct
-import threading
 import time
 from dataclasses import replace
 from typing import Any
 
+from jobengine.aio import TurnBatch
 from jobengine.core.queue_config import QueueConfig
 from jobengine.engine import Engine
 from jobengine.settings import Settings
@@ -38,11 +37,9 @@ class Sink:
 
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
-        #: Records waiting for their loop's next turn, and that loop; the lock keeps a thread's record and a
-        #: turn's records from interleaving on the socket.
-        self._pending: list[bytes] = []
-        self._flush_on: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
+        #: Records of a loop's turn, written together at its next turn; off a loop each at once (a forking
+        #: worker's children share the socket: a write of one record is never interleaved with theirs).
+        self._records: TurnBatch[bytes] = TurnBatch(self._write)
 
     def connect(self, path: str) -> None:
         self.close()
@@ -54,31 +51,16 @@ class Sink:
         now = time.time()
         if self._sock is None:
             raise RuntimeError("the benchmark sink is not connected")
-        record = RECORD.pack(i, t, now)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # A thread or a process without a loop (a forking worker's children share the socket: a write of
-            # one record is never interleaved with theirs).
-            with self._lock:
-                self._sock.sendall(record)
-            return
-        self._pending.append(record)
-        if self._flush_on is not loop:
-            self._flush_on = loop
-            loop.call_soon(self._flush)
+        self._records.add(RECORD.pack(i, t, now))
 
-    def _flush(self) -> None:
-        """Write the waiting records. Blocking on purpose: nothing is dropped, the sender waits for buffer
-        space."""
-        records, self._pending, self._flush_on = self._pending, [], None
-        if records and self._sock is not None:
-            with self._lock:
-                self._sock.sendall(b"".join(records))
+    def _write(self, records: list[bytes]) -> None:
+        """Blocking on purpose: nothing is dropped, the sender waits for buffer space."""
+        if self._sock is not None:
+            self._sock.sendall(b"".join(records))
 
     def close(self) -> None:
         if self._sock is not None:
-            self._flush()
+            self._records.flush()
             self._sock.close()
             self._sock = None
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from jobengine.aio import call_on, running_loop
+import pytest
+
+from jobengine.aio import TurnBatch, call_on, running_loop
 
 
 async def test_on_its_loop_a_call_runs_at_once_and_from_another_thread_at_the_loops_next_turn() -> None:
@@ -32,3 +34,35 @@ def test_with_no_open_loop_to_hand_it_to_a_call_runs_at_once() -> None:
     closed.close()
     call_on(closed, ran.append, "closed")
     assert ran == ["none", "closed"]
+
+
+async def test_a_turns_items_are_written_together_at_the_next_turn_and_off_a_loop_at_once() -> None:
+    writes: list[list[str]] = []
+    batch: TurnBatch[str] = TurnBatch(writes.append)
+    batch.add("a")
+    batch.add("b")
+    assert writes == [] and batch
+    await asyncio.sleep(0)
+    assert writes == [["a", "b"]] and not batch
+    batch.add("c")
+    thread = threading.Thread(target=batch.add, args=("d",))  # no loop there: written at once, after "c"
+    thread.start()
+    thread.join()
+    assert writes == [["a", "b"], ["c", "d"]]
+    await asyncio.sleep(0)  # the turn finds nothing left
+    assert writes == [["a", "b"], ["c", "d"]]
+
+
+async def test_a_failed_write_at_the_turn_goes_to_on_error_and_a_flush_raises_to_its_caller() -> None:
+    errors: list[str] = []
+
+    def fail(items: list[int]) -> None:
+        raise OSError("the stream is gone")
+
+    batch: TurnBatch[int] = TurnBatch(fail, on_error=lambda: errors.append("reported"))
+    batch.add(1)
+    await asyncio.sleep(0)
+    assert errors == ["reported"] and not batch
+    batch.add(2)
+    with pytest.raises(OSError):
+        batch.flush()

@@ -14,7 +14,6 @@ a variable chose already (:func:`apply_settings`).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -23,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from jobengine.aio import running_loop
+from jobengine.aio import TurnBatch
 from jobengine.core.ids import short_id
 from jobengine.settings import Settings
 
@@ -86,6 +85,10 @@ class TextFormatter(logging.Formatter):
         return text.replace(job_id, short_id(job_id)) if isinstance(job_id, str) and job_id else text
 
 
+#: A line of :meth:`_StderrHandler.write_line` as its parts: created, level, logger, msg, args, fields.
+_Line = tuple[float, int, str, str, tuple[object, ...], Mapping[str, object]]
+
+
 class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is when a record comes (a test's capture, a redirected stream),
     not to the stream there was when the handler was made. ``chosen``: the level and format a flag or a
@@ -94,11 +97,13 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     def __init__(self, chosen: tuple[str | None, str | None]) -> None:
         super().__init__()
         self.chosen = chosen
-        #: Lines of :meth:`write_line` held until the running event loop's next turn (under ``self.lock``), as
-        #: their parts, and the loop whose next turn writes them: a loop that closes first leaves them to the
-        #: next line's.
-        self._pending: list[tuple[float, int, str, str, tuple[object, ...], Mapping[str, object]]] = []
-        self._flush_on: asyncio.AbstractEventLoop | None = None
+        #: Lines of :meth:`write_line`, as their parts, made and written at the running event loop's next turn.
+        self._lines: TurnBatch[_Line] = TurnBatch(
+            self._write_lines,
+            self.lock,  # an RLock, made in Handler.__init__
+            # A failed write at the loop's turn is reported as a record's would be, never raised into the loop.
+            on_error=lambda: self.handleError(_JOB_LINES),
+        )
 
     @property
     def stream(self) -> TextIO:
@@ -128,23 +133,12 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
         for each. The line is kept as its parts and made then, with the turn's other lines, one after the other
         rather than each between the steps of its job. A record and a flush (``logging.shutdown``'s at exit)
         write the waiting lines first, in order."""
-        entry = (time.time() if created is None else created, level, name, msg, args, fields)
-        loop = running_loop()
-        with self.lock:  # type: ignore[union-attr]  # made in Handler.__init__
-            self._pending.append(entry)
-            if loop is None:
-                self._write_pending()
-            elif self._flush_on is not loop:
-                self._flush_on = loop
-                loop.call_soon(self._flush_soon)
+        self._lines.add((time.time() if created is None else created, level, name, msg, args, fields))
 
-    def _write_pending(self) -> None:
-        """Makes and writes the waiting lines in one call; the caller holds ``self.lock``. A line that cannot be
-        made is reported as a record that cannot be, and the others are written; lines whose write fails are
-        not tried again (as a record's that fails)."""
-        entries, self._pending, self._flush_on = self._pending, [], None
-        if not entries:
-            return
+    def _write_lines(self, entries: list[_Line]) -> None:
+        """Makes and writes lines in one call. A line that cannot be made is reported as a record that cannot
+        be, and the others are written; lines whose write fails are not tried again (as a record's that
+        fails)."""
         formatter = self.formatter
         assert isinstance(formatter, JsonFormatter | TextFormatter)
         name_of = logging.getLevelName
@@ -159,21 +153,14 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
             stream.write(self.terminator.join(lines) + self.terminator)
             stream.flush()  # as emit() does: a replaced stderr (a capture, a pipe's wrapper) may buffer
 
-    def _flush_soon(self) -> None:
-        try:
-            self.flush()
-        except Exception:
-            self.handleError(_JOB_LINES)  # as a record's failed write: reported, never raised into the loop
-
     def flush(self) -> None:
-        with self.lock:  # type: ignore[union-attr]
-            self._write_pending()
+        self._lines.flush()
         super().flush()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self._pending:  # under self.lock: Handler.handle holds it
+        if self._lines:  # the waiting lines first, in order
             try:
-                self._write_pending()
+                self._lines.flush()
             except Exception:
                 self.handleError(record)
         super().emit(record)
