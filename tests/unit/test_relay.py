@@ -12,7 +12,7 @@ import pytest
 from jobengine.backends.sqlite import SqliteStore
 from jobengine.core.clock import ManualClock
 from jobengine.core.models import NewJob
-from jobengine.delivery.relay import STORE_LOOK_EVERY, OutboxRelay
+from jobengine.delivery.relay import BRISK, STORE_LOOK_EVERY, OutboxRelay
 from jobengine.errors import TransportUnavailable
 from jobengine.ports.transport import Message
 
@@ -27,10 +27,12 @@ class Recording:
         self.keys: set[str] = set()
         self.fail = 0
         self.tasks: list[str] = []  # the name of the task of every publish
+        self.calls: list[int] = []  # the messages of every publish
 
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
         task = asyncio.current_task()
         self.tasks.append(task.get_name() if task is not None else "")
+        self.calls.append(len(messages))
         if self.fail:
             self.fail -= 1
             raise TransportUnavailable("down")
@@ -105,6 +107,38 @@ async def test_a_running_relay_publishes_offered_rows_from_its_publisher_not_its
         await relay.stop()
     assert [m.id for m in transport.published] == [r.job_id for r in out.rows]
     assert await store.claim_outbox(T0 + 3600, 10, 1.0) == []  # deleted (at the latest by the stop's flush)
+
+
+async def test_rows_offered_in_quick_succession_share_a_publish_and_a_lone_row_goes_at_once(
+    store: SqliteStore,
+) -> None:
+    clock = ManualClock(T0)
+    transport = Recording()
+    relay = OutboxRelay(store, transport, clock, idle=3600.0)
+    await relay.start()
+    try:
+        out = await store.insert_jobs_outboxed([NewJob("t") for _ in range(5)], T0, [()] * 5, hold=30.0)
+        rows = out.rows
+        relay.offer(rows[:1])  # the first offer in a while: published at the publisher's first step
+        await asyncio.sleep(0)
+        assert transport.calls == [1]
+        relay.offer(rows[1:2])  # less than BRISK after the last: the publisher waits for more ...
+        await asyncio.sleep(0)
+        assert transport.calls == [1]
+        relay.offer(rows[2:3])  # ... and takes this one with it
+        await _until(lambda: len(transport.published) == 3)
+        assert transport.calls == [1, 2]
+        clock.advance(2 * BRISK)  # offers further apart than BRISK again: each at once
+        relay.offer(rows[3:4])
+        await asyncio.sleep(0)
+        assert transport.calls == [1, 2, 1]
+        clock.advance(2 * BRISK)
+        relay.offer(rows[4:5])
+        await asyncio.sleep(0)
+        assert transport.calls == [1, 2, 1, 1]
+    finally:
+        await relay.stop()
+    assert [m.id for m in transport.published] == [r.job_id for r in rows]
 
 
 async def test_rows_the_publisher_could_not_publish_go_to_the_loop(store: SqliteStore) -> None:

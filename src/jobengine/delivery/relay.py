@@ -45,6 +45,13 @@ log = logging.getLogger("jobengine.relay")
 #: Seconds a published row waits for others to be deleted with it (one store write for many rows).
 DELETE_AFTER = 0.2
 
+#: Seconds the publisher waits for more rows before it publishes, while this process offers rows less than
+#: ``BRISK`` seconds apart: one broker call then carries the rows of several enqueues (a call costs the
+#: process more CPU than the enqueue's own commit). Rows offered further apart are published at once, so a
+#: job enqueued at a moderate rate reaches the broker without delay.
+LINGER = 0.001
+BRISK = 0.003
+
 #: Seconds between looks at the outbox that the store's notifier prompts. Every commit of every process
 #: notifies, and nearly all of them are enqueues whose rows their own relay holds and publishes: a look per
 #: commit would be a query per job in every process with a relay.
@@ -99,6 +106,8 @@ class OutboxRelay:
         self._fresh: list[OutboxRow] = []  # offered by this process, for the loop to publish
         self._quick: list[OutboxRow] = []  # offered by this process, for the publisher task
         self._publisher: asyncio.Task[None] | None = None
+        self._offered_at = float("-inf")  # when the last due rows were offered
+        self._brisk = False  # the last offer came less than BRISK after the one before
         self._failing = False  # the loop's last publish failed: offered rows wait for its backoff
         self._done: list[int] = []  # published, not yet deleted
         self._done_since = 0.0
@@ -120,6 +129,7 @@ class OutboxRelay:
         due = [r for r in rows if r.available_at <= now]
         if not due:
             return
+        self._brisk, self._offered_at = now - self._offered_at < BRISK, now
         if not self.running or self._failing:
             # The loop publishes them (with its backoff while the broker is away).
             self._fresh.extend(due)
@@ -131,10 +141,14 @@ class OutboxRelay:
 
     async def _publish_quick(self) -> None:
         """Publish what this process offered, in batches of what came meanwhile. Rows the broker refuses, or
-        that a cancellation interrupts, go to the loop, which publishes them again."""
+        that a cancellation interrupts, go to the loop, which publishes them again. While offers come less than
+        ``BRISK`` apart, it waits ``LINGER`` for more before each call."""
         while self._quick:
-            rows, self._quick = self._quick[: self.batch], self._quick[self.batch :]
+            rows: list[OutboxRow] = []
             try:
+                if self._brisk and len(self._quick) < self.batch:
+                    await asyncio.sleep(LINGER)
+                rows, self._quick = self._quick[: self.batch], self._quick[self.batch :]
                 await self.transport.publish([message_of(r) for r in rows])
             except BaseException as exc:
                 self._fresh += rows + self._quick
