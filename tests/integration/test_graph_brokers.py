@@ -4,15 +4,18 @@ policy queues again inside the store's transaction, which the broker learns of f
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats
+import nats.js.errors
 import pytest
 
 from jobengine import JobContext, NonRetryable
 from jobengine.core.graphs import GraphState
-from jobengine.core.queue_config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue
+from jobengine.core.queue_config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue, nats_servers
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.canvas import Graph
@@ -25,7 +28,9 @@ N = 8
 
 
 @pytest.fixture(params=["redis", "nats"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Settings]:
+    """The queues of one test, named for it. Its NATS streams are dropped after it: the server outlives the
+    test run. (Its Redis db is its own, flushed after it.)"""
     name = unique_name("graphs")
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
@@ -36,13 +41,26 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         queue = QueueConfig(kind="redis", redis=RedisConfig(url, **queues))
     else:
         url = request.getfixturevalue("nats_url")
-        nats = {
+        streams = {
             q: NatsQueue(f"{name}_{q}", f"{name}.{q}", f"{name}-{q}", f"{name}_{q}_D", f"{name}.{q}.d")
             for q in ("planner", "runner")
         }
-        queue = QueueConfig(kind="nats", nats=NatsConfig(url, **nats))
+        queue = QueueConfig(kind="nats", nats=NatsConfig(url, **streams))
     # A long poll: the runner hears of its jobs from the broker, not by reading the store.
-    return Settings(database=str(tmp_path / "graphs.db"), queue=queue, poll_interval=60.0)
+    yield Settings(database=str(tmp_path / "graphs.db"), queue=queue, poll_interval=60.0)
+    if request.param == "nats":
+        await _drop_streams(url, [s for q in ("planner", "runner") for s in (f"{name}_{q}", f"{name}_{q}_D")])
+
+
+async def _drop_streams(url: str, streams: list[str]) -> None:
+    nc = await nats.connect(nats_servers(url))
+    try:
+        js = nc.jetstream()
+        for stream in streams:
+            with contextlib.suppress(nats.js.errors.NotFoundError):  # never made: the test ended first
+                await js.delete_stream(stream)
+    finally:
+        await nc.close()
 
 
 @pytest.fixture
