@@ -4,23 +4,20 @@ policy queues again inside the store's transaction, which the broker learns of f
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
-import nats.js.errors
 import pytest
 
 from jobengine import JobContext, NonRetryable
 from jobengine.core.graphs import GraphState
-from jobengine.core.queue_config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue, nats_servers
+from jobengine.core.queue_config import NatsConfig, NatsQueue, QueueConfig, RedisConfig, RedisQueue
 from jobengine.core.states import JobState
 from jobengine.engine import Engine
 from jobengine.engine.canvas import Graph
 from jobengine.settings import Settings
-from support.services import unique_name
+from support.services import drop_nats_streams, unique_name
 from tests.support.graph_tasks import running_worker
 
 TIMEOUT = 120.0
@@ -48,19 +45,8 @@ async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         queue = QueueConfig(kind="nats", nats=NatsConfig(url, **streams))
     # A long poll: the runner hears of its jobs from the broker, not by reading the store.
     yield Settings(database=str(tmp_path / "graphs.db"), queue=queue, poll_interval=60.0)
-    if request.param == "nats":
-        await _drop_streams(url, [s for q in ("planner", "runner") for s in (f"{name}_{q}", f"{name}_{q}_D")])
-
-
-async def _drop_streams(url: str, streams: list[str]) -> None:
-    nc = await nats.connect(nats_servers(url))
-    try:
-        js = nc.jetstream()
-        for stream in streams:
-            with contextlib.suppress(nats.js.errors.NotFoundError):  # never made: the test ended first
-                await js.delete_stream(stream)
-    finally:
-        await nc.close()
+    if queue.kind == "nats":
+        await drop_nats_streams(url, [n for q in streams.values() for n in (q.stream, q.dead_letter_stream)])
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobengine import Engine, Settings
-from support.fleet import drop_nats_streams, nats_yaml
+from support.fleet import drop_fleet_streams, nats_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def stored(config: Path, ids: list[str]) -> list[str]:
 @pytest.fixture
 def nats_name(unique_name: str) -> Iterator[str]:
     yield unique_name
-    asyncio.run(drop_nats_streams(unique_name))
+    asyncio.run(drop_fleet_streams(unique_name))
 
 
 def config_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from jobengine.settings import Settings
 from support.processes import Processes
-from support.services import unique_name
+from support.services import drop_nats_streams, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.support.fleet_app:app"
@@ -54,18 +54,10 @@ def nats_yaml(name: str) -> str:
 """
 
 
-async def drop_nats_streams(name: str) -> None:
-    import nats
-
-    nc = await nats.connect("nats://127.0.0.1:4222")
-    try:
-        js = nc.jetstream()
-        up = name.upper()
-        for stream in (f"P_{up}", f"P_{up}_DEAD", f"R_{up}", f"R_{up}_DEAD"):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(stream)
-    finally:
-        await nc.close()
+async def drop_fleet_streams(name: str) -> None:
+    """The streams of :func:`nats_yaml`'s queues."""
+    up = name.upper()
+    await drop_nats_streams("nats://127.0.0.1:4222", (f"P_{up}", f"P_{up}_DEAD", f"R_{up}", f"R_{up}_DEAD"))
 
 
 @contextlib.asynccontextmanager
@@ -92,4 +84,4 @@ async def fleet_for(
     finally:
         procs.stop_all()
         if nats_name:
-            await drop_nats_streams(nats_name)
+            await drop_fleet_streams(nats_name)

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal, NoReturn
@@ -79,6 +79,21 @@ def unavailable(reason: str) -> NoReturn:
 def unique_name(prefix: str = "jet") -> str:
     """A short name no other test (or concurrent test run) uses: for schemas, streams, key prefixes."""
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+
+
+async def drop_nats_streams(url: str, streams: Iterable[str]) -> None:
+    """Delete the JetStream streams a test made: the server outlives the test run. A stream never made (the
+    test ended first) or a server gone meanwhile is passed over: a cleanup must not hide the test's outcome."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                await js.delete_stream(stream)
+    finally:
+        await nc.close()
 
 
 # --- probes -------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ from jobengine.core.queue_config import NatsQueue, RedisQueue
 from jobengine.delivery.database import DatabaseTransport
 from jobengine.ports.store import Store
 from jobengine.ports.transport import Message, Transport, TransportOptions
-from support.services import unique_name
+from support.services import drop_nats_streams, unique_name
 
 KINDS = ("database-sqlite", "database-postgres", "redis", "nats")
 JOB_QUEUE = "contract"
@@ -173,15 +172,7 @@ async def _nats(url: str, name: str, options: TransportOptions, counters: Record
     transport = NatsTransport(url, "runner", config, options)
 
     async def drop_streams() -> None:
-        import nats
-
-        nc = await nats.connect(url)
-        try:
-            for stream in (config.stream, config.dead_letter_stream):
-                with contextlib.suppress(Exception):
-                    await nc.jetstream().delete_stream(stream)
-        finally:
-            await nc.close()
+        await drop_nats_streams(url, (config.stream, config.dead_letter_stream))
 
     closers.append(drop_streams)
     closers.append(transport.close)

@@ -31,7 +31,7 @@ from jobengine.ports.transport import (
     Message,
 )
 from jobengine.settings import Settings
-from support.services import unique_name
+from support.services import drop_nats_streams, unique_name
 
 from .conftest import KINDS, depth_settles_at
 
@@ -91,13 +91,7 @@ async def make_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
             with contextlib.suppress(RuntimeError):
                 await engine.close()
         if streams:
-            import nats
-
-            nc = await nats.connect(nats_url)
-            for s in streams:
-                with contextlib.suppress(Exception):
-                    await nc.jetstream().delete_stream(s)
-            await nc.close()
+            await drop_nats_streams(nats_url, streams)
 
 
 @asynccontextmanager
