@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 
-from jobengine.aio import TurnBatch, call_on, running_loop
+from jobengine.aio import CallThread, TurnBatch, call_on, running_loop
 
 
 async def test_on_its_loop_a_call_runs_at_once_and_from_another_thread_at_the_loops_next_turn() -> None:
@@ -66,3 +67,55 @@ async def test_a_failed_write_at_the_turn_goes_to_on_error_and_a_flush_raises_to
     batch.add(2)
     with pytest.raises(OSError):
         batch.flush()
+
+
+async def test_a_call_thread_runs_calls_in_order_on_its_thread_and_answers_each_on_its_callers_loop() -> None:
+    calls = CallThread("test-calls")
+    seen: list[tuple[int, str]] = []
+
+    def note(k: int) -> int:
+        seen.append((k, threading.current_thread().name))
+        return k * 10
+
+    def boom() -> None:
+        raise KeyError("boom")
+
+    try:
+        answers = await asyncio.gather(*(calls.submit(note, k) for k in range(5)))
+        assert answers == [0, 10, 20, 30, 40]
+        assert seen == [(k, "test-calls") for k in range(5)]
+        with pytest.raises(KeyError, match="boom"):
+            await calls.submit(boom)
+
+        # A caller on another loop, in another thread, is answered there.
+        def elsewhere() -> int:
+            return asyncio.run(_submitted(calls, note, 7))
+
+        assert await asyncio.get_running_loop().run_in_executor(None, elsewhere) == 70
+    finally:
+        calls.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        calls.submit(note, 9)
+    assert [k for k, _ in seen] == [0, 1, 2, 3, 4, 7]
+
+
+async def _submitted(calls: CallThread, fn: Callable[[int], int], arg: int) -> int:
+    return await calls.submit(fn, arg)
+
+
+async def test_a_call_cancelled_before_the_thread_takes_it_never_runs() -> None:
+    calls = CallThread("test-calls")
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        first = calls.submit(gate.wait, 60.0)  # holds the thread
+        second = calls.submit(ran.append, "second")
+        second.cancel()
+        third = calls.submit(ran.append, "third")
+        gate.set()
+        assert await first is True
+        await third
+        assert second.cancelled()
+        assert ran == ["third"]
+    finally:
+        calls.shutdown()

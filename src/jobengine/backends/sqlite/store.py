@@ -29,13 +29,12 @@ which the rescuer recovers when their lease expires.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from jobengine.aio import CallThread
 from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
@@ -137,7 +136,7 @@ class SqliteStore(
         self._busy_timeout_ms = busy_timeout_ms
         self._leader_lease_seconds = leader_lease_seconds
         self._prepare = prepare
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobengine-sqlite")
+        self._thread = CallThread("jobengine-sqlite")
         # Inserts waiting for the store thread (callers may run on several event loops or threads).
         self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
         self._notifier: SqliteNotifier | None = None
@@ -180,9 +179,8 @@ class SqliteStore(
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise StoreUnavailable("sqlite: the store is closed")
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, self._call, fn)
+            return await self._thread.submit(self._call, fn)
         except RuntimeError as exc:
             if self._closed:  # closed while this call was being submitted
                 raise StoreUnavailable("sqlite: the store is closed") from exc
@@ -226,9 +224,8 @@ class SqliteStore(
         self._closed = True  # refuse new calls; those already queued on the thread still run first
         if self._notifier is not None:
             await self._notifier.close()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close_connection)
-        self._executor.shutdown(wait=True)  # idle by now: returns at once
+        await self._thread.submit(self._close_connection)
+        self._thread.shutdown()  # idle by now: returns at once
 
     def notifier(self) -> SqliteNotifier:
         if self._notifier is None:
