@@ -87,10 +87,22 @@ class QueueMetrics:
 
 
 class _Labelled:
-    __slots__ = ("_metrics", "_queue", "_transport")
+    """One transport's counters. It keeps each counter's labelled child: a transport counts on every publish
+    and receive, and looking the child up by its labels costs more than the increment."""
+
+    __slots__ = ("_children", "_metrics", "_queue", "_transport")
 
     def __init__(self, metrics: QueueMetrics, transport: str, queue: str) -> None:
         self._metrics, self._transport, self._queue = metrics, transport, queue
+        self._children: dict[str, Counter] = {}
 
     def count(self, what: str, n: int = 1) -> None:
-        self._metrics.count(self._transport, self._queue, what, n)
+        if n <= 0:
+            return
+        child = self._children.get(what)
+        if child is None:
+            counter = self._metrics._counters.get(what)
+            if counter is None:
+                return
+            child = self._children[what] = counter.labels(self._transport, self._queue)
+        child.inc(n)
