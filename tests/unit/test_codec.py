@@ -6,8 +6,10 @@ Fixtures: ``fixtures/codec/<name>.json`` (any formatting) and ``<name>.expected.
 
 from __future__ import annotations
 
+import enum
 import math
 import struct
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,12 @@ from jobengine.errors import InvalidJob
 from jobengine.ports.transport import Message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codec"
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
 SAMPLES = sorted(p for p in FIXTURES.glob("*.json") if not p.name.endswith(".expected.json"))
 
 
@@ -149,6 +157,65 @@ def test_integers_beyond_the_safe_range_keep_every_digit() -> None:
     # The one documented departure from RFC 8785 (which would round to a double first).
     assert codec.dumps(2**64 + 1) == "18446744073709551617"
     assert codec.dumps(-(2**53) - 1) == "-9007199254740993"
+
+
+# -- the shortcut through orjson for flat objects: byte for byte the canonical writer's text ----------------
+_FLAT = st.dictionaries(
+    st.text(max_size=6),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**64), max_value=2**64),
+        st.floats(),
+        st.floats(min_value=1e-7, max_value=1e-4),  # where orjson writes exponents the canonical text does not
+        st.text(max_size=8),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=2000)
+@given(_FLAT)
+def test_a_flat_object_is_written_as_the_canonical_writer_writes_it(value: dict[str, object]) -> None:
+    try:
+        expected = codec._written(value, "payload")
+    except InvalidJob as exc:
+        with pytest.raises(InvalidJob) as caught:
+            codec.dumps(value)
+        assert caught.value.field == exc.field
+        return
+    assert codec.dumps(value) == expected
+    try:
+        wire = expected.encode("utf-8")
+    except UnicodeEncodeError:
+        with pytest.raises(InvalidJob, match="valid Unicode"):
+            codec.dumpb(value)
+        return
+    assert codec.dumpb(value) == wire
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"b": 1.0, "a": 5e-6}, '{"a":0.000005,"b":1}'),
+        ({"t": 1e16 + 0.5}, '{"t":10000000000000000}'),
+        ({"s": "1.0,", "n": None}, '{"n":null,"s":"1.0,"}'),
+        ({"e": "\U0001f600", "f": "\uff01", "k": 2**60}, '{"e":"\U0001f600","f":"\uff01","k":1152921504606846976}'),
+        ({"u": "\ud800"}, '{"u":"\ud800"}'),
+    ],
+    ids=["integral-and-small", "big-float", "mark-in-a-string", "non-ascii-and-big-int", "lone-surrogate"],
+)
+def test_flat_objects_orjson_writes_otherwise_go_to_the_canonical_writer(value: object, expected: str) -> None:
+    assert codec.dumps(value) == expected
+
+
+@pytest.mark.parametrize("bad", [{"x": math.nan}, {"x": -math.inf}, {"x": uuid.uuid4()}, {"x": _Colour.RED}])
+def test_a_flat_object_orjson_could_write_but_json_has_no_value_for_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidJob):
+        codec.dumps(bad)
+    with pytest.raises(InvalidJob):
+        codec.dumpb(bad)
 
 
 # -- normalize: the decoded copy, with a fast path for flat objects -----------------------------------------

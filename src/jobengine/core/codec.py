@@ -28,8 +28,11 @@ Usage::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Final
+
+import orjson
 
 from jobengine.errors import InvalidJob
 
@@ -161,6 +164,12 @@ def _array(value: list[Any] | tuple[Any, ...], out: list[str]) -> None:
 
 def dumps(value: Any, field: str = "payload") -> str:
     """The canonical text of ``value``. Raises :class:`InvalidJob` naming ``field`` when it is not JSON."""
+    if type(value) is dict and value and _flat(value) and (out := _by_orjson(value)) is not None:
+        return out.decode()
+    return _written(value, field)
+
+
+def _written(value: Any, field: str) -> str:
     out: list[str] = []
     try:
         _encode(value, out)
@@ -174,33 +183,71 @@ def dumps(value: Any, field: str = "payload") -> str:
 def dumpb(value: Any, field: str = "payload") -> bytes:
     """:func:`dumps` as UTF-8 bytes: what goes on a wire. Also refuses strings that are not valid Unicode
     (a lone surrogate such as ``"\\ud800"``), which have no UTF-8 form."""
-    text = dumps(value, field)
+    if type(value) is dict and value and _flat(value) and (out := _by_orjson(value)) is not None:
+        return out
+    text = _written(value, field)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidJob(field, f"must be valid Unicode ({exc.reason} at character {exc.start})") from None
 
 
+# orjson writes what the canonical writer does except for floats, which it writes as their shortest digits
+# in other forms in two cases: an integral float (``1.0``, ``1e+16``; canonical ``1``,
+# ``10000000000000000``) and one from 1e-6 to 1e-5 (``5e-6``; canonical ``0.000005``). Both leave a mark
+# no other canonical number has: a number ending ``.0``, an ``e+``, an ``e-6``. A string that happens to
+# hold one only sends its value to the canonical writer. Keys sort alike unless they mix characters from
+# U+E000 with characters above U+FFFF, which start with bytes 0xEE-0xF4. orjson also writes NaN and the
+# infinities as null, and some types the canonical writer refuses (UUIDs, enums): it is given only values
+# known to hold neither.
+# The marks are looked for one at a time: a search for a literal skips ahead in C, where one alternation of
+# them would try every byte of the text.
+_INTEGRAL = re.compile(rb"\.0(?:[,}\]]|\Z)")
+_SMALL = re.compile(rb"e-6(?:[,}\]]|\Z)")
+_SORTS_APART = re.compile(rb"[\xee-\xf4]")
+
+
+def orjson_canonical(out: bytes) -> bool:
+    """Whether ``out``, orjson's sorted-keys text of a value holding only JSON types and finite numbers, is
+    that value's canonical text: it holds none of the marks above."""
+    if b"e+" in out or (b"e-6" in out and _SMALL.search(out) is not None) or _INTEGRAL.search(out) is not None:
+        return False
+    return out.isascii() or _SORTS_APART.search(out) is None
+
+
+def _by_orjson(value: dict[str, Any]) -> bytes | None:
+    """The canonical text of a flat object (:func:`_flat`) by orjson, or None where it is not that."""
+    try:
+        out: bytes = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a lone surrogate: the canonical writer decides
+        return None
+    return out if orjson_canonical(out) else None
+
+
 _PLAIN: Final = frozenset({str, int, bool, type(None)})
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is a flat object of strings, integers within 2**53, booleans, nulls and non-integral
+    finite floats under ASCII keys: the usual payload, whose text and copy take shortcuts."""
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(item)
+        if kind is int:
+            if not -_SAFE_INT <= item <= _SAFE_INT:  # huge ones meet int <-> str limits in dumps / loads
+                return False
+        elif kind not in _PLAIN and not (kind is float and item - item == 0 and not item.is_integer()):
+            return False
+    return True
 
 
 def normalize(value: Any, field: str = "payload") -> Any:
     """``loads(dumps(value, field))``: the value as a reader of its canonical text gets it back (tuples
     become lists, ``1.0`` becomes ``1``, keys come in canonical order), validated the same way. A flat
-    object of strings, integers within 2**53, booleans, nulls and non-integral finite floats under ASCII
-    keys, the usual payload, is copied without the text round trip (a fifth of the cost)."""
-    if type(value) is dict:
+    object (:func:`_flat`), the usual payload, is copied without the text round trip (a fifth of the cost)."""
+    if type(value) is dict and _flat(value):
         keys = list(value)
-        for key in keys:
-            if type(key) is not str or not key.isascii():
-                return loads(dumps(value, field))
-            item = value[key]
-            kind = type(item)
-            if kind is int:
-                if not -_SAFE_INT <= item <= _SAFE_INT:  # huge ones meet int <-> str limits in dumps / loads
-                    return loads(dumps(value, field))
-            elif kind not in _PLAIN and not (kind is float and item - item == 0 and not item.is_integer()):
-                return loads(dumps(value, field))
         ordered = sorted(keys)
         if ordered == keys:  # already in canonical order (the usual payload): a C-level copy, cheaper
             return value.copy()  # than the comprehension (docs/decisions/0021-enqueue-client-instructions.md)
