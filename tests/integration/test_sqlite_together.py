@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ async def test_concurrent_enqueues_share_one_transaction(store: SqliteStore) -> 
     sizes = _count_groups(store)
     batches = [[NewJob("t")] for _ in range(20)]
     outs = await asyncio.gather(*(store.insert_jobs_outboxed(b, T0, [()]) for b in batches))
-    assert sizes == [20]  # all arrived before the first group ran
+    # The first found nothing in flight and went alone; the 19 that arrived meanwhile shared the next.
+    assert sizes == [1, 19]
     assert [o.inserted.jobs[0].id for o in outs] == [b[0].id for b in batches]
     assert len({r.id for o in outs for r in o.rows}) == 20  # each got its own outbox row id
     stored = await store.get_jobs([b[0].id for b in batches])
@@ -54,7 +56,7 @@ async def test_concurrent_enqueues_share_one_transaction(store: SqliteStore) -> 
     # Sequential callers get groups of one.
     await store.insert_jobs_outboxed([NewJob("t")], T0, [()])
     await store.insert_jobs_outboxed([NewJob("t")], T0, [()])
-    assert sizes == [20, 1, 1]
+    assert sizes == [1, 19, 1, 1]
 
 
 async def test_a_failing_write_takes_only_itself_back(store: SqliteStore) -> None:
@@ -89,3 +91,20 @@ async def test_a_cancelled_caller_leaves_its_group_alone(store: SqliteStore) -> 
     async with asyncio.timeout(30):
         while len(await store.get_jobs([j.id for j in jobs])) < 3:  # noqa: ASYNC110 - nothing announces it
             await asyncio.sleep(0.01)
+
+
+async def test_a_lone_write_cancelled_before_the_store_thread_takes_it_is_not_made(store: SqliteStore) -> None:
+    gate = threading.Event()
+    busy = asyncio.ensure_future(store._read(lambda c: gate.wait(30)))  # holds the store thread
+    job = NewJob("t")
+    lone = asyncio.ensure_future(store.insert_jobs_outboxed([job], T0, [()]))
+    await asyncio.sleep(0)  # submitted, behind the read
+    lone.cancel()
+    gate.set()
+    assert await busy is True
+    with pytest.raises(asyncio.CancelledError):
+        await lone
+    assert await store.get_jobs([job.id]) == []
+    after = NewJob("t")  # and the next write goes on as usual
+    await store.insert_jobs_outboxed([after], T0, [()])
+    assert [j.id for j in await store.get_jobs([after.id])] == [after.id]

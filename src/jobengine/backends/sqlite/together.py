@@ -11,8 +11,12 @@ group commits, the writes that arrive wait together, and the next group runs the
 - a caller that is cancelled while its group runs changes nothing: its write commits with the group (as a
   write whose caller went away does on the store thread anyway).
 
+A write that finds no group in flight and none waiting is a group of one, run by its caller without a task
+to lead it (a sequential caller's every write): cancelled before the store thread takes it, it is not made,
+as a lone :meth:`SqliteStore._write` is not. Writes that arrive while it runs wait for the next group.
+
 Every caller returns only after its group's commit, at the store's ``synchronous``: durability is a lone
-write's. A sequential caller gets groups of one, with no savepoint.
+write's. A group of one has no savepoint.
 """
 
 from __future__ import annotations
@@ -62,21 +66,37 @@ class Together:
         self._waiting: list[tuple[Write, asyncio.Future[Any]]] = []
         self._leader: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._alone = False  # a caller runs its write as a group of one
 
     def usable(self) -> bool:
         """Whether the caller may queue here: the groups run on the loop of the first caller."""
         loop = asyncio.get_running_loop()
         if self._loop is None or self._loop.is_closed():
             # A closed loop runs nothing again: what it left here is forgotten with it.
-            self._loop, self._leader, self._waiting = loop, None, []
+            self._loop, self._leader, self._waiting, self._alone = loop, None, [], False
         return loop is self._loop
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if not self._alone and not self._waiting and (self._leader is None or self._leader.done()):
+            # Nothing in flight: this write is a group of one, run by its caller (no task to lead it).
+            # What arrives meanwhile waits for the leader this call starts when it ends.
+            self._alone = True
+            try:
+                outcomes = await self._run(functools.partial(_each, writes=[fn]))
+            finally:
+                self._alone = False
+                self._follow()
+            result: T = outcomes[0][1]
+            return result
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._waiting.append((fn, future))
-        if self._leader is None or self._leader.done():
-            self._leader = asyncio.get_running_loop().create_task(self._lead(), name="jobengine-sqlite-together")
+        self._follow()
         return await asyncio.shield(future)
+
+    def _follow(self) -> None:
+        """Start a leader for the writes waiting, unless a group is in flight (it starts one when it ends)."""
+        if self._waiting and not self._alone and (self._leader is None or self._leader.done()):
+            self._leader = asyncio.get_running_loop().create_task(self._lead(), name="jobengine-sqlite-together")
 
     async def _lead(self) -> None:
         while self._waiting:
