@@ -69,6 +69,7 @@ from jobengine.ports.transport import (
 log = logging.getLogger("jobengine.transport.nats")
 
 _MSG_ID = "Nats-Msg-Id"
+_NO_RESPONDERS = "503"
 _SPARE_DELIVERIES = 3
 _NOT_CONNECTED = (
     nerr.ConnectionClosedError,
@@ -123,6 +124,9 @@ class NatsTransport:
         self._js: JetStreamContext | None = None
         self._sub: Subscription | None = None  # our inbox, where pulled messages arrive
         self._inbox = ""
+        self._ack_inbox = ""  # where JetStream sends the PubAcks of our publishes: <inbox>.<token>
+        self._acks: dict[str, asyncio.Future[bool]] = {}  # token -> the publish waiting for its PubAck
+        self._next_token = 0
         self._arrivals: collections.deque[Msg] = collections.deque()  # what arrived there, not yet taken
         self._arrived = asyncio.Event()
         self._reconnected = asyncio.Event()  # set (and replaced) at each reconnect
@@ -228,6 +232,29 @@ class NatsTransport:
             # A callback, not next_msg(): next_msg costs a task per message (wait_for), ours a deque append.
             self._sub = await self._nc.subscribe(inbox, cb=self._arrive, pending_msgs_limit=1_000_000)
             self._inbox = inbox
+            self._ack_inbox = self._nc.new_inbox() + "."
+            await self._nc.subscribe(self._ack_inbox + "*", cb=self._acked, pending_msgs_limit=1_000_000)
+
+    async def _acked(self, msg: Msg) -> None:
+        """A PubAck (or JetStream's refusal) of a publish of ours: settles the publish's future."""
+        future = self._acks.get(msg.subject[len(self._ack_inbox) :])
+        if future is None or future.done():
+            return  # its publish gave up (timed out, cancelled)
+        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
+            future.set_exception(jerr.NoStreamResponseError())  # no stream (or no leader of it) holds the subject
+            return
+        try:
+            answer = json.loads(msg.data)
+        except ValueError as exc:
+            future.set_exception(TransportError(f"nats {self._shown}: publishing: a PubAck that is not JSON ({exc})"))
+            return
+        if "error" not in answer:
+            future.set_result(bool(answer.get("duplicate")))
+            return
+        try:
+            jerr.APIError.from_error(answer["error"])  # raises the error's own class (503: no leader, ...)
+        except jerr.Error as exc:
+            future.set_exception(exc)
 
     @staticmethod
     async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
@@ -295,14 +322,26 @@ class NatsTransport:
     async def publish(self, messages: Sequence[Message]) -> list[bool]:
         if not messages:
             return []
-        _, js = await self._connect()
-        async with self._errors("publishing"):
-            futures = [
-                await js.publish_async(self.config.subject, m.body(), headers={_MSG_ID: m.dedupe_key}) for m in messages
-            ]
-            async with asyncio.timeout(10.0):
-                acks = await asyncio.gather(*futures)
-        added = [not ack.duplicate for ack in acks]
+        nc, _ = await self._connect()
+        loop = asyncio.get_running_loop()
+        subject, prefix, acks = self.config.subject, self._ack_inbox, self._acks
+        tokens: list[str] = []
+        try:
+            async with self._errors("publishing"):
+                # JetStream answers each publish with its PubAck on the reply subject: ours, one token per message
+                # (nats-py's publish_async does the same with a semaphore, a wait_for and two ids per message).
+                for m in messages:
+                    self._next_token += 1
+                    token = str(self._next_token)
+                    acks[token] = loop.create_future()
+                    tokens.append(token)
+                    await nc.publish(subject, m.body(), reply=prefix + token, headers={_MSG_ID: m.dedupe_key})
+                async with asyncio.timeout(10.0):
+                    answers = await asyncio.gather(*(acks[t] for t in tokens))
+        finally:
+            for token in tokens:
+                acks.pop(token, None)
+        added = [not duplicate for duplicate in answers]
         n = sum(added)
         self.options.counters.count("enqueued", n)
         if n < len(added):
