@@ -141,4 +141,7 @@ def _settle(future: asyncio.Future[Any], value: Any) -> None:
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.cancelled():
+        if isinstance(exc, StopIteration):  # a future refuses it (it would end the awaiting coroutine)
+            stopped = RuntimeError("the call raised StopIteration")  # as asyncio's tasks turn it
+            stopped.__cause__, exc = exc, stopped
         future.set_exception(exc)

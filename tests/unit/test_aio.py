@@ -86,6 +86,8 @@ async def test_a_call_thread_runs_calls_in_order_on_its_thread_and_answers_each_
         assert seen == [(k, "test-calls") for k in range(5)]
         with pytest.raises(KeyError, match="boom"):
             await calls.submit(boom)
+        with pytest.raises(RuntimeError, match="StopIteration"):
+            await calls.submit(next, iter(()))
 
         # A caller on another loop, in another thread, is answered there.
         def elsewhere() -> int:

@@ -69,7 +69,7 @@ def connect(path: str, *, busy_timeout_ms: int, synchronous: str | None = None) 
     Raises StoreUnavailable when the file cannot be opened.
     """
     try:
-        # check_same_thread=False: the owner guarantees single-threaded use (one executor thread for the
+        # check_same_thread=False: the owner guarantees single-threaded use (one store thread for the
         # store, the event loop thread for the notifier); the check would only get in the way of close().
         conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:

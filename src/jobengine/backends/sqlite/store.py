@@ -138,7 +138,7 @@ class SqliteStore(
         self._prepare = prepare
         self._thread = CallThread("jobengine-sqlite")
         # Inserts waiting for the store thread (callers may run on several event loops or threads).
-        self._conn: sqlite3.Connection | None = None  # created and used only on the executor thread
+        self._conn: sqlite3.Connection | None = None  # created and used only on the store thread
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
