@@ -51,11 +51,13 @@ async def _count(store: PostgresStore) -> int | None:
 async def test_the_store_is_back_within_seconds_of_a_long_outage(cluster: Cluster) -> None:
     store = PostgresStore(cluster.dsn)  # the pool of a worker process (its size and timeout)
     answered: list[float] = []  # when each call that worked returned (monotonic)
+    done = asyncio.Event()
 
     async def caller() -> None:
         """A loop of the process (a worker's claims, heartbeats, flushes): calls, and after a failure
-        waits a little and calls again."""
-        while True:
+        waits a little and calls again. It also ends at ``done``: the test's end must not hang on a
+        cancellation lost on its way (a failure then reports itself instead of a timeout)."""
+        while not done.is_set():
             if await _count(store) is not None:
                 answered.append(time.monotonic())
                 await asyncio.sleep(0.05)
@@ -74,12 +76,16 @@ async def test_the_store_is_back_within_seconds_of_a_long_outage(cluster: Cluste
             await asyncio.to_thread(cluster.start)
             back = time.monotonic()
             while not any(at > back for at in answered):
-                assert time.monotonic() - back < 120, "the store never reconnected"
+                assert time.monotonic() - back < 120, (
+                    f"the store never reconnected; the server's log:\n{cluster.log()[-4000:]}"
+                )
                 await asyncio.sleep(0.1)
         finally:
+            done.set()
             for task in callers:
                 task.cancel()
-            await asyncio.gather(*callers, return_exceptions=True)
+            _, stuck = await asyncio.wait(callers, timeout=30)
+            assert not stuck, f"{len(stuck)} caller(s) still in a store call 30 s after the test ended"
         took = min(at for at in answered if at > back) - back
         print(f"the store answered {took:.1f} s after the server was back")
         assert took < 5.0, f"the store took {took:.1f} s to answer after the server was back"
