@@ -17,9 +17,13 @@ from support.services import drop_nats_streams
 
 
 @pytest.fixture
-async def transport(nats_url: str, unique_name: str) -> AsyncIterator[NatsTransport]:
-    config = NatsQueue(unique_name, f"{unique_name}.jobs", f"{unique_name}-c", f"{unique_name}_DEAD",
-                       f"{unique_name}.dead")  # fmt: skip
+def config(unique_name: str) -> NatsQueue:
+    name = unique_name
+    return NatsQueue(name, f"{name}.jobs", f"{name}-c", f"{name}_DEAD", f"{name}.dead")
+
+
+@pytest.fixture
+async def transport(nats_url: str, config: NatsQueue) -> AsyncIterator[NatsTransport]:
     transport = NatsTransport(nats_url, "runner", config, TransportOptions())
     try:
         yield transport
@@ -47,22 +51,18 @@ async def test_a_publish_with_no_stream_to_take_it_is_the_broker_being_away(
     assert transport._acks == {}
 
 
-async def test_a_publish_jetstream_refuses_is_an_error(nats_url: str, unique_name: str) -> None:
-    config = NatsQueue(unique_name, f"{unique_name}.jobs", f"{unique_name}-c", f"{unique_name}_DEAD",
-                       f"{unique_name}.dead")  # fmt: skip
-    # A stream made beforehand with a tiny message limit: the transport keeps a stream that exists.
+async def test_a_publish_jetstream_refuses_is_an_error(
+    transport: NatsTransport, nats_url: str, config: NatsQueue
+) -> None:
+    # The stream made first, with a tiny message limit: the transport connects at its first call and keeps a
+    # stream that exists.
     nc = await nats.connect(nats_url)
     try:
         tiny = api.StreamConfig(name=config.stream, subjects=[config.subject], max_msg_size=16)
         await nc.jetstream().add_stream(tiny)
     finally:
         await nc.close()
-    transport = NatsTransport(nats_url, "runner", config, TransportOptions())
-    try:
-        with pytest.raises(TransportError, match="message size exceeds maximum") as info:
-            await transport.publish([Message("job-1", "default")])
-        assert not isinstance(info.value, TransportUnavailable)  # at once, not after the PubAck's timeout
-        assert transport._acks == {}
-    finally:
-        await transport.close()
-        await drop_nats_streams(nats_url, (config.stream, config.dead_letter_stream))
+    with pytest.raises(TransportError, match="message size exceeds maximum") as info:
+        await transport.publish([Message("job-1", "default")])
+    assert not isinstance(info.value, TransportUnavailable)  # at once, not after the PubAck's timeout
+    assert transport._acks == {}
