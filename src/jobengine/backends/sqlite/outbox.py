@@ -44,9 +44,9 @@ def _insert(
     values = [
         (j.id, j.queue, j.run_at, codec.dumps(h, "headers"), held_until if j.run_at <= now else 0.0) for j, h in owed
     ]
-    insert_rows(conn, _INSERT_OUTBOX, 5, values)
+    last = insert_rows(conn, _INSERT_OUTBOX, 5, values)
+    assert last is not None
     # The rows got consecutive ids (INTEGER PRIMARY KEY, max + 1, under this transaction's write lock).
-    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
     first = last - len(owed) + 1
     rows = [OutboxRow(first + k, j.id, j.queue, j.run_at, h) for k, (j, h) in enumerate(owed)]
     return Outboxed(inserted, rows)
