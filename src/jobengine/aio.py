@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
+
+def forks() -> int:
+    """How many forks led to this process since jobengine was imported: 0 in the process that imported it,
+    one more in each child forked from it. What was made before a fork (a thread, a connection) belongs to
+    the parent: an object that notes this number when it makes one tells a child by it."""
+    return _FORKS[0]
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
@@ -89,7 +101,8 @@ class CallThread:
     As with the pool, a call whose future is cancelled before the thread takes it is skipped, one that has
     started runs to its end, and :meth:`submit` after :meth:`shutdown` raises RuntimeError. The thread is a
     daemon: a process that never shuts it down still exits, leaving unrun what it had not taken (no caller
-    was answered for those)."""
+    was answered for those). A forked child, which has no copy of the thread, gets a thread of its own at
+    its first call."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -97,8 +110,11 @@ class CallThread:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._shut = False
+        self._fork = forks()
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        if self._fork != forks():  # the thread and what it had queued are the parent's
+            self._calls, self._lock, self._thread, self._fork = queue.SimpleQueue(), threading.Lock(), None, forks()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:

@@ -12,8 +12,8 @@ import asyncio
 
 import psycopg
 
+from jobengine import aio
 from jobengine.backends.postgres import PostgresStore
-from jobengine.backends.postgres import store as store_module
 
 from .helpers import lane_session, session_pid
 
@@ -90,13 +90,13 @@ async def test_a_forked_child_forgets_the_lane_instead_of_closing_the_parents_se
     (lane,) = store._lanes.values()
     conn = lane.conn
     assert conn is not None
-    forks = store_module._FORKS[0]
-    store_module._FORKS[0] += 1  # what os.fork() does in the child (os.register_at_fork)
+    forks = aio._FORKS[0]
+    aio._FORKS[0] += 1  # what os.fork() does in the child (os.register_at_fork)
     try:
         lane.drop()
         assert not conn.closed  # the socket is the parent's: not closed, only forgotten
         assert lane.conn is None
     finally:
-        store_module._FORKS[0] = forks
+        aio._FORKS[0] = forks
     lane.conn = conn  # back in the parent: the session was never touched
     assert await session_pid(store) == lane_pid

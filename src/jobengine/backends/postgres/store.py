@@ -35,7 +35,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import os
 import select
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -47,6 +46,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from jobengine.aio import forks
 from jobengine.backends.postgres import sql
 from jobengine.backends.postgres.api import PostgresApiMixin
 from jobengine.backends.postgres.caller import caller_connection
@@ -183,12 +183,8 @@ def _close_in(
     return done
 
 
-#: Bumped in a forked child: a lane made before the fork shares its socket with the parent, so the child
-#: forgets it (closing it would end the parent's session) and makes its own.
-_FORKS = [0]
 #: libpq's status of a session between transactions, as ``pgconn.transaction_status`` gives it.
 _IDLE = int(TransactionStatus.IDLE)
-os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
 
 class _Lane:
@@ -202,7 +198,7 @@ class _Lane:
 
     def __init__(self) -> None:
         self.conn: Conn | None = None
-        self.fork = _FORKS[0]
+        self.fork = forks()
         self.busy = False
         self.closing = False  # the store closed while a call used the lane: closed when it returns
         self.connecting: asyncio.Task[None] | None = None
@@ -212,7 +208,7 @@ class _Lane:
     def drop(self) -> None:
         """Close the connection at once, without its loop (closed, or not running here): libpq's own close
         of the socket. In a forked child the connection is the parent's: it is only forgotten."""
-        if self.conn is not None and not self.conn.closed and self.fork == _FORKS[0]:
+        if self.conn is not None and not self.conn.closed and self.fork == forks():
             self.conn.pgconn.finish()
         self.conn = None
 
@@ -292,7 +288,7 @@ class PostgresStore(
                 # would stay open on the server until the process exits.
                 self._pools.pop(other)
                 for conn in list(self._pool_conns.pop(other, ())):
-                    if not conn.closed and self._pool_forks.get(other, -1) == _FORKS[0]:
+                    if not conn.closed and self._pool_forks.get(other, -1) == forks():
                         conn.pgconn.finish()
             conns: weakref.WeakSet[Conn] = weakref.WeakSet()
 
@@ -311,7 +307,7 @@ class PostgresStore(
             )
             self._pools[loop] = pool
             self._pool_conns[loop] = conns
-            self._pool_forks[loop] = _FORKS[0]
+            self._pool_forks[loop] = forks()
             await pool.open()
         return pool
 
@@ -329,7 +325,7 @@ class PostgresStore(
         if lane.busy:
             return None
         conn = lane.conn
-        if conn is not None and lane.fork == _FORKS[0] and _quiet(conn):
+        if conn is not None and lane.fork == forks() and _quiet(conn):
             lane.busy = True
             return lane
         if conn is not None:
@@ -353,7 +349,7 @@ class PostgresStore(
         if self._closed or self._lanes.get(loop) is not lane:
             await conn.close()
             return
-        lane.conn, lane.fork, lane.backoff = conn, _FORKS[0], 0.0
+        lane.conn, lane.fork, lane.backoff = conn, forks(), 0.0
 
     @staticmethod
     def _give_lane(lane: _Lane) -> Conn | None:
@@ -467,12 +463,12 @@ class PostgresStore(
         lanes, self._lanes = self._lanes, {}
         pools, self._pools = self._pools, {}
         conns, self._pool_conns = self._pool_conns, {}
-        forks, self._pool_forks = self._pool_forks, {}
+        made_in, self._pool_forks = self._pool_forks, {}
         for pool_loop in [lp for lp in pools if lp is not loop and not lp.is_running()]:
             # Its loop is stopped or gone: nothing can await the pool's close there, so its sessions end here.
             del pools[pool_loop]
             for conn in list(conns.get(pool_loop, ())):
-                if not conn.closed and forks.get(pool_loop, -1) == _FORKS[0]:
+                if not conn.closed and made_in.get(pool_loop, -1) == forks():
                     conn.pgconn.finish()
         closers: list[tuple[asyncio.AbstractEventLoop, Callable[[], Coroutine[Any, Any, None]]]] = []
         for lane_loop, lane in lanes.items():

@@ -22,7 +22,7 @@ import sqlite3
 import time
 from typing import Final
 
-from jobengine.aio import call_on
+from jobengine.aio import call_on, forks
 
 from .connection import connect
 
@@ -48,8 +48,11 @@ class SqliteNotifier:
 
     def __init__(self, path: str, *, interval: float = 0.002, busy_timeout_ms: int = 1000) -> None:
         self._interval = interval
+        self._path, self._busy_timeout_ms = path, busy_timeout_ms
         # Opened now, not at the first wait, so the baseline predates the caller's first fetch.
         self._conn: sqlite3.Connection | None = connect(path, busy_timeout_ms=busy_timeout_ms)
+        self._fork = forks()  # the fork the connection, the event and the poller belong to
+        self._inherited: list[sqlite3.Connection] = []  # a forked child's copies: see _own
         self._version = self._read_version()
         self._active = time.monotonic()  # the last commit seen or notify(): polling slows as it ages
         self._wake = asyncio.Event()
@@ -64,12 +67,15 @@ class SqliteNotifier:
 
     def notify(self) -> None:
         """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
+        if self._fork != forks():
+            self._own()
         self._active = time.monotonic()
         call_on(self._loop, self._wake.set)
 
     async def wait(self, timeout: float) -> bool:
         if self._closed:
             return False
+        self._own()
         self._waiters += 1
         try:
             if self._poller is None or self._poller.done():
@@ -100,8 +106,29 @@ class SqliteNotifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
         if self._conn is not None:
-            self._conn.close()
+            if self._fork == forks():
+                self._conn.close()
+            else:
+                self._inherited.append(self._conn)
             self._conn = None
+
+    def _own(self) -> None:
+        """Make what this notifier waits with belong to the caller: in a child forked after it was made, a
+        connection of the child's own (an SQLite connection must not cross a fork; the parent's is neither
+        used nor closed here, since either would touch its locks, and stays referenced, since collecting it
+        would close it); and after the loop it waited on has closed (a second ``asyncio.run``, or the child's
+        loop), an event and a poller for the next one. A wake-up not yet taken is kept."""
+        if self._fork != forks():
+            self._fork = forks()
+            if self._conn is not None:
+                self._inherited.append(self._conn)
+                self._conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms)
+        elif self._loop is None or not self._loop.is_closed():
+            return
+        woken = self._wake.is_set()
+        self._wake, self._poller, self._loop, self._waiters = asyncio.Event(), None, None, 0
+        if woken:
+            self._wake.set()
 
     async def _poll(self) -> None:
         while self._waiters > 0 and not self._closed:

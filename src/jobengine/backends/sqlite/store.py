@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from jobengine.aio import CallThread
+from jobengine.aio import CallThread, forks
 from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
@@ -139,6 +139,10 @@ class SqliteStore(
         self._thread = CallThread("jobengine-sqlite")
         # Inserts waiting for the store thread (callers may run on several event loops or threads).
         self._conn: sqlite3.Connection | None = None  # created and used only on the store thread
+        self._conn_fork = forks()  # the fork _conn was made in (see _connection)
+        # Connections a forked child found open: never used nor closed there (either would touch the parent's
+        # locks and WAL index), and kept referenced, since collecting a connection closes it.
+        self._inherited: list[sqlite3.Connection] = []
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
@@ -151,13 +155,17 @@ class SqliteStore(
 
     # -- plumbing -----------------------------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._conn_fork != forks():
+            # Made before a fork: SQLite's connections must not cross one (its locks are per process).
+            self._inherited.append(self._conn)
+            self._conn = None
         if self._conn is None:
             if self._prepare is not None:
                 self._prepare()
                 self._prepare = None
             conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous)
             fenced.register_functions(conn, fenced.LeaseTokens())
-            self._conn = conn
+            self._conn, self._conn_fork = conn, forks()
             self._synchronous_now = self._synchronous
         return self._conn
 
@@ -207,8 +215,11 @@ class SqliteStore(
 
     def _close_connection(self) -> None:
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            if self._conn_fork == forks():
+                self._conn.close()
+            else:
+                self._inherited.append(self._conn)
+        self._conn = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def migrate(self) -> list[int]:
