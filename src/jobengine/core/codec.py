@@ -164,9 +164,8 @@ def _array(value: list[Any] | tuple[Any, ...], out: list[str]) -> None:
 
 def dumps(value: Any, field: str = "payload") -> str:
     """The canonical text of ``value``. Raises :class:`InvalidJob` naming ``field`` when it is not JSON."""
-    if type(value) is dict and value and _flat(value) and (out := _by_orjson(value)) is not None:
-        return out.decode()
-    return _written(value, field)
+    out = _by_orjson(value)
+    return out.decode() if out is not None else _written(value, field)
 
 
 def _written(value: Any, field: str) -> str:
@@ -183,7 +182,8 @@ def _written(value: Any, field: str) -> str:
 def dumpb(value: Any, field: str = "payload") -> bytes:
     """:func:`dumps` as UTF-8 bytes: what goes on a wire. Also refuses strings that are not valid Unicode
     (a lone surrogate such as ``"\\ud800"``), which have no UTF-8 form."""
-    if type(value) is dict and value and _flat(value) and (out := _by_orjson(value)) is not None:
+    out = _by_orjson(value)
+    if out is not None:
         return out
     text = _written(value, field)
     try:
@@ -215,8 +215,11 @@ def orjson_canonical(out: bytes) -> bool:
     return out.isascii() or _SORTS_APART.search(out) is None
 
 
-def _by_orjson(value: dict[str, Any]) -> bytes | None:
-    """The canonical text of a flat object (:func:`_flat`) by orjson, or None where it is not that."""
+def _by_orjson(value: Any) -> bytes | None:
+    """The canonical text of a flat object (:func:`_flat`; not an empty one, which the writer makes cheaper) by
+    orjson; None for any other value, or where orjson's text is not the canonical one."""
+    if type(value) is not dict or not value or not _flat(value):
+        return None
     try:
         out: bytes = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # a lone surrogate: the canonical writer decides
