@@ -63,15 +63,24 @@ class QueueMetrics:
             "jobengine_queue_depth", "Messages not yet settled, by transport and logical queue", labels, registry=r
         )
         self._counters = {what: Counter(f"jobengine_queue_{what}", _HELP[what], labels, registry=r) for what in COUNTED}
+        # Each labelled child, once looked up: transports count on every publish and receive, and prometheus's
+        # lookup by label values costs more than the increment.
+        self._children: dict[tuple[str, str, str], Counter] = {}
 
     def counters(self, transport: str, queue: str) -> _Labelled:
         """The ``Counters`` a transport of that name and logical queue counts into."""
         return _Labelled(self, transport, queue)
 
     def count(self, transport: str, queue: str, what: str, n: int = 1) -> None:
-        counter = self._counters.get(what)
-        if counter is not None and n > 0:
-            counter.labels(transport, queue).inc(n)
+        if n <= 0:
+            return
+        child = self._children.get((transport, queue, what))
+        if child is None:
+            counter = self._counters.get(what)
+            if counter is None:
+                return
+            child = self._children[(transport, queue, what)] = counter.labels(transport, queue)
+        child.inc(n)
 
     def value(self, transport: str, queue: str, what: str) -> float:
         """A counter's current value in this process (for tests and ``jobengine health``)."""
@@ -87,22 +96,10 @@ class QueueMetrics:
 
 
 class _Labelled:
-    """One transport's counters. It keeps each counter's labelled child: a transport counts on every publish
-    and receive, and looking the child up by its labels costs more than the increment."""
-
-    __slots__ = ("_children", "_metrics", "_queue", "_transport")
+    __slots__ = ("_metrics", "_queue", "_transport")
 
     def __init__(self, metrics: QueueMetrics, transport: str, queue: str) -> None:
         self._metrics, self._transport, self._queue = metrics, transport, queue
-        self._children: dict[str, Counter] = {}
 
     def count(self, what: str, n: int = 1) -> None:
-        if n <= 0:
-            return
-        child = self._children.get(what)
-        if child is None:
-            counter = self._metrics._counters.get(what)
-            if counter is None:
-                return
-            child = self._children[what] = counter.labels(self._transport, self._queue)
-        child.inc(n)
+        self._metrics.count(self._transport, self._queue, what, n)
