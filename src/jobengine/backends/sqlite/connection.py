@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from jobengine.aio import forks
 from jobengine.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -91,6 +92,42 @@ def connect(path: str, *, busy_timeout_ms: int, synchronous: str | None = None) 
             raise translate(exc) from exc
         raise
     return conn
+
+
+#: Connections a forked child found open: never used nor closed there (either would touch the parent's locks
+#: and WAL index), and kept referenced for the process's life, since collecting a connection closes it.
+_LEFT_TO_PARENT: list[sqlite3.Connection] = []
+
+
+class OwnConnection:
+    """A connection that belongs to the process that opened it, with ``open`` when first asked for. In a child
+    forked after that, it is the parent's: an SQLite connection must not cross a fork, so the child leaves it
+    alone and opens its own."""
+
+    __slots__ = ("_conn", "_fork", "_open")
+
+    def __init__(self, open_: Callable[[], sqlite3.Connection]) -> None:
+        self._open = open_
+        self._conn: sqlite3.Connection | None = None
+        self._fork = forks()
+
+    def get(self) -> sqlite3.Connection:
+        if self._conn is not None and self._fork != forks():
+            _LEFT_TO_PARENT.append(self._conn)
+            self._conn = None
+        if self._conn is None:
+            self._conn, self._fork = self._open(), forks()
+        return self._conn
+
+    def close(self) -> None:
+        """Close it if this process opened it (else leave it to the parent); a later :meth:`get` opens again."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._fork == forks():
+            conn.close()
+        else:
+            _LEFT_TO_PARENT.append(conn)
 
 
 def weaker(a: str, b: str) -> str:

@@ -23,8 +23,9 @@ import time
 from typing import Final
 
 from jobengine.aio import call_on, forks
+from jobengine.errors import StoreUnavailable
 
-from .connection import connect
+from .connection import OwnConnection, connect
 
 #: The longest pause between two questions, however long the file has been quiet.
 SLOWEST: Final = 0.05
@@ -48,18 +49,17 @@ class SqliteNotifier:
 
     def __init__(self, path: str, *, interval: float = 0.002, busy_timeout_ms: int = 1000) -> None:
         self._interval = interval
-        self._path, self._busy_timeout_ms = path, busy_timeout_ms
+        self._closed = False
+        self._conn = OwnConnection(lambda: connect(path, busy_timeout_ms=busy_timeout_ms))
         # Opened now, not at the first wait, so the baseline predates the caller's first fetch.
-        self._conn: sqlite3.Connection | None = connect(path, busy_timeout_ms=busy_timeout_ms)
-        self._fork = forks()  # the fork the connection, the event and the poller belong to
-        self._inherited: list[sqlite3.Connection] = []  # a forked child's copies: see _own
+        self._conn.get()
+        self._fork = forks()  # the fork the event and the poller belong to (see _own)
         self._version = self._read_version()
         self._active = time.monotonic()  # the last commit seen or notify(): polling slows as it ages
         self._wake = asyncio.Event()
         self._waiters = 0
         self._poller: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop, once someone waited
-        self._closed = False
 
     @property
     def closed(self) -> bool:
@@ -105,26 +105,15 @@ class SqliteNotifier:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
-        if self._conn is not None:
-            if self._fork == forks():
-                self._conn.close()
-            else:
-                self._inherited.append(self._conn)
-            self._conn = None
+        self._conn.close()
 
     def _own(self) -> None:
-        """Make what this notifier waits with belong to the caller: in a child forked after it was made, a
-        connection of the child's own (an SQLite connection must not cross a fork; the parent's is neither
-        used nor closed here, since either would touch its locks, and stays referenced, since collecting it
-        would close it); and after the loop it waited on has closed (a second ``asyncio.run``, or the child's
-        loop), an event and a poller for the next one. A wake-up not yet taken is kept."""
-        if self._fork != forks():
-            self._fork = forks()
-            if self._conn is not None:
-                self._inherited.append(self._conn)
-                self._conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms)
-        elif self._loop is None or not self._loop.is_closed():
+        """Give the caller's loop an event and a poller of its own when the ones here are another's: in a child
+        forked after they were made, or once the loop they served has closed (a second ``asyncio.run``). A
+        wake-up not yet taken is kept. (The connection sees to its own fork: :class:`OwnConnection`.)"""
+        if self._fork == forks() and (self._loop is None or not self._loop.is_closed()):
             return
+        self._fork = forks()
         woken = self._wake.is_set()
         self._wake, self._poller, self._loop, self._waiters = asyncio.Event(), None, None, 0
         if woken:
@@ -141,11 +130,12 @@ class SqliteNotifier:
             await asyncio.sleep(min(SLOWEST, max(self._interval, (now - self._active) * QUIET_SHARE)))
 
     def _read_version(self) -> int | None:
-        if self._conn is None:
+        if self._closed:
             return None
         try:
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:
-            # Unreadable for a moment (e.g. the file is being replaced): no wake-up; the caller's timeout
-            # still bounds how long it sleeps, and its next fetch reports the real error.
+            return int(self._conn.get().execute("PRAGMA data_version").fetchone()[0])
+        except (sqlite3.Error, StoreUnavailable):
+            # Unreadable for a moment (e.g. the file is being replaced, or a forked child cannot open its own
+            # connection yet): no wake-up; the caller's timeout still bounds how long it sleeps, and its next
+            # fetch reports the real error.
             return None

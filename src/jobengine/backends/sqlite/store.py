@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from jobengine.aio import CallThread, forks
+from jobengine.aio import CallThread
 from jobengine.backends.sql.keys import SqlKeysMixin
 from jobengine.backends.sql.outbox import SqlOutboxMixin
 from jobengine.backends.sql.packs import SqlPacksMixin
@@ -60,7 +60,7 @@ from jobengine.ports.store import Capabilities
 from . import db as graph_steps
 from . import fenced, inserts, reads, writes
 from .api import SqliteApiMixin
-from .connection import SYNCHRONOUS_MODES, connect, in_transaction, translate, weaker
+from .connection import SYNCHRONOUS_MODES, OwnConnection, connect, in_transaction, translate, weaker
 from .db import SqliteDb, same
 from .flow import SqliteFlowMixin
 from .leader import SqliteLeader
@@ -138,11 +138,7 @@ class SqliteStore(
         self._prepare = prepare
         self._thread = CallThread("jobengine-sqlite")
         # Inserts waiting for the store thread (callers may run on several event loops or threads).
-        self._conn: sqlite3.Connection | None = None  # created and used only on the store thread
-        self._conn_fork = forks()  # the fork _conn was made in (see _connection)
-        # Connections a forked child found open: never used nor closed there (either would touch the parent's
-        # locks and WAL index), and kept referenced, since collecting a connection closes it.
-        self._inherited: list[sqlite3.Connection] = []
+        self._conn = OwnConnection(self._open)  # opened and used only on the store thread
         self._notifier: SqliteNotifier | None = None
         self._workers: SqliteWorkers | None = None
         self._closed = False
@@ -154,25 +150,19 @@ class SqliteStore(
         return self._path
 
     # -- plumbing -----------------------------------------------------------------------------------
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is not None and self._conn_fork != forks():
-            # Made before a fork: SQLite's connections must not cross one (its locks are per process).
-            self._inherited.append(self._conn)
-            self._conn = None
-        if self._conn is None:
-            if self._prepare is not None:
-                self._prepare()
-                self._prepare = None
-            conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous)
-            fenced.register_functions(conn, fenced.LeaseTokens())
-            self._conn, self._conn_fork = conn, forks()
-            self._synchronous_now = self._synchronous
-        return self._conn
+    def _open(self) -> sqlite3.Connection:
+        if self._prepare is not None:
+            self._prepare()
+            self._prepare = None
+        conn = connect(self._path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous)
+        fenced.register_functions(conn, fenced.LeaseTokens())
+        self._synchronous_now = self._synchronous
+        return conn
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs on the store thread. The one place driver errors become jobengine errors."""
         try:
-            return fn(self._connection())
+            return fn(self._conn.get())
         except sqlite3.Error as exc:
             raise translate(exc) from exc
 
@@ -213,14 +203,6 @@ class SqliteStore(
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(fn)
 
-    def _close_connection(self) -> None:
-        if self._conn is not None:
-            if self._conn_fork == forks():
-                self._conn.close()
-            else:
-                self._inherited.append(self._conn)
-        self._conn = None
-
     # -- lifecycle ----------------------------------------------------------------------------------
     async def migrate(self) -> list[int]:
         migrations = load_migrations()
@@ -235,7 +217,7 @@ class SqliteStore(
         self._closed = True  # refuse new calls; those already queued on the thread still run first
         if self._notifier is not None:
             await self._notifier.close()
-        await self._thread.submit(self._close_connection)
+        await self._thread.submit(self._conn.close)
         self._thread.shutdown()  # idle by now: returns at once
 
     def notifier(self) -> SqliteNotifier:
