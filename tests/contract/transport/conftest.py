@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -171,10 +172,7 @@ async def _nats(url: str, name: str, options: TransportOptions, counters: Record
     config = NatsQueue(name, f"{name}.jobs", f"{name}-c", f"{name}_DEAD", f"{name}.dead")
     transport = NatsTransport(url, "runner", config, options)
 
-    async def drop_streams() -> None:
-        await drop_nats_streams(url, (config.stream, config.dead_letter_stream))
-
-    closers.append(drop_streams)
+    closers.append(functools.partial(drop_nats_streams, url, (config.stream, config.dead_letter_stream)))
     closers.append(transport.close)
 
     async def other() -> Transport:

@@ -48,7 +48,7 @@ from typing import Any
 import nats
 import nats.errors as nerr
 import nats.js.errors as jerr
-from nats.aio.client import Client
+from nats.aio.client import NO_RESPONDERS_STATUS, Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
@@ -69,7 +69,6 @@ from jobengine.ports.transport import (
 log = logging.getLogger("jobengine.transport.nats")
 
 _MSG_ID = "Nats-Msg-Id"
-_NO_RESPONDERS = "503"
 _SPARE_DELIVERIES = 3
 _NOT_CONNECTED = (
     nerr.ConnectionClosedError,
@@ -240,7 +239,7 @@ class NatsTransport:
         future = self._acks.get(msg.subject[len(self._ack_inbox) :])
         if future is None or future.done():
             return  # its publish gave up (timed out, cancelled)
-        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
+        if msg.headers and msg.headers.get(api.Header.STATUS) == NO_RESPONDERS_STATUS:
             future.set_exception(jerr.NoStreamResponseError())  # no stream (or no leader of it) holds the subject
             return
         try:
