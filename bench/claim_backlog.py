@@ -20,18 +20,16 @@ import argparse
 import asyncio
 import time
 
-import psycopg
-
-from bench.postgres import fresh_database
+from bench.postgres import connect, fresh_database
 from bench.workload import TASK, make_engine, payload
 from jobengine.core.ids import WorkerId
 from jobengine.core.models import Completion
 
 
 def _sql(database: str, statement: str) -> tuple[object, ...] | None:
-    """Run ``statement`` on a connection of its own (VACUUM cannot run in a transaction); its first row."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        cur = conn.execute(statement.encode())
+    """Run ``statement`` on a connection of its own; its first row, if it returns rows."""
+    with connect(database) as conn:
+        cur = conn.execute(statement)
         return cur.fetchone() if cur.description else None
 
 
@@ -41,7 +39,7 @@ async def run(args: argparse.Namespace) -> None:
         engine, _ = make_engine(database)
         async with engine:
             store = engine.store
-            reserve = 20 * args.claim + args.window  # a window's claims always find full batches
+            reserve = args.window + args.claim  # the last window's claims still find full batches
             for start in range(0, args.jobs + reserve, 1000):
                 await engine.enqueue_many([engine.new_job(TASK, payload(i)) for i in range(start, start + 1000)])
             _sql(database, "VACUUM ANALYZE jobengine.jobs")
@@ -53,6 +51,8 @@ async def run(args: argparse.Namespace) -> None:
                     t = time.perf_counter()
                     got = await store.fetch_jobs(["default"], args.claim, worker, 30.0, time.time())
                     claiming += time.perf_counter() - t
+                    if not got.jobs:
+                        raise SystemExit(f"no job to claim after {total + window:,}: the queue ran dry")
                     done = [Completion(j.id, j.lease_token) for j in got.jobs if j.lease_token is not None]
                     await store.complete_jobs(done, time.time())
                     window += len(got.jobs)

@@ -24,9 +24,9 @@ def cpu_seconds(pid: int) -> float:
 
 def postgres_backends(dsn: str) -> set[int]:
     """The pids of the server backends connected to the database of ``dsn`` (this query's own left out)."""
-    import psycopg
+    from bench.postgres import connect
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchall()

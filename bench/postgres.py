@@ -13,12 +13,14 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 SCRATCH_DB = "jobengine_bench_pgbench"
 
 
-def _connect(dsn: str) -> object:
+def connect(dsn: str) -> Any:
+    """An autocommit connection to ``dsn`` (VACUUM and CREATE DATABASE cannot run in a transaction)."""
     import psycopg  # the "postgres" extra; imported only when this backend is benchmarked
 
     return psycopg.connect(dsn, autocommit=True)
@@ -31,11 +33,11 @@ def fresh_database(dsn: str) -> tuple[str, Callable[[], None]]:
     from psycopg.conninfo import make_conninfo
 
     name = f"jobengine_bench_{os.urandom(4).hex()}"
-    with _connect(dsn) as conn:  # type: ignore[attr-defined]
+    with connect(dsn) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
 
     def drop() -> None:
-        with _connect(dsn) as conn:  # type: ignore[attr-defined]
+        with connect(dsn) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     return _as_url(make_conninfo(dsn, dbname=name)), drop
@@ -65,7 +67,7 @@ def pgbench_ceiling(dsn: str, seconds: int = 10) -> float | None:
     from psycopg.conninfo import make_conninfo
 
     scratch = make_conninfo(dsn, dbname=SCRATCH_DB)
-    with _connect(dsn) as conn:  # type: ignore[attr-defined]
+    with connect(dsn) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
         conn.execute(f"CREATE DATABASE {SCRATCH_DB}")
     try:
@@ -77,7 +79,7 @@ def pgbench_ceiling(dsn: str, seconds: int = 10) -> float | None:
             text=True,
         ).stdout
     finally:
-        with _connect(dsn) as conn:  # type: ignore[attr-defined]
+        with connect(dsn) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
     match = re.search(r"tps = ([0-9.]+)", out)
     return float(match.group(1)) if match else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import sys
 import time
@@ -17,16 +18,17 @@ from jobengine.core.models import NewJob
 
 
 def _exit_status_of(pid: int, within: float) -> int:
-    deadline = time.monotonic() + within
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"the child did not finish within {within:g} s (its store calls hung)")
-        time.sleep(0.05)
+    """The child's exit code once it ends: its pidfd turns readable then."""
+    fd = os.pidfd_open(pid)
+    try:
+        ended, _, _ = select.select([fd], [], [], within)
+    finally:
+        os.close(fd)
+    if not ended:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError(f"the child did not finish within {within:g} s (its store calls hung)")
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def test_a_store_used_before_a_fork_serves_the_child_and_goes_on_in_the_parent(tmp_path: Path) -> None:

@@ -67,8 +67,7 @@ class SqliteNotifier:
 
     def notify(self) -> None:
         """Wake waiters now. Safe from any thread: off the waiters' loop it is handed over to that loop."""
-        if self._fork != forks():
-            self._own()
+        self._own()
         self._active = time.monotonic()
         call_on(self._loop, self._wake.set)
 
